@@ -1,0 +1,36 @@
+# bakery: `make demo` then `make test` on a fresh machine.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+BAKERY  := $(BIN)/bakery
+STAMP   := $(VENV)/.setup-stamp
+
+.PHONY: setup demo test test-unit test-network lint bench matrix clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[kernels,dev]'
+	touch $(STAMP)
+
+demo: setup
+	$(BAKERY) apply dcp2
+	$(BAKERY) verify dcp2 --interpret
+
+test: setup
+	$(BIN)/python -m pytest
+
+lint: setup
+	$(BIN)/ruff check src tests launcher bench
+	$(BIN)/mypy
+
+bench: setup
+	$(BIN)/python bench/bench.py
+
+matrix: setup
+	$(BAKERY) matrix dcp2 --since 0.30.0 --verify --markdown build/matrix.md --json build/matrix.json
+
+clean:
+	rm -rf build .pytest_cache

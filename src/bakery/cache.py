@@ -1,0 +1,107 @@
+"""bakery's cache: downloaded source distributions and extracted pristine trees.
+
+Layout under the user's cache folder (``BAKERY_CACHE_DIR`` overrides it)::
+
+    README            what this folder is
+    locks/KEY.lock    one lock per entry: concurrent bakes lock, then look again
+    sdists/           vllm-X.tar.gz, sha256-checked against the index
+    git/              bare mirrors of git+URL sources
+    trees/KEY/        an extracted tree whose .git holds the pristine commit
+    trees/KEY.json    written last: the entry is complete (source, sha256, commit)
+
+Entries are built in a temporary folder beside their final place and renamed into it.
+A damaged entry (files changed since extraction: ``git status`` is not clean, or its
+HEAD is not the recorded commit) is removed and built again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+from filelock import FileLock
+
+from bakery import gitutil
+from bakery.errors import SourceError
+
+_README = """This folder is bakery's cache of vLLM source distributions and pristine trees.
+It is safe to delete; bakery downloads and extracts again what it needs.
+"""
+
+
+@dataclass
+class Entry:
+    tree: Path
+    meta: dict[str, str]
+
+
+class Cache:
+    def __init__(self, root: Path | None = None) -> None:
+        env = os.environ.get("BAKERY_CACHE_DIR")
+        self.root = root or (Path(env) if env else platformdirs.user_cache_path("bakery"))
+
+    def path(self, sub: str) -> Path:
+        p = self.root / sub
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+            readme = self.root / "README"
+            if not readme.exists():
+                readme.write_text(_README)
+        except OSError as e:
+            raise SourceError(f"cache folder {self.root}: {e.strerror}") from None
+        return p
+
+    @contextmanager
+    def lock(self, key: str) -> Iterator[None]:
+        with FileLock(str(self.path("locks") / f"{key}.lock")):
+            yield
+
+    def tree_entry(self, key: str) -> Entry | None:
+        """The complete, intact entry for key, or None (a damaged one is removed)."""
+        trees = self.path("trees")
+        marker = trees / f"{key}.json"
+        tree = trees / key
+        if not marker.is_file():
+            if tree.exists():
+                shutil.rmtree(tree, ignore_errors=True)
+            return None
+        try:
+            meta = json.loads(marker.read_text())
+            intact = (tree.is_dir() and gitutil.head(tree) == meta["commit"]
+                      and not gitutil.dirty(tree))
+        except (OSError, ValueError, KeyError, gitutil.GitError):
+            intact = False
+        if not intact:
+            marker.unlink(missing_ok=True)
+            shutil.rmtree(tree, ignore_errors=True)
+            return None
+        return Entry(tree, meta)
+
+    @contextmanager
+    def building(self, key: str) -> Iterator[Path]:
+        tmp = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=self.path("trees")))
+        try:
+            yield tmp
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def commit_tree(self, key: str, built: Path, meta: dict[str, str | None]) -> Entry:
+        """Move a built tree into place, then write its marker (the entry is complete)."""
+        trees = self.path("trees")
+        final = trees / key
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(built, final)
+        meta = {**meta, "commit": gitutil.head(final)}
+        marker = trees / f"{key}.json"
+        tmp = marker.with_suffix(f".json.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
+        os.replace(tmp, marker)
+        return Entry(final, {k: v for k, v in meta.items() if v is not None})

@@ -1,0 +1,207 @@
+"""bakery's command line: thin typer commands over the core (see CONTRACT.md).
+
+Only this layer prints, and only this layer turns errors into exit codes: the core raises
+BakeryError subclasses, which become one line on stderr and the contract's exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from bakery import __version__, render
+from bakery.errors import BakeryError
+from bakery.report import BakeReport, write_json
+
+app = typer.Typer(
+    name="bakery",
+    help="Bake patched vLLM trees from ordered series of plain diffs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+out_console = Console(highlight=False, soft_wrap=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+def fail(err: BakeryError) -> NoReturn:
+    err_console.print(f"[bold red]error:[/] {err.message}", markup=True, highlight=False,
+                      soft_wrap=True)
+    raise typer.Exit(code=err.exit_code)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        out_console.print(f"bakery {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version_callback,
+                                          is_eager=True, help="Show the version.")] = False,
+) -> None:
+    """Bake patched vLLM trees from ordered series of plain diffs."""
+
+
+def _events(event: str, detail: str) -> None:
+    err_console.print(f"[dim]{detail}[/]" if event == "detected" else detail, markup=True,
+                      highlight=False)
+
+
+SeriesArg = Annotated[str, typer.Argument(help="A series under launcher/ (dcp2), or a path "
+                                          "to a series folder.")]
+VllmOpt = Annotated[str | None, typer.Option(
+    "--vllm", help="A release (0.30.0), a local tree or checkout, or git+URL@REF. "
+    "Default: the series' base release.")]
+JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the report as JSON here.")]
+FuzzOpt = Annotated[int, typer.Option("--fuzz", min=0, max=3, help="Context lines a hunk may "
+                                      "lose to match (default 0: never guess).")]
+
+
+@app.command()
+def apply(
+    series: SeriesArg,
+    vllm: VllmOpt = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Where the baked tree goes (default build/<series>-<version>/).")] = None,
+    json_file: JsonOpt = None,
+    fuzz: FuzzOpt = 0,
+    keep_failed: Annotated[bool, typer.Option(
+        "--keep-failed", help="On a conflict, write the attempt to <out>.failed/ with .rej "
+        "files or conflict markers.")] = False,
+    allow_dirty: Annotated[bool, typer.Option(
+        "--allow-dirty", help="Accept a local git checkout with uncommitted changes.")] = False,
+    no_port: Annotated[bool, typer.Option(
+        "--no-port", help="Use the series' own diffs even where patches/ has a port.")] = False,
+    no_merge: Annotated[bool, typer.Option(
+        "--no-merge", help="Do not fall back to a three-way merge against the base "
+        "release.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace a baked tree at --out even if it has local changes.")] = False,
+) -> None:
+    """Apply a series to a pristine vLLM tree, into a new baked tree."""
+    from bakery import commands
+
+    report = _run_bake(lambda: commands.apply(
+        series, vllm=vllm, out=out, fuzz=fuzz, keep_failed=keep_failed,
+        allow_dirty=allow_dirty, use_port=not no_port, merge=not no_merge, force=force,
+        events=_events, progress=render.download_progress(err_console)), json_file)
+    render.bake_report(out_console, report)
+    raise typer.Exit(code=0 if report.status == "baked" else 1)
+
+
+@app.command()
+def check(
+    series: SeriesArg,
+    vllm: VllmOpt = None,
+    json_file: JsonOpt = None,
+    fuzz: FuzzOpt = 0,
+    allow_dirty: Annotated[bool, typer.Option("--allow-dirty")] = False,
+    no_port: Annotated[bool, typer.Option("--no-port")] = False,
+    no_merge: Annotated[bool, typer.Option("--no-merge")] = False,
+    up_to_date: Annotated[bool, typer.Option(
+        "--up-to-date", help="Also fail when a port's committed diffs do not reproduce from "
+        "their own bake (for CI).")] = False,
+) -> None:
+    """The same run as apply, without writing a tree."""
+    from bakery import commands
+
+    report = _run_bake(lambda: commands.check(
+        series, vllm=vllm, fuzz=fuzz, allow_dirty=allow_dirty, use_port=not no_port,
+        merge=not no_merge, events=_events,
+        progress=render.download_progress(err_console)), json_file)
+    render.bake_report(out_console, report)
+    code = 0 if report.ok else 1
+    if up_to_date and code == 0:
+        try:
+            stale = commands.up_to_date(series, events=_events)
+        except BakeryError as e:
+            fail(e)
+        for line in stale:
+            err_console.print(f"[red]not up to date:[/] {line}", markup=True)
+        code = 1 if stale else 0
+    raise typer.Exit(code=code)
+
+
+def _run_bake(fn: object, json_file: Path | None) -> BakeReport:
+    from bakery.commands import ReportedError
+
+    try:
+        report = fn()  # type: ignore[operator]
+    except ReportedError as e:
+        if json_file is not None:
+            write_json(json_file, e.report.to_json())
+        fail(e.error)
+    except BakeryError as e:
+        fail(e)
+    if json_file is not None:
+        write_json(json_file, report.to_json())
+    return report  # type: ignore[no-any-return]
+
+
+@app.command("list")
+def list_(
+    series: Annotated[str | None, typer.Argument(help="One series; default: all.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """The series, their diffs, the files they touch, and their base release."""
+    from bakery import commands
+
+    try:
+        rows = commands.list_series(series)
+    except BakeryError as e:
+        fail(e)
+    if as_json:
+        out_console.print_json(json.dumps(rows))
+    else:
+        render.series_list(out_console, rows)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def verify(
+    ctx: typer.Context,
+    series: Annotated[str, typer.Argument(help="The series whose bundled tests run.")] = "dcp2",
+    tree: Annotated[Path | None, typer.Option(
+        "--tree", help="The baked tree (default: the last one baked for the series).")] = None,
+    interpret: Annotated[bool, typer.Option(
+        "--interpret", help="CPU only: Triton's interpreter and gloo.")] = False,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Write a JUnit XML file.")] = None,
+) -> None:
+    """Run the series' bundled tests against a baked tree's own code. Arguments after --
+    go to pytest."""
+    from bakery import commands
+
+    try:
+        code = commands.verify(series, tree=tree, interpret=interpret, junit=junit,
+                               pytest_args=list(ctx.args), console=err_console)
+    except BakeryError as e:
+        fail(e)
+    raise typer.Exit(code=code)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    """Console entry point. SIGTERM is treated like SIGINT: the bake in progress removes
+    its staging folder and bakery exits 130 (typer turns KeyboardInterrupt into 130)."""
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

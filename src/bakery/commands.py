@@ -1,0 +1,185 @@
+"""What each command does, as functions that take their inputs and return results.
+
+The CLI (cli.py) parses options and renders; these functions resolve series and sources,
+run the core, and raise BakeryError subclasses. They never print.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from bakery import sources
+from bakery.bake import Events, bake, plan
+from bakery.cache import Cache
+from bakery.errors import BakeryError, UsageError
+from bakery.report import BakeReport
+from bakery.series import Series, load_series, project_root
+from bakery.sources import Pristine, Progress
+
+
+class ReportedError(BakeryError):
+    """A BakeryError raised after the series was read: the report says so too."""
+
+    def __init__(self, error: BakeryError, report: BakeReport) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.report = report
+        self.exit_code = error.exit_code
+
+
+def _pristine(series: Series, spec: str | None, cache: Cache, allow_dirty: bool,
+              progress: Progress | None) -> Pristine:
+    spec = spec or series.base
+    if not spec:
+        raise UsageError(f"series {series.name} names no base release: pass --vllm")
+    return sources.resolve(spec, cache, allow_dirty=allow_dirty, progress=progress)
+
+
+def port_dir(series: Series, version: str | None, home: Path | None = None) -> Path | None:
+    if not version:
+        return None
+    d = (home or project_root()) / "patches" / series.name / version
+    return d if (d / "").is_dir() and any(d.glob("*.diff")) else None
+
+
+def _prepare(series_spec: str, vllm: str | None, *, allow_dirty: bool, use_port: bool,
+             progress: Progress | None, cache: Cache | None = None
+             ) -> tuple[Series, Pristine, Cache]:
+    series = load_series(series_spec)
+    cache = cache or Cache()
+    try:
+        pristine = _pristine(series, vllm, cache, allow_dirty, progress)
+        port = port_dir(series, pristine.version) if use_port else None
+        if port is not None:
+            series.use_port(port)
+        series.load_diffs()
+    except BakeryError as e:
+        raise ReportedError(e, BakeReport(series.name, str(series.path), error=e.message)) \
+            from None
+    return series, pristine, cache
+
+
+def _resolver(series: Series, pristine: Pristine, cache: Cache, merge: bool,
+              progress: Progress | None) -> Callable[..., object] | None:
+    if not merge or not series.base or pristine.version == series.base:
+        return None
+    from bakery import merge as merge_mod
+
+    return merge_mod.make_resolver(series, cache, progress)
+
+
+def apply(series_spec: str, *, vllm: str | None = None, out: Path | None = None,
+          fuzz: int = 0, keep_failed: bool = False, allow_dirty: bool = False,
+          use_port: bool = True, merge: bool = True, force: bool = False,
+          events: Events | None = None, progress: Progress | None = None,
+          cache: Cache | None = None) -> BakeReport:
+    series, pristine, cache = _prepare(series_spec, vllm, allow_dirty=allow_dirty,
+                                       use_port=use_port, progress=progress, cache=cache)
+    if out is None:
+        label = pristine.version or Path(pristine.source).name or "tree"
+        out = project_root() / "build" / f"{series.name}-{label}"
+    try:
+        report = bake(series, pristine, out, fuzz=fuzz, keep_failed=keep_failed, force=force,
+                      resolver=_resolver(series, pristine, cache, merge, progress),  # type: ignore[arg-type]
+                      events=events)
+    except BakeryError as e:
+        raise ReportedError(e, BakeReport(series.name, str(series.path), error=e.message,
+                                          version=pristine.version, source=pristine.source,
+                                          sha256=pristine.sha256)) from None
+    if report.status == "baked":
+        _remember(series.name, out)
+    return report
+
+
+def check(series_spec: str, *, vllm: str | None = None, fuzz: int = 0,
+          allow_dirty: bool = False, use_port: bool = True, merge: bool = True,
+          events: Events | None = None, progress: Progress | None = None,
+          cache: Cache | None = None) -> BakeReport:
+    series, pristine, cache = _prepare(series_spec, vllm, allow_dirty=allow_dirty,
+                                       use_port=use_port, progress=progress, cache=cache)
+    try:
+        return plan(series, pristine, fuzz=fuzz,
+                    resolver=_resolver(series, pristine, cache, merge, progress),  # type: ignore[arg-type]
+                    events=events).report
+    except BakeryError as e:
+        raise ReportedError(e, BakeReport(series.name, str(series.path), error=e.message)) \
+            from None
+
+
+def up_to_date(series_spec: str, events: Events | None = None) -> list[str]:
+    from bakery import refresh
+
+    return refresh.stale_ports(load_series(series_spec), Cache(), events=events)
+
+
+# --- the last bake of each series (verify's default tree) -------------------------------------
+
+def _last_file() -> Path:
+    return project_root() / "build" / ".bakery-last.json"
+
+
+def _remember(series: str, out: Path) -> None:
+    path = _last_file()
+    try:
+        data = json.loads(path.read_text()) if path.exists() else {}
+    except ValueError:
+        data = {}
+    data[series] = str(out.absolute())
+    from bakery.report import write_json
+
+    write_json(path, data)
+
+
+def last_tree(series: str) -> Path | None:
+    try:
+        data = json.loads(_last_file().read_text())
+    except (OSError, ValueError):
+        return None
+    p = data.get(series)
+    return Path(p) if p and Path(p).is_dir() else None
+
+
+# --- list --------------------------------------------------------------------------------------
+
+def list_series(spec: str | None) -> list[dict[str, object]]:
+    home = project_root()
+    if spec:
+        names = [spec]
+    else:
+        names = sorted(p.name for p in (home / "launcher").glob("*") if (p / "diffs").is_dir())
+    rows = []
+    for name in names:
+        s = load_series(name, home)
+        ports = sorted(p.name for p in (home / "patches" / s.name).glob("*") if p.is_dir()) \
+            if (home / "patches" / s.name).is_dir() else []
+        rows.append({
+            "name": s.name, "path": str(s.path), "base": s.base, "root": s.root,
+            "strip": s.strip, "description": s.description, "ports": ports,
+            "diffs": [{"name": d.name, "sha256": d.sha256,
+                       "files": [fp.new_name if not fp.is_delete else fp.old_name
+                                 for fp in d.files],
+                       "hunks": sum(len(fp.hunks) for fp in d.files)} for d in s.load_diffs()],
+        })
+    return rows
+
+
+# --- verify -------------------------------------------------------------------------------------
+
+def verify(series_spec: str, *, tree: Path | None, interpret: bool, junit: Path | None,
+           pytest_args: list[str], console: object = None) -> int:
+    from bakery import verify as verify_mod
+    from bakery.errors import VerifyError
+
+    series = load_series(series_spec)
+    if series.tests is None:
+        raise VerifyError(f"series {series.name} has no tests/ folder")
+    tree = tree or last_tree(series.name)
+    if tree is None:
+        raise VerifyError(f"no baked tree for {series.name}: run `bakery apply "
+                          f"{series.name}` first, or pass --tree")
+    if not tree.is_dir():
+        raise VerifyError(f"--tree {tree}: no such folder")
+    return verify_mod.main(series, tree, interpret=interpret, junit=junit,
+                           pytest_args=pytest_args, console=console)

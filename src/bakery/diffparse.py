@@ -1,0 +1,477 @@
+"""Strict parser for plain unified diffs (``diff -u``, ``git diff``).
+
+Why not unidiff's parser as the source of truth: unidiff is lenient by design (it keeps
+unknown lines as "patch info", so a line past a hunk's counts is silently dropped), its
+errors carry no diff line number, and its binary-line pattern is quadratic on long lines.
+bakery must refuse bad input with one line naming the diff file and line, so it parses
+here, byte for byte (latin-1 is a lossless bytes<->str mapping), and uses unidiff as the
+reference it is checked against in the tests.
+
+Everything the engine cannot apply exactly is refused here, before anything is written:
+binary patches, ed scripts, context diffs, git renames and copies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bakery.errors import DiffError, UnsafePathError
+
+#: Longest diff line bakery reads; longer ones are refused in linear time.
+MAX_LINE = 1 << 20
+#: Largest line number a hunk header may state.
+MAX_LINENO = 10**8
+DEV_NULL = "/dev/null"
+
+_HUNK_RE = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_ED_RE = re.compile(r"\d+(,\d+)?[acd]$")
+_GIT_UNSUPPORTED = ("rename from ", "rename to ", "copy from ", "copy to ")
+_GIT_IGNORED = ("index ", "similarity index ", "dissimilarity index ")
+_NO_NEWLINE = "\\ No newline at end of file"
+
+
+@dataclass
+class Hunk:
+    index: int
+    old_start: int
+    old_len: int
+    new_start: int
+    new_len: int
+    #: (kind, text) with kind in " -+" and text without its line ending.
+    lines: list[tuple[str, str]]
+    diff_line: int
+    old_noeol: bool = False
+    new_noeol: bool = False
+
+    @property
+    def old_lines(self) -> list[str]:
+        return [t for k, t in self.lines if k != "+"]
+
+    @property
+    def new_lines(self) -> list[str]:
+        return [t for k, t in self.lines if k != "-"]
+
+    def leading_context(self) -> int:
+        n = 0
+        for k, _ in self.lines:
+            if k != " ":
+                break
+            n += 1
+        return n
+
+    def trailing_context(self) -> int:
+        n = 0
+        for k, _ in reversed(self.lines):
+            if k != " ":
+                break
+            n += 1
+        return n
+
+    def render(self) -> str:
+        """The hunk as unified-diff text (for .rej files and ports)."""
+        def rng(start: int, length: int) -> str:
+            return f"{start}" if length == 1 else f"{start},{length}"
+
+        out = [f"@@ -{rng(self.old_start, self.old_len)} +{rng(self.new_start, self.new_len)} @@\n"]
+        old_seen = new_seen = 0
+        for kind, text in self.lines:
+            out.append(f"{kind}{text}\n")
+            if kind != "+":
+                old_seen += 1
+            if kind != "-":
+                new_seen += 1
+            if (kind == " " and old_seen == self.old_len and self.old_noeol) or (
+                kind == "-" and old_seen == self.old_len and self.old_noeol
+            ):
+                out.append(_NO_NEWLINE + "\n")
+            elif kind == "+" and new_seen == self.new_len and self.new_noeol:
+                out.append(_NO_NEWLINE + "\n")
+        return "".join(out)
+
+
+@dataclass
+class FilePatch:
+    old_name: str  # as written in the header, after unquoting
+    new_name: str
+    diff_line: int
+    hunks: list[Hunk] = field(default_factory=list)
+    old_mode: int | None = None
+    new_mode: int | None = None
+    git: bool = False
+    #: Set by the series once the strip count and root are known.
+    old_path: str | None = None
+    new_path: str | None = None
+
+    @property
+    def is_new(self) -> bool:
+        return self.old_name == DEV_NULL
+
+    @property
+    def is_delete(self) -> bool:
+        return self.new_name == DEV_NULL
+
+    @property
+    def path(self) -> str:
+        """Tree-relative path this file patch writes (or deletes)."""
+        p = self.old_path if self.is_delete else self.new_path
+        assert p is not None, "paths are resolved by Diff.resolve_paths"
+        return p
+
+
+@dataclass
+class Diff:
+    path: Path
+    name: str
+    sha256: str
+    files: list[FilePatch]
+
+    def resolve_paths(self, strip: int, root: str) -> None:
+        """Turn header names into tree-relative paths: drop ``strip`` components, add ``root``."""
+        for fp in self.files:
+            fp.old_path = None if fp.is_new else _tree_path(self, fp, fp.old_name, strip, root)
+            fp.new_path = None if fp.is_delete else _tree_path(self, fp, fp.new_name, strip, root)
+            if fp.old_path and fp.new_path and fp.old_path != fp.new_path:
+                raise DiffError(
+                    self.path, fp.diff_line,
+                    f"renames {fp.old_path} to {fp.new_path}: renames are not supported",
+                )
+        seen: dict[str, int] = {}
+        for fp in self.files:
+            if fp.path in seen:
+                raise DiffError(
+                    self.path, fp.diff_line,
+                    f"{fp.path} is patched twice in one diff (first at line {seen[fp.path]})",
+                )
+            seen[fp.path] = fp.diff_line
+
+
+def _tree_path(diff: Diff, fp: FilePatch, name: str, strip: int, root: str) -> str:
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if len(parts) <= strip:
+        raise DiffError(diff.path, fp.diff_line, f"path {name!r} has fewer than {strip + 1} parts")
+    parts = parts[strip:]
+    if root:
+        parts = [*root.split("/"), *parts]
+    check_safe_path(diff.path, fp.diff_line, name, parts)
+    return "/".join(parts)
+
+
+def check_safe_path(diff_path: Path, line: int, name: str, parts: list[str]) -> None:
+    """Refuse names that could escape the tree or reach into git's own files."""
+    if name.startswith("/") and name != DEV_NULL:
+        raise UnsafePathError(diff_path, line, f"absolute path {name!r} refused")
+    for part in parts:
+        if part == "..":
+            raise UnsafePathError(diff_path, line, f"path {name!r} has a '..' component")
+        if part.lower() == ".git":
+            raise UnsafePathError(diff_path, line, f"path {name!r} writes into .git")
+        if any(c in part for c in "\0\n\r\\") or any(ord(c) < 32 for c in part):
+            raise UnsafePathError(diff_path, line, f"path {name!r} has a control character")
+
+
+def read_diff(path: Path, data: bytes | None = None) -> Diff:
+    """Parse one diff file; raises DiffError naming ``path`` and the line."""
+    if data is None:
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise DiffError(path, None, f"cannot read: {e.strerror}") from None
+    sha = hashlib.sha256(data).hexdigest()
+    files = _Parser(path, data).parse()
+    return Diff(path=path, name=path.name, sha256=sha, files=files)
+
+
+def _split_lines(path: Path, data: bytes) -> list[str]:
+    text = data.decode("latin-1")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # a final newline ends the last line; it starts no new one
+    # A last line without its newline (as in the user's dcp2 diff) is simply the last line.
+    for i, line in enumerate(lines, 1):
+        if len(line) > MAX_LINE:
+            raise DiffError(path, i, f"line longer than {MAX_LINE} bytes refused")
+    return lines
+
+
+def _unquote(path: Path, line: int, name: str) -> str:
+    """Undo git's C-style quoting of names ("a\\tb", octal escapes)."""
+    if not (len(name) >= 2 and name.startswith('"') and name.endswith('"')):
+        return name
+    body = name[1:-1]
+    out = bytearray()
+    i = 0
+    simple = {"n": 10, "t": 9, "r": 13, '"': 34, "\\": 92, "a": 7, "b": 8, "f": 12, "v": 11}
+    while i < len(body):
+        c = body[i]
+        if c == "\\":
+            if i + 1 >= len(body):
+                raise DiffError(path, line, f"bad quoted name {name!r}")
+            e = body[i + 1]
+            if e in simple:
+                out.append(simple[e])
+                i += 2
+            elif re.match(r"[0-7]{3}", body[i + 1 : i + 4]):
+                out.append(int(body[i + 1 : i + 4], 8))
+                i += 4
+            else:
+                raise DiffError(path, line, f"bad escape in quoted name {name!r}")
+        else:
+            out.extend(c.encode("latin-1"))
+            i += 1
+    return out.decode("latin-1")
+
+
+def _header_name(path: Path, line: int, rest: str) -> str:
+    # "--- name<TAB>timestamp": the timestamp is optional and dropped.
+    name = rest.split("\t", 1)[0]
+    if name.startswith('"'):
+        end = name.rfind('"')
+        name = name[: end + 1] if end > 0 else name
+    else:
+        name = name.rstrip(" ")
+        # `diff -u` without tabs: "--- a/x 2024-01-01 ..." is rare; names with spaces are kept.
+    name = _unquote(path, line, name.rstrip("\r"))
+    if not name:
+        raise DiffError(path, line, "empty file name in header")
+    return name
+
+
+class _Parser:
+    def __init__(self, path: Path, data: bytes) -> None:
+        self.path = path
+        self.lines = _split_lines(path, data)
+        self.i = 0  # index of the next line
+
+    def err(self, line: int, problem: str) -> DiffError:
+        return DiffError(self.path, line, problem)
+
+    def parse(self) -> list[FilePatch]:
+        files: list[FilePatch] = []
+        git_hdr: dict[str, object] | None = None
+        n = len(self.lines)
+        while self.i < n:
+            lineno = self.i + 1
+            line = self.lines[self.i]
+            if line.startswith("diff --git "):
+                if git_hdr is not None:
+                    files.extend(self._hunkless_git(git_hdr))
+                git_hdr = {"line": lineno, "header": line}
+                self.i += 1
+                continue
+            if git_hdr is not None and self._git_extended(git_hdr, line, lineno):
+                self.i += 1
+                continue
+            if line.startswith("--- ") and self.i + 1 < n and self.lines[self.i + 1].startswith(
+                "+++ "
+            ):
+                files.append(self._file(git_hdr))
+                git_hdr = None
+                continue
+            if line.startswith("@@ "):
+                raise self.err(lineno, "hunk without a file header (--- / +++)")
+            self._refuse_other_formats(line, lineno)
+            if git_hdr is not None:
+                raise self.err(lineno, f"unexpected line in git header: {line[:60]!r}")
+            self.i += 1  # prose between files, as in mails and `git format-patch`
+        if git_hdr is not None:
+            files.extend(self._hunkless_git(git_hdr))
+        if not files:
+            raise self.err(1 if n else 0, "no unified diff found (empty file or prose only)")
+        return files
+
+    def _refuse_other_formats(self, line: str, lineno: int) -> None:
+        if line.startswith(("GIT binary patch", "Binary files ", "Binary file ")):
+            raise self.err(lineno, "binary patch refused (bakery applies text diffs only)")
+        if line.startswith("*** ") and self.i + 1 < len(self.lines) and (
+            self.lines[self.i + 1].startswith("--- ") or self.lines[self.i + 1].startswith("****")
+        ):
+            raise self.err(lineno, "context-format diff refused; regenerate it with `diff -u`")
+        if line.startswith("***************"):
+            raise self.err(lineno, "context-format diff refused; regenerate it with `diff -u`")
+        if _ED_RE.match(line) and self._looks_like_ed(self.i):
+            raise self.err(lineno, "ed script refused (bakery never runs ed commands)")
+        if (line.startswith(("+", "-", " ", "\\")) and line != "-- " and self.i > 0
+                and self._after_hunk(self.i)):
+            raise self.err(lineno, "line beyond the counts in the hunk header")
+
+    def _looks_like_ed(self, i: int) -> bool:
+        # An ed command line followed by text and a lone "." (or another command).
+        for j in range(i + 1, min(len(self.lines), i + 100000)):
+            if self.lines[j] == ".":
+                return True
+            if _HUNK_RE.match(self.lines[j]) or self.lines[j].startswith("--- "):
+                return False
+        return self.lines[i].endswith("d")
+
+    def _after_hunk(self, i: int) -> bool:
+        prev = self.lines[i - 1]
+        return bool(prev) and prev[0] in "+- \\@" and not prev.startswith(("--- ", "+++ "))
+
+    def _git_extended(self, hdr: dict[str, object], line: str, lineno: int) -> bool:
+        for prefix in _GIT_UNSUPPORTED:
+            if line.startswith(prefix):
+                raise self.err(lineno, f"git '{prefix.strip()}' header refused: renames and "
+                               "copies are not supported; write them as delete + new file")
+        for key, prefix in (("old_mode", "old mode "), ("new_mode", "new mode "),
+                            ("new_file", "new file mode "), ("deleted", "deleted file mode ")):
+            if line.startswith(prefix):
+                mode = line[len(prefix):].strip()
+                if not re.fullmatch(r"100644|100755", mode):
+                    raise self.err(lineno, f"file mode {mode} refused (only 100644 and 100755)")
+                hdr[key] = int(mode, 8) & 0o777
+                return True
+        if line.startswith(_GIT_IGNORED):
+            return True
+        return False
+
+    def _git_names(self, hdr: dict[str, object]) -> tuple[str, str]:
+        lineno = int(hdr["line"])  # type: ignore[call-overload]
+        rest = str(hdr["header"])[len("diff --git "):]
+        if rest.startswith('"'):
+            end = rest.find('" ', 1)
+            if end < 0:
+                raise self.err(lineno, "bad quoted name in 'diff --git' header")
+            a, b = rest[: end + 1], rest[end + 2:]
+        else:
+            half = (len(rest) - 1) // 2
+            a, b = rest[:half], rest[half + 1:]
+            if a.split("/", 1)[-1] != b.split("/", 1)[-1] and " b/" in rest:
+                a, b = rest.split(" b/", 1)
+                b = "b/" + b
+        return _unquote(self.path, lineno, a), _unquote(self.path, lineno, b)
+
+    def _hunkless_git(self, hdr: dict[str, object]) -> list[FilePatch]:
+        """A git header without ---/+++: mode change, or new/deleted empty file."""
+        lineno = int(hdr["line"])  # type: ignore[call-overload]
+        a, b = self._git_names(hdr)
+        fp = FilePatch(old_name=a, new_name=b, diff_line=lineno, git=True)
+        if "new_file" in hdr:
+            fp.old_name, fp.new_mode = DEV_NULL, int(hdr["new_file"])  # type: ignore[call-overload]
+        elif "deleted" in hdr:
+            fp.new_name, fp.old_mode = DEV_NULL, int(hdr["deleted"])  # type: ignore[call-overload]
+        elif "new_mode" in hdr:
+            fp.old_mode = hdr.get("old_mode")  # type: ignore[assignment]
+            fp.new_mode = int(hdr["new_mode"])  # type: ignore[call-overload]
+        else:
+            raise self.err(lineno, "git header with nothing to apply (no hunks, mode or file change)")
+        return [fp]
+
+    def _file(self, git_hdr: dict[str, object] | None) -> FilePatch:
+        lineno = self.i + 1
+        old = _header_name(self.path, lineno, self.lines[self.i][4:])
+        new = _header_name(self.path, lineno + 1, self.lines[self.i + 1][4:])
+        self.i += 2
+        fp = FilePatch(old_name=old, new_name=new, diff_line=lineno, git=git_hdr is not None)
+        if git_hdr is not None:
+            if "new_file" in git_hdr:
+                fp.new_mode = git_hdr["new_file"]  # type: ignore[assignment]
+            if "deleted" in git_hdr:
+                fp.old_mode = git_hdr["deleted"]  # type: ignore[assignment]
+            if "new_mode" in git_hdr:
+                fp.old_mode = git_hdr.get("old_mode")  # type: ignore[assignment]
+                fp.new_mode = git_hdr["new_mode"]  # type: ignore[assignment]
+            if ("new_file" in git_hdr) != (old == DEV_NULL):
+                raise self.err(lineno, "'new file mode' and the --- header disagree")
+            if ("deleted" in git_hdr) != (new == DEV_NULL):
+                raise self.err(lineno, "'deleted file mode' and the +++ header disagree")
+        if old == DEV_NULL and new == DEV_NULL:
+            raise self.err(lineno, "both sides are /dev/null")
+        while self.i < len(self.lines) and self.lines[self.i].startswith("@@"):
+            fp.hunks.append(self._hunk(fp, len(fp.hunks) + 1))
+        if not fp.hunks:
+            raise self.err(lineno, "file header without hunks")
+        self._check_order(fp)
+        return fp
+
+    def _check_order(self, fp: FilePatch) -> None:
+        prev_end = 0
+        for h in fp.hunks:
+            start = h.old_start if h.old_len else h.old_start + 1
+            if start < prev_end:
+                raise self.err(h.diff_line, f"hunk {h.index} overlaps or precedes hunk "
+                               f"{h.index - 1} (hunks must be in order)")
+            prev_end = h.old_start + h.old_len if h.old_len else h.old_start + 1
+        if fp.is_new and (len(fp.hunks) != 1 or fp.hunks[0].old_len):
+            raise self.err(fp.hunks[0].diff_line, "a new file must have one hunk starting at -0,0")
+        if fp.is_delete and (len(fp.hunks) != 1 or fp.hunks[0].new_len):
+            raise self.err(fp.hunks[0].diff_line, "a deleted file must have one hunk ending at +0,0")
+
+    def _hunk(self, fp: FilePatch, index: int) -> Hunk:
+        lineno = self.i + 1
+        header = self.lines[self.i]
+        m = _HUNK_RE.match(header)
+        if not m:
+            raise self.err(lineno, f"malformed hunk header {header[:80]!r}")
+        nums = [int(g) if g is not None else 1 for g in m.groups()]
+        if any(len(g) > 9 for g in m.groups() if g) or any(x > MAX_LINENO for x in nums):
+            raise self.err(lineno, "line number in hunk header too large")
+        old_start, old_len, new_start, new_len = nums
+        if (old_len and not old_start) or (new_len and not new_start):
+            raise self.err(lineno, "hunk header starts at line 0 but has lines")
+        self.i += 1
+        lines: list[tuple[str, str]] = []
+        old_seen = new_seen = 0
+        old_noeol = new_noeol = False
+        last_kind = ""
+        while old_seen < old_len or new_seen < new_len:
+            if self.i >= len(self.lines):
+                raise self.err(self.i, f"hunk {index} is truncated: expected {old_len} old and "
+                               f"{new_len} new lines, got {old_seen} and {new_seen}")
+            ln = self.i + 1
+            line = self.lines[self.i]
+            kind = line[:1] if line else " "  # an empty line is empty context (some mailers)
+            if line.startswith(_NO_NEWLINE[:2]) and lines:
+                self._noeol(ln, line, last_kind, old_seen, old_len, new_seen, new_len)
+                if last_kind in " -":
+                    old_noeol = True
+                if last_kind in " +":
+                    new_noeol = True
+                self.i += 1
+                continue
+            if kind not in " -+":
+                raise self.err(ln, f"bad line in hunk {index}: {line[:60]!r} "
+                               "(expected ' ', '-', '+' or '\\')")
+            if kind != "+":
+                old_seen += 1
+            if kind != "-":
+                new_seen += 1
+            if old_seen > old_len or new_seen > new_len:
+                raise self.err(ln, f"hunk {index} has more lines than its header "
+                               f"(-{old_len} +{new_len}) states")
+            if (old_noeol and kind != "+") or (new_noeol and kind != "-"):
+                raise self.err(ln, "line after '\\ No newline at end of file'")
+            lines.append((kind, line[1:]))
+            last_kind = kind
+            self.i += 1
+        if self.i < len(self.lines) and self.lines[self.i].startswith(_NO_NEWLINE[:2]):
+            ln = self.i + 1
+            self._noeol(ln, self.lines[self.i], last_kind, old_seen, old_len, new_seen, new_len)
+            if last_kind in " -":
+                old_noeol = True
+            if last_kind in " +":
+                new_noeol = True
+            self.i += 1
+        if not lines:
+            raise self.err(lineno, f"hunk {index} is empty")
+        return Hunk(index, old_start, old_len, new_start, new_len, lines, lineno,
+                    old_noeol, new_noeol)
+
+    def _noeol(self, ln: int, line: str, last_kind: str, old_seen: int, old_len: int,
+               new_seen: int, new_len: int) -> None:
+        if not line.startswith("\\ "):
+            raise self.err(ln, f"bad marker line {line[:60]!r}")
+        # The marker may only follow the last old or the last new line.
+        at_old_end = last_kind in " -" and old_seen == old_len
+        at_new_end = last_kind in " +" and new_seen == new_len
+        if not (at_old_end or at_new_end):
+            raise self.err(ln, "'\\ No newline at end of file' is not after a last line")
+
+
+def iter_hunks(diff: Diff) -> Iterator[tuple[FilePatch, Hunk]]:
+    for fp in diff.files:
+        for h in fp.hunks:
+            yield fp, h

@@ -1,0 +1,307 @@
+"""The hunk engine: applies one file's hunks to its content, like GNU patch, and says how.
+
+Matching is done on lines without their endings, so a CRLF file takes an LF diff and
+stays CRLF. Context lines are copied from the file, never from the diff, so the result is
+byte-identical to GNU patch's wherever both apply a hunk at the same place.
+
+Search order for each hunk (GNU patch's, with the same running offset): the stated line
+shifted by the offset the previous hunk needed, then ever farther lines either side; a hunk
+whose *result* is found instead is ``already-applied``; only then, with ``fuzz`` > 0, the
+same search with up to ``fuzz`` context lines dropped at either end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from bakery.diffparse import FilePatch, Hunk
+
+
+class Outcome(str, Enum):
+    APPLIED = "applied"
+    OFFSET = "offset"
+    FUZZ = "fuzz"
+    MERGED = "merged"
+    ALREADY = "already-applied"
+    FAILED = "failed"
+
+    @property
+    def ok(self) -> bool:
+        return self not in (Outcome.FAILED, Outcome.ALREADY)
+
+
+#: Worst first: a file's status is its worst hunk's.
+_SEVERITY = [Outcome.FAILED, Outcome.ALREADY, Outcome.MERGED, Outcome.FUZZ, Outcome.OFFSET,
+             Outcome.APPLIED]
+
+
+def worst(outcomes: list[Outcome]) -> Outcome:
+    return min(outcomes, key=_SEVERITY.index) if outcomes else Outcome.APPLIED
+
+
+@dataclass
+class HunkResult:
+    index: int
+    status: Outcome
+    line: int
+    offset: int = 0
+    fuzz: int = 0
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        d: dict[str, object] = {"index": self.index, "status": self.status.value,
+                                "line": self.line, "offset": self.offset, "fuzz": self.fuzz}
+        if self.reason:
+            d["reason"] = self.reason
+        return d
+
+
+@dataclass
+class FileResult:
+    path: str
+    hunks: list[HunkResult]
+    #: The patched content; None when the file is deleted (or nothing could be applied).
+    content: bytes | None
+    mode: int | None = None
+    deleted: bool = False
+    failed_hunks: list[Hunk] = field(default_factory=list)
+    reason: str | None = None
+
+    @property
+    def status(self) -> Outcome:
+        return worst([h.status for h in self.hunks])
+
+    @property
+    def ok(self) -> bool:
+        return all(h.status.ok for h in self.hunks)
+
+
+# --- lines ---------------------------------------------------------------------------------
+
+def split_lines(content: bytes) -> tuple[list[str], list[str]]:
+    """Lines without endings, and each line's ending ("\\n", "\\r\\n" or "" at EOF)."""
+    text = content.decode("latin-1")
+    parts = text.split("\n")
+    lines: list[str] = []
+    eols: list[str] = []
+    for part in parts[:-1]:
+        if part.endswith("\r"):
+            lines.append(part[:-1])
+            eols.append("\r\n")
+        else:
+            lines.append(part)
+            eols.append("\n")
+    if parts[-1]:
+        lines.append(parts[-1])
+        eols.append("")
+    return lines, eols
+
+
+def join_lines(lines: list[str], eols: list[str]) -> bytes:
+    return "".join(t + e for t, e in zip(lines, eols, strict=True)).encode("latin-1")
+
+
+def _norm(text: str) -> str:
+    return text[:-1] if text.endswith("\r") else text
+
+
+def _style(eols: list[str], diff_lines: list[str]) -> str:
+    crlf = sum(1 for e in eols if e == "\r\n")
+    lf = sum(1 for e in eols if e == "\n")
+    if crlf or lf:
+        return "\r\n" if crlf > lf else "\n"
+    return "\r\n" if diff_lines and all(t.endswith("\r") for t in diff_lines) else "\n"
+
+
+# --- one hunk ------------------------------------------------------------------------------
+
+@dataclass
+class _Pattern:
+    """A hunk's lines, possibly with context trimmed for fuzz."""
+
+    lines: list[tuple[str, str]]
+    old_noeol: bool
+    new_noeol: bool
+    top: int = 0  # context lines trimmed from the top
+
+    @property
+    def old(self) -> list[str]:
+        return [_norm(t) for k, t in self.lines if k != "+"]
+
+    @property
+    def new(self) -> list[str]:
+        return [_norm(t) for k, t in self.lines if k != "-"]
+
+
+def _trim(h: Hunk, fuzz: int) -> _Pattern:
+    top = min(fuzz, h.leading_context())
+    bottom = min(fuzz, h.trailing_context())
+    # GNU patch keeps a hunk anchored at the start or end of the file anchored.
+    if h.old_start <= 1:
+        top = 0
+    lines = h.lines[top: len(h.lines) - bottom]
+    return _Pattern(lines, h.old_noeol and not bottom, h.new_noeol and not bottom, top)
+
+
+def _matches(lines: list[str], eols: list[str], pat: list[str], pos: int,
+             noeol: bool) -> bool:
+    end = pos + len(pat)
+    if end > len(lines):
+        return False
+    if lines[pos:end] != pat:
+        return False
+    if noeol:
+        return end == len(lines) and eols[-1] == ""
+    if pat and end == len(lines) and eols[-1] == "":
+        return False  # the diff says the line ends with a newline; the file's doesn't
+    return True
+
+
+def _search(lines: list[str], eols: list[str], pat: list[str], expected: int, lo: int,
+            noeol: bool) -> int | None:
+    """Nearest position >= lo where pat matches, trying ``expected`` first."""
+    hi = len(lines) - len(pat)
+    if not pat:
+        return min(max(expected, lo), len(lines)) if expected <= len(lines) else None
+    if hi < lo:
+        return None
+    expected = min(max(expected, lo), hi)
+    first = pat[0]
+    for d in range(0, max(expected - lo, hi - expected) + 1):
+        for pos in (expected - d, expected + d) if d else (expected,):
+            if lo <= pos <= hi and lines[pos] == first and _matches(lines, eols, pat, pos, noeol):
+                return pos
+    return None
+
+
+def _splice(lines: list[str], eols: list[str], pat: _Pattern, pos: int, style: str) -> None:
+    """Replace the matched old lines at pos with the pattern's new lines, in place."""
+    new_lines: list[str] = []
+    new_eols: list[str] = []
+    src = pos
+    for kind, text in pat.lines:
+        if kind == " ":
+            new_lines.append(lines[src])
+            new_eols.append(eols[src])
+            src += 1
+        elif kind == "-":
+            src += 1
+        else:
+            new_lines.append(_norm(text))
+            new_eols.append(style)
+    at_eof = src == len(lines)
+    if at_eof and new_lines:
+        if pat.new_noeol:
+            new_eols[-1] = ""
+        elif new_eols[-1] == "":
+            new_eols[-1] = style
+    lines[pos:src] = new_lines
+    eols[pos:src] = new_eols
+
+
+def apply_hunks(fp: FilePatch, content: bytes, fuzz: int = 0) -> tuple[bytes, list[HunkResult],
+                                                                      list[Hunk]]:
+    """Apply fp's hunks to content. Returns new content, per-hunk results, failed hunks."""
+    lines, eols = split_lines(content)
+    style = _style(eols, [t for h in fp.hunks for _, t in h.lines])
+    results: list[HunkResult] = []
+    failed: list[Hunk] = []
+    delta = 0  # lines added minus removed by the hunks done so far
+    run = 0  # the offset the previous hunk needed (GNU patch's running offset)
+    lo = 0  # hunks never match above the end of the previous one
+    for h in fp.hunks:
+        base = h.old_start - 1 if h.old_len else h.old_start
+        stated = base + delta
+        res = None
+        for level in range(0, fuzz + 1):
+            pat = _trim(h, level)
+            if level and pat.top == 0 and len(pat.lines) == len(h.lines):
+                break  # nothing more to trim
+            pos = _search(lines, eols, pat.old, stated + run + pat.top, lo, pat.old_noeol)
+            already = None
+            if level == 0 and pat.new != pat.old and pat.new:
+                already = _search(lines, eols, pat.new, stated + run, lo, pat.new_noeol)
+            if already is not None and (pos is None or abs(already - stated - run)
+                                        < abs(pos - stated - run)):
+                offset = already - stated
+                res = HunkResult(h.index, Outcome.ALREADY, already + 1, offset, 0,
+                                 "the hunk's result is already in the file")
+                run = offset
+                lo = already + len(pat.new)
+                delta += len(pat.new) - len(pat.old)
+                break
+            if pos is not None:
+                start = pos - pat.top
+                offset = start - stated
+                status = Outcome.FUZZ if level else (Outcome.APPLIED if offset == 0
+                                                     else Outcome.OFFSET)
+                _splice(lines, eols, pat, pos, style)
+                res = HunkResult(h.index, status, start + 1, offset, level)
+                run = offset
+                lo = pos + len(pat.new)
+                delta += len(pat.new) - len(pat.old)
+                break
+        if res is None:
+            res = HunkResult(h.index, Outcome.FAILED, h.old_start, 0, 0,
+                             "context not found" + (f" within fuzz {fuzz}" if fuzz else ""))
+            failed.append(h)
+        results.append(res)
+    return join_lines(lines, eols), results, failed
+
+
+def apply_file(fp: FilePatch, old: bytes | None, fuzz: int = 0,
+               old_mode: int | None = None) -> FileResult:
+    """Apply one FilePatch to the file's current content (None: the file does not exist)."""
+    path = fp.path
+    mode = fp.new_mode if fp.new_mode is not None else old_mode
+    if fp.is_new:
+        h = fp.hunks[0] if fp.hunks else None
+        body = b"" if h is None else _new_file_content(h)
+        if old is not None:
+            if old == body:
+                return FileResult(path, [HunkResult(1, Outcome.ALREADY, 1, 0, 0,
+                                                    "the new file already exists")],
+                                  old, mode)
+            return FileResult(path, [HunkResult(1, Outcome.FAILED, 1, 0, 0,
+                                                "the new file already exists with other content")],
+                              None, mode, failed_hunks=[h] if h else [])
+        return FileResult(path, [HunkResult(1, Outcome.APPLIED, 1)], body,
+                          mode if mode is not None else 0o644)
+    if old is None:
+        reason = "the file to patch does not exist"
+        status = Outcome.ALREADY if fp.is_delete else Outcome.FAILED
+        if fp.is_delete:
+            reason = "the file to delete is already gone"
+        return FileResult(path, [HunkResult(h.index, status, h.old_start, 0, 0, reason)
+                                 for h in fp.hunks] or [HunkResult(1, status, 1, 0, 0, reason)],
+                          None, mode, failed_hunks=list(fp.hunks), reason=reason)
+    if not fp.hunks:  # a git mode change, or deletion of an empty file
+        if fp.is_delete:
+            if old:
+                return FileResult(path, [HunkResult(1, Outcome.FAILED, 1, 0, 0,
+                                                    "the file to delete is not empty")],
+                                  None, mode, reason="not empty")
+            return FileResult(path, [HunkResult(1, Outcome.APPLIED, 1)], None, mode, deleted=True)
+        status = Outcome.ALREADY if mode == old_mode else Outcome.APPLIED
+        return FileResult(path, [HunkResult(1, status, 1)], old, mode)
+    new, results, failed = apply_hunks(fp, old, fuzz)
+    if fp.is_delete and not failed:
+        if new:
+            results = [HunkResult(r.index, Outcome.FAILED, r.line, 0, 0,
+                                  "the file to delete has more lines than the diff removes")
+                       for r in results]
+            return FileResult(path, results, None, mode, failed_hunks=list(fp.hunks))
+        return FileResult(path, results, None, mode, deleted=True)
+    return FileResult(path, results, new, mode, failed_hunks=failed)
+
+
+def _new_file_content(h: Hunk) -> bytes:
+    lines = [t for k, t in h.lines if k == "+"]
+    if not lines:
+        return b""
+    style = "\r\n" if all(t.endswith("\r") for t in lines) else "\n"
+    eols = [style] * len(lines)
+    if h.new_noeol:
+        eols[-1] = ""
+    return join_lines([_norm(t) for t in lines], eols)

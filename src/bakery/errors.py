@@ -1,0 +1,65 @@
+"""bakery's typed errors. The core raises these; only the CLI turns them into exit codes.
+
+Every error carries one line for the user; ``exit_code`` follows CONTRACT.md:
+1 for "does not apply" / "a test failed", 2 for bad input or usage.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class BakeryError(Exception):
+    """Base class: one clear line, and the contract's exit code."""
+
+    exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(BakeryError):
+    """Bad arguments or options."""
+
+
+class SeriesError(BakeryError):
+    """An unknown series, or a series folder that breaks the naming rules."""
+
+
+class DiffError(BakeryError):
+    """A malformed or unsafe diff: names the diff file and the line."""
+
+    def __init__(self, path: Path | str, line: int | None, problem: str) -> None:
+        where = f"{path}:{line}" if line else f"{path}"
+        super().__init__(f"{where}: {problem}")
+        self.path = str(path)
+        self.line = line
+        self.problem = problem
+
+
+class UnsafePathError(DiffError):
+    """A diff that would write outside the tree, into .git, or through a symlink."""
+
+
+class SourceError(BakeryError):
+    """A pristine source that cannot be read, fetched, verified or extracted."""
+
+
+class ConflictError(BakeryError):
+    """The series does not apply (a hunk failed or is already applied upstream)."""
+
+    exit_code = 1
+
+
+class VerifyError(BakeryError):
+    """verify was asked to do something it cannot (no tree, no GPU, no tests)."""
+
+
+class Interrupted(BakeryError):
+    """SIGINT/SIGTERM during a bake; nothing half-written is left behind."""
+
+    exit_code = 130

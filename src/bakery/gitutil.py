@@ -1,0 +1,85 @@
+"""The one wrapper through which bakery runs git: a clean GIT_* environment, a fixed
+identity and fixed dates (so the same inputs give the same commit ids), and errors that
+show the command, its exit code and its output."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from bakery.errors import BakeryError
+
+#: Fixed identity and date of every commit bakery makes.
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "bakery",
+    "GIT_AUTHOR_EMAIL": "bakery@localhost",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
+    "GIT_COMMITTER_NAME": "bakery",
+    "GIT_COMMITTER_EMAIL": "bakery@localhost",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
+}
+
+
+class GitError(BakeryError):
+    pass
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(IDENTITY)
+    # Neither the user's nor the system's config may change what bakery writes.
+    env["GIT_CONFIG_NOSYSTEM"] = "1"
+    env["GIT_CONFIG_GLOBAL"] = os.devnull
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    env["LC_ALL"] = "C"
+    return env
+
+
+_BASE = ["-c", "safe.directory=*", "-c", "core.autocrlf=false", "-c", "core.fileMode=true",
+         "-c", "core.symlinks=true", "-c", "gc.auto=0", "-c", "init.defaultBranch=main",
+         "-c", "commit.gpgSign=false", "-c", "core.quotePath=false"]
+
+
+def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True) -> str:
+    cmd = ["git", *_BASE, *args]
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=clean_env(), input=input,
+                              capture_output=True, check=False)
+    except FileNotFoundError:
+        raise GitError("git is not installed (bakery needs it on PATH)") from None
+    if check and proc.returncode != 0:
+        out = (proc.stderr or proc.stdout).decode(errors="replace").strip().splitlines()
+        tail = out[-1] if out else ""
+        raise GitError(f"`git {' '.join(args[:3])}` failed ({proc.returncode}) in {cwd}: {tail}")
+    return proc.stdout.decode("utf-8", errors="surrogateescape")
+
+
+def init_commit_all(tree: Path, message: str) -> str:
+    """git init the tree and commit everything in it; returns the commit id."""
+    git(tree, "init", "-q")
+    git(tree, "add", "-A", "--", ".")
+    git(tree, "commit", "-q", "--allow-empty", "-m", message)
+    return head(tree)
+
+
+def commit_paths(tree: Path, paths: Sequence[str], message: str) -> str:
+    """Stage exactly these paths (added, changed or deleted) and commit."""
+    if paths:
+        git(tree, "add", "-A", "--", *paths)
+    git(tree, "commit", "-q", "--allow-empty", "-m", message)
+    return head(tree)
+
+
+def head(tree: Path) -> str:
+    return git(tree, "rev-parse", "HEAD").strip()
+
+
+def is_repo(path: Path) -> bool:
+    return (path / ".git").exists()
+
+
+def dirty(path: Path) -> list[str]:
+    out = git(path, "status", "--porcelain", "--untracked-files=normal")
+    return [line for line in out.splitlines() if line.strip()]

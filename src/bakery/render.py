@@ -1,0 +1,95 @@
+"""Rich rendering of bakery's results (the only module besides cli.py that prints)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
+                           TransferSpeedColumn)
+from rich.table import Table
+
+from bakery.report import BakeReport
+
+_STYLE = {"applied": "green", "offset": "cyan", "fuzz": "yellow", "merged": "magenta",
+          "already-applied": "yellow", "failed": "bold red"}
+
+
+def _status(s: str) -> str:
+    return f"[{_STYLE.get(s, 'white')}]{s}[/]"
+
+
+def bake_report(console: Console, report: BakeReport) -> None:
+    title = f"{report.series_name} on vLLM {report.version or report.source}"
+    if report.port:
+        title += f" (port {report.port})"
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for col in ("diff", "file", "hunk", "outcome", "line", "offset", "fuzz"):
+        table.add_column(col, justify="right" if col in ("hunk", "line", "offset", "fuzz")
+                         else "left")
+    for d in report.diffs:
+        first_d = True
+        for f in d.files:
+            first_f = True
+            for h in f.hunks:
+                table.add_row(d.name if first_d else "", f.path if first_f else "",
+                              str(h.index), _status(h.status.value), str(h.line),
+                              f"{h.offset:+d}" if h.offset else "0", str(h.fuzz))
+                first_d = first_f = False
+    console.print(table)
+    for d in report.diffs:
+        for w in d.warnings:
+            console.print(f"[yellow]warning:[/] {d.name}: {w}")
+        for f in d.files:
+            for h in f.hunks:
+                if not h.status.ok:
+                    console.print(f"[red]{h.status.value}:[/] {d.name}: {f.path} hunk "
+                                  f"{h.index} at line {h.line}"
+                                  + (f" ({h.reason})" if h.reason else ""))
+    counts: dict[str, int] = {}
+    for d in report.diffs:
+        for f in d.files:
+            for h in f.hunks:
+                counts[h.status.value] = counts.get(h.status.value, 0) + 1
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items())
+    if report.status == "baked":
+        console.print(f"[bold green]baked[/] {report.out} ({summary})")
+    elif report.status == "checked":
+        console.print(f"[bold green]applies[/] ({summary})")
+    else:
+        console.print(f"[bold red]does not apply[/] ({summary})"
+                      + (f"; attempt written to {report.failed_out}" if report.failed_out
+                         else ""))
+
+
+def series_list(console: Console, rows: list[dict[str, object]]) -> None:
+    for row in rows:
+        console.print(f"[bold]{row['name']}[/]  base {row['base'] or '-'}  "
+                      f"root {row['root'] or '(detected)'}  {row['path']}")
+        if row["description"]:
+            console.print(f"  {row['description']}")
+        if row["ports"]:
+            console.print(f"  ports: {', '.join(row['ports'])}")  # type: ignore[arg-type]
+        for d in row["diffs"]:  # type: ignore[attr-defined]
+            console.print(f"  {d['name']}  ({d['hunks']} hunks)")
+            for f in d["files"]:
+                console.print(f"    {f}")
+
+
+def download_progress(console: Console) -> Callable[[int, int | None], None]:
+    """A progress callback that shows a bar once a download starts."""
+    state: dict[str, object] = {}
+
+    def update(done: int, total: int | None) -> None:
+        if "p" not in state:
+            p = Progress(TextColumn("downloading"), BarColumn(), DownloadColumn(),
+                         TransferSpeedColumn(), console=console, transient=True)
+            p.start()
+            state["p"] = p
+            state["t"] = p.add_task("download", total=total)
+        p = state["p"]
+        p.update(state["t"], completed=done)  # type: ignore[attr-defined]
+        if total and done >= total:
+            p.stop()  # type: ignore[attr-defined]
+
+    return update

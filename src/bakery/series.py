@@ -1,0 +1,175 @@
+"""A series: an ordered folder of diffs, with optional settings in ``series.toml``.
+
+Layout (``launcher/<name>/``)::
+
+    series.toml       base release, root folder, strip count, description (all optional)
+    diffs/NN-*.diff   applied in numeric order of NN (2 before 10; gaps are fine)
+    tests/            the bundled tests ``bakery verify`` runs
+
+A per-release port lives in ``patches/<name>/<release>/`` and holds diffs of the same names.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bakery.diffparse import Diff, read_diff
+from bakery.errors import SeriesError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+_NUMBERED = re.compile(r"(\d+)-.+\.(diff|patch)$")
+
+
+@dataclass
+class Series:
+    name: str
+    path: Path
+    diff_paths: list[Path]
+    base: str | None = None
+    root: str | None = None  # folder (inside the vLLM tree) the diff paths are relative to
+    strip: int | None = None
+    description: str = ""
+    tests: Path | None = None
+    port: Path | None = None  # set when diffs come from patches/<name>/<release>/
+    diffs: list[Diff] = field(default_factory=list)
+
+    @property
+    def diffs_dir(self) -> Path:
+        return self.port if self.port is not None else self.path / "diffs"
+
+    def load_diffs(self) -> list[Diff]:
+        """Parse every diff (raising DiffError on the first bad one) before anything is written."""
+        if not self.diffs:
+            self.diffs = [read_diff(p) for p in self.diff_paths]
+        return self.diffs
+
+    def use_port(self, port_dir: Path) -> None:
+        self.port = port_dir
+        self.diff_paths = ordered_diffs(port_dir)
+        self.diffs = []
+
+
+def project_root() -> Path:
+    """The folder holding launcher/ and patches/: BAKERY_HOME, else the nearest ancestor of
+    the working directory with a launcher/ folder, else the working directory."""
+    import os
+
+    env = os.environ.get("BAKERY_HOME")
+    if env:
+        return Path(env)
+    cwd = Path.cwd()
+    for d in (cwd, *cwd.parents):
+        if (d / "launcher").is_dir():
+            return d
+    return cwd
+
+
+def ordered_diffs(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        raise SeriesError(f"{folder}: no such diffs folder")
+    numbered: dict[int, Path] = {}
+    for p in sorted(folder.iterdir()):
+        if p.name.startswith(".") or not p.is_file() and not p.is_symlink():
+            continue
+        if p.suffix not in (".diff", ".patch"):
+            continue
+        if p.is_symlink():
+            raise SeriesError(f"{p}: diffs must be plain files, not symlinks")
+        m = _NUMBERED.match(p.name)
+        if not m:
+            raise SeriesError(f"{p}: diff name lacks a numeric prefix (NN-name.diff)")
+        n = int(m.group(1))
+        if n in numbered:
+            raise SeriesError(f"{p}: number {n} is also used by {numbered[n].name}")
+        numbered[n] = p
+    if not numbered:
+        raise SeriesError(f"{folder}: no NN-*.diff files")
+    return [numbered[n] for n in sorted(numbered)]
+
+
+def load_series(spec: str, home: Path | None = None) -> Series:
+    """A series by name (``launcher/<name>``) or by path to a series folder."""
+    home = home or project_root()
+    candidate = Path(spec)
+    if "/" not in spec and spec not in (".", "..") and (home / "launcher" / spec).is_dir():
+        folder = home / "launcher" / spec
+    elif candidate.is_dir():
+        folder = candidate
+    else:
+        known = sorted(p.name for p in (home / "launcher").glob("*") if p.is_dir())
+        hint = f" (known: {', '.join(known)})" if known else ""
+        raise SeriesError(f"unknown series {spec!r}{hint}")
+    folder = folder.resolve()
+    diffs_dir = folder / "diffs"
+    if not diffs_dir.is_dir():
+        raise SeriesError(f"{folder}: not a series (no diffs/ folder)")
+    series = Series(name=folder.name, path=folder, diff_paths=ordered_diffs(diffs_dir))
+    toml_path = folder / "series.toml"
+    if toml_path.is_file():
+        try:
+            data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise SeriesError(f"{toml_path}: {e}") from None
+        _apply_toml(series, toml_path, data)
+    tests = folder / "tests"
+    series.tests = tests if tests.is_dir() else None
+    return series
+
+
+def _apply_toml(series: Series, path: Path, data: dict[str, object]) -> None:
+    known = {"name", "base", "root", "strip", "description"}
+    unknown = set(data) - known
+    if unknown:
+        raise SeriesError(f"{path}: unknown keys {', '.join(sorted(unknown))}")
+    for key, typ in (("name", str), ("base", str), ("root", str), ("strip", int),
+                     ("description", str)):
+        if key in data and not isinstance(data[key], typ):
+            raise SeriesError(f"{path}: {key} must be a {typ.__name__}")
+    series.name = str(data.get("name", series.name))
+    series.base = data.get("base")  # type: ignore[assignment]
+    series.root = data.get("root")  # type: ignore[assignment]
+    strip = data.get("strip")
+    if strip is not None and not (0 <= int(strip) <= 16):  # type: ignore[call-overload]
+        raise SeriesError(f"{path}: strip must be between 0 and 16")
+    series.strip = strip  # type: ignore[assignment]
+    series.description = str(data.get("description", ""))
+    root = series.root
+    if root is not None and (root.startswith("/") or ".." in root.split("/")):
+        raise SeriesError(f"{path}: root must be a relative folder inside the tree")
+
+
+def detect_layout(series: Series, tree: Path) -> tuple[int, str, bool]:
+    """(strip, root, detected?): series.toml's values, else the combination under which
+    the most files the diffs modify exist in the tree."""
+    if series.strip is not None and series.root is not None:
+        return series.strip, series.root.strip("/"), False
+    names = [fp.old_name for d in series.load_diffs() for fp in d.files if not fp.is_new]
+    if not names:
+        names = [fp.new_name for d in series.load_diffs() for fp in d.files]
+    roots = [series.root.strip("/")] if series.root is not None else ["", "vllm"]
+    strips = [series.strip] if series.strip is not None else [1, 0, 2, 3]
+    best: tuple[int, int, str] | None = None
+    for strip in strips:
+        for root in roots:
+            hits = 0
+            for name in names:
+                parts = [p for p in name.split("/") if p]
+                if len(parts) <= strip:
+                    continue
+                rel = "/".join(([root] if root else []) + parts[strip:])
+                if ".." not in rel.split("/") and (tree / rel).is_file():
+                    hits += 1
+            if hits and (best is None or hits > best[0]):
+                best = (hits, strip, root)
+    if best is None:
+        strip = series.strip if series.strip is not None else 1
+        root = (series.root or "").strip("/")
+        return strip, root, True
+    return best[1], best[2], True
