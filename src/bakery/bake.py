@@ -22,8 +22,9 @@ from pathlib import Path
 
 from bakery import gitutil
 from bakery.diffparse import Diff, FilePatch
-from bakery.engine import FileResult, apply_file
+from bakery.engine import apply_file
 from bakery.errors import BakeryError, UnsafePathError
+from bakery.merge import Fallback, diagnose
 from bakery.report import MANIFEST, BakeReport, DiffResult, read_manifest, write_json
 from bakery.series import Series, detect_layout
 from bakery.sources import Pristine
@@ -31,9 +32,6 @@ from bakery.sources import Pristine
 #: Called with (event, detail) as the bake proceeds; the CLI renders these.
 Events = Callable[[str, str], None]
 
-#: Another way to resolve a file whose hunks failed (the three-way merge of merge.py):
-#: (diff, file patch, current content, the engine's result) -> a better result or None.
-Resolver = Callable[[Diff, FilePatch, bytes | None, FileResult], FileResult | None]
 
 
 @dataclass
@@ -86,8 +84,11 @@ def _checked_path(pristine: Pristine, diff: Diff, fp: FilePatch, rel: str) -> Pa
 
 
 def plan(series: Series, pristine: Pristine, *, fuzz: int = 0,
-         resolver: Resolver | None = None, events: Events | None = None) -> Plan:
-    """Apply the whole series in memory. Raises DiffError for bad diffs."""
+         fallback: Fallback | None = None, events: Events | None = None) -> Plan:
+    """Apply the whole series in memory. Raises DiffError for bad diffs.
+
+    ``fallback`` (merge.Fallback) merges and diagnoses files that do not apply cleanly and
+    warns about upstream drift; without it, failed hunks are still diagnosed."""
     diffs = series.load_diffs()
     strip, root, detected = detect_layout(series, pristine.tree if pristine.package_dir is None
                                           else pristine.tree)
@@ -111,14 +112,19 @@ def plan(series: Series, pristine: Pristine, *, fuzz: int = 0,
         for fp in d.files:
             old, mode = overlay.read(d, fp, fp.path)
             fres = apply_file(fp, old, fuzz, mode)
-            if not fres.ok and resolver is not None:
-                fres = resolver(d, fp, old, fres) or fres
+            if not fres.ok:
+                if fallback is not None:
+                    fres = fallback.resolve(d, fp, old, fres)
+                else:
+                    diagnose(fres, fp, pristine, None)
             dres.files.append(fres)
             if fres.ok and (fres.content is not None or fres.deleted):
                 value = (None if fres.deleted else fres.content, fres.mode)
                 if (old, mode) != value:
                     writes[fp.path] = value
                     overlay.state[fp.path] = value
+        if fallback is not None and dres.ok:
+            dres.warnings = fallback.warnings(d)
         report.diffs.append(dres)
         result.writes.append(writes)
     report.status = "checked" if report.ok else "conflict"
@@ -301,9 +307,9 @@ def write_failed(pl: Plan, series: Series, pristine: Pristine, failed_out: Path)
             for f in dres.files:
                 if f.ok:
                     continue
-                if f.content is not None and getattr(f, "conflict", False):
-                    _write_files(staging, {f.path: (f.content, f.mode)})
-                if f.failed_hunks:
+                if f.conflict is not None:
+                    _write_files(staging, {f.path: (f.conflict, f.mode)})
+                elif f.failed_hunks:
                     rej = staging / (f.path + ".rej")
                     rej.parent.mkdir(parents=True, exist_ok=True)
                     fp_text = f"--- {f.path}\n+++ {f.path}\n" + "".join(
@@ -318,14 +324,14 @@ def write_failed(pl: Plan, series: Series, pristine: Pristine, failed_out: Path)
 
 
 def bake(series: Series, pristine: Pristine, out: Path, *, fuzz: int = 0,
-         keep_failed: bool = False, force: bool = False, resolver: Resolver | None = None,
+         keep_failed: bool = False, force: bool = False, fallback: Fallback | None = None,
          events: Events | None = None) -> BakeReport:
     """Bake the series into out. Returns the report; out holds a tree only if it applied."""
     out = out.absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
     _clean_stale(out)
     check_out(out, force)
-    pl = plan(series, pristine, fuzz=fuzz, resolver=resolver, events=events)
+    pl = plan(series, pristine, fuzz=fuzz, fallback=fallback, events=events)
     report = pl.report
     failed_out = out.with_name(out.name + ".failed")
     if not report.ok:

@@ -188,6 +188,97 @@ def verify(
     raise typer.Exit(code=code)
 
 
+@app.command()
+def matrix(
+    series: SeriesArg,
+    vllm: Annotated[list[str] | None, typer.Option(
+        "--vllm", help="Releases to bake (repeat the option, or list them after it).")] = None,
+    since: Annotated[str | None, typer.Option(
+        "--since", help="Every final release on the index from this version on.")] = None,
+    pre: Annotated[bool, typer.Option("--pre", help="With --since: pre-releases too.")] = False,
+    do_verify: Annotated[bool, typer.Option("--verify", help="Verify each baked tree.")] = False,
+    interpret: Annotated[bool, typer.Option(
+        "--interpret/--gpu", help="Verify on the CPU (Triton interpreter) or on a GPU.")] = True,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1,
+                                      help="Parallel workers (default: 2).")] = 2,
+    out: Annotated[Path, typer.Option("--out", help="Where the baked trees go.")] = Path(
+        "build/matrix"),
+    json_file: JsonOpt = None,
+    markdown: Annotated[Path | None, typer.Option("--markdown", help="Write a Markdown "
+                                                  "summary (for CI).")] = None,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML.")] = None,
+    allow_fail: Annotated[bool, typer.Option(
+        "--allow-fail", help="Exit 0 even when a release fails.")] = False,
+) -> None:
+    """Bake (and verify) a series on many vLLM releases, in parallel."""
+    from bakery import matrix as mx
+    from bakery.series import load_series, project_root
+
+    try:
+        s = load_series(series)
+        versions = list(vllm or [])
+        if since:
+            versions += [v for v in mx.select_versions(since, pre) if v not in versions]
+        if not versions:
+            raise BakeryError("matrix needs --vllm VERSION... or --since VERSION")
+        err_console.print(f"baking {s.name} on {', '.join(versions)} with {jobs} workers")
+        rows = mx.run(str(s.path), versions, out_root=out.absolute(), jobs=jobs,
+                      verify=do_verify, interpret=interpret, home=project_root())
+    except BakeryError as e:
+        fail(e)
+    render.matrix_grid(out_console, s.name, rows)
+    if json_file:
+        write_json(json_file, mx.to_json(s.name, rows))
+    if markdown:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(mx.to_markdown(s.name, rows))
+    if junit:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_bytes(mx.to_junit(s.name, rows))
+    ok = all(r.ok for r in rows)
+    raise typer.Exit(code=0 if ok or allow_fail else 1)
+
+
+@app.command()
+def refresh(
+    series: SeriesArg,
+    tree: Annotated[Path, typer.Option("--tree", help="The edited baked tree.")],
+    release: Annotated[str | None, typer.Option(
+        "--release", help="The release the port is for (default: the tree's).")] = None,
+) -> None:
+    """Turn an edited baked tree back into the series' diffs, as a port in
+    patches/<series>/<release>/."""
+    from bakery import refresh as refresh_mod
+
+    try:
+        port, notes = refresh_mod.refresh(series, tree, release, events=_events)
+    except BakeryError as e:
+        fail(e)
+    for n in notes:
+        err_console.print(f"[dim]{n}[/]", markup=True)
+    out_console.print(f"wrote port {port}")
+
+
+@app.command()
+def summarize(
+    reports: Annotated[list[Path], typer.Argument(help="Matrix or apply JSON reports.")],
+    markdown: Annotated[Path | None, typer.Option("--markdown")] = None,
+) -> None:
+    """Join JSON reports (one per CI job) into one Markdown summary."""
+    from bakery import matrix as mx
+
+    try:
+        name, rows = mx.rows_from_reports(reports)
+    except BakeryError as e:
+        fail(e)
+    text = mx.to_markdown(name, rows)
+    if markdown:
+        markdown.write_text(text)
+    else:
+        out_console.print(text, markup=False)
+    raise typer.Exit(code=0 if all(r.ok for r in rows) else 1)
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 

@@ -7,8 +7,8 @@ run the core, and raise BakeryError subclasses. They never print.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bakery import sources
 from bakery.bake import Events, bake, plan
@@ -17,6 +17,9 @@ from bakery.errors import BakeryError, UsageError
 from bakery.report import BakeReport
 from bakery.series import Series, load_series, project_root
 from bakery.sources import Pristine, Progress
+
+if TYPE_CHECKING:
+    from bakery.merge import Fallback
 
 
 class ReportedError(BakeryError):
@@ -61,13 +64,11 @@ def _prepare(series_spec: str, vllm: str | None, *, allow_dirty: bool, use_port:
     return series, pristine, cache
 
 
-def _resolver(series: Series, pristine: Pristine, cache: Cache, merge: bool,
-              progress: Progress | None) -> Callable[..., object] | None:
-    if not merge or not series.base or pristine.version == series.base:
-        return None
-    from bakery import merge as merge_mod
+def _fallback(series: Series, pristine: Pristine, cache: Cache, merge: bool,
+              progress: Progress | None) -> Fallback:
+    from bakery.merge import make_fallback
 
-    return merge_mod.make_resolver(series, cache, progress)
+    return make_fallback(series, pristine, cache, merge=merge, progress=progress)
 
 
 def apply(series_spec: str, *, vllm: str | None = None, out: Path | None = None,
@@ -82,7 +83,7 @@ def apply(series_spec: str, *, vllm: str | None = None, out: Path | None = None,
         out = project_root() / "build" / f"{series.name}-{label}"
     try:
         report = bake(series, pristine, out, fuzz=fuzz, keep_failed=keep_failed, force=force,
-                      resolver=_resolver(series, pristine, cache, merge, progress),  # type: ignore[arg-type]
+                      fallback=_fallback(series, pristine, cache, merge, progress),
                       events=events)
     except BakeryError as e:
         raise ReportedError(e, BakeReport(series.name, str(series.path), error=e.message,
@@ -101,7 +102,7 @@ def check(series_spec: str, *, vllm: str | None = None, fuzz: int = 0,
                                        use_port=use_port, progress=progress, cache=cache)
     try:
         return plan(series, pristine, fuzz=fuzz,
-                    resolver=_resolver(series, pristine, cache, merge, progress),  # type: ignore[arg-type]
+                    fallback=_fallback(series, pristine, cache, merge, progress),
                     events=events).report
     except BakeryError as e:
         raise ReportedError(e, BakeReport(series.name, str(series.path), error=e.message)) \

@@ -48,12 +48,16 @@ class HunkResult:
     offset: int = 0
     fuzz: int = 0
     reason: str | None = None
+    #: What to do about a hunk that did not apply (set by merge.diagnose).
+    action: str | None = None
 
     def to_json(self) -> dict[str, object]:
         d: dict[str, object] = {"index": self.index, "status": self.status.value,
                                 "line": self.line, "offset": self.offset, "fuzz": self.fuzz}
         if self.reason:
             d["reason"] = self.reason
+        if self.action:
+            d["action"] = self.action
         return d
 
 
@@ -67,6 +71,8 @@ class FileResult:
     deleted: bool = False
     failed_hunks: list[Hunk] = field(default_factory=list)
     reason: str | None = None
+    #: The file with conflict markers, where a three-way merge left conflicts.
+    conflict: bytes | None = None
 
     @property
     def status(self) -> Outcome:

@@ -93,3 +93,29 @@ def download_progress(console: Console) -> Callable[[int, int | None], None]:
             p.stop()  # type: ignore[attr-defined]
 
     return update
+
+
+def matrix_grid(console: Console, series: str, rows: list) -> None:  # type: ignore[type-arg]
+    from bakery.matrix import diff_names, summarize
+
+    names = diff_names(rows)
+    table = Table(title=f"{series}: releases x diffs", title_justify="left")
+    table.add_column("release")
+    table.add_column("status")
+    table.add_column("port")
+    for n in names:
+        table.add_column(n if len(n) <= 24 else n[:21] + "...")
+    table.add_column("verify")
+    table.add_column("s", justify="right")
+    for r in rows:
+        cells = {str(d["name"]): summarize(d) for d in r.diffs}
+        status = {"baked": "[green]baked[/]", "conflict": "[red]conflict[/]"}.get(
+            r.status, f"[red]{r.status}[/]")
+        verify = {"passed": "[green]passed[/]", "failed": "[red]failed[/]"}.get(
+            r.verify or "", "-")
+        table.add_row(r.version, status, r.port or "-", *[cells.get(n, "-") for n in names],
+                      verify, f"{r.seconds:.1f}")
+    console.print(table)
+    for r in rows:
+        if r.error:
+            console.print(f"[red]{r.version}:[/] {r.error}")

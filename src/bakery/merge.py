@@ -1,0 +1,253 @@
+"""Three-way fallback, diagnosis of failed hunks, and drift warnings.
+
+When a hunk fails on a new release and the series names its base release, bakery knows
+more than GNU patch does: the base release's pristine file (the common ancestor), the same
+file with the series applied (ours), and the new release's file (theirs). ``git
+merge-file`` merges them without any git blobs; a clean merge is ``merged``.
+
+What is left failed gets a reason and the action it suggests: already upstream, file moved
+(found by content), or context drift. A diff that applies cleanly but whose hunks touch
+Python functions or classes that changed upstream between the base and the target gets a
+drift warning: such a patch can be wrong without any conflict.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from bakery import gitutil, sources
+from bakery.cache import Cache
+from bakery.diffparse import Diff, FilePatch
+from bakery.engine import FileResult, HunkResult, Outcome, apply_file
+from bakery.series import Series, detect_layout, load_series
+from bakery.sources import Pristine, Progress
+
+
+def merge_file(current: bytes, base: bytes, other: bytes) -> tuple[bytes, int]:
+    """git merge-file on three byte strings: (result, number of conflicts)."""
+    with tempfile.TemporaryDirectory(prefix="bakery-merge-") as tmp:
+        paths = []
+        for name, data in (("current", current), ("base", base), ("other", other)):
+            p = Path(tmp) / name
+            p.write_bytes(data)
+            paths.append(str(p))
+        proc = subprocess.run(
+            ["git", "merge-file", "-p", "-L", "release", "-L", "base", "-L", "series", *paths],
+            capture_output=True, env=gitutil.clean_env(), check=False)
+    if proc.returncode < 0 or proc.returncode > 127:
+        raise gitutil.GitError(f"git merge-file failed: {proc.stderr.decode(errors='replace')}")
+    return proc.stdout, proc.returncode
+
+
+class _BaseSide:
+    """The series' own diffs applied, file by file, to its base release."""
+
+    def __init__(self, series: Series, base: Pristine) -> None:
+        self.base = base
+        self.series = series
+        strip, root, _ = detect_layout(series, base.tree)
+        diffs = series.load_diffs()
+        for d in diffs:
+            d.resolve_paths(strip, root)
+        self.by_name = {d.name: d for d in diffs}
+        self.order = [d.name for d in diffs]
+        self._cache: dict[tuple[str, str], tuple[bytes | None, bytes | None]] = {}
+
+    def read_base(self, rel: str) -> bytes | None:
+        p = self.base.tree / rel
+        return p.read_bytes() if p.is_file() and not p.is_symlink() else None
+
+    def sides(self, diff_name: str, rel: str) -> tuple[bytes | None, bytes | None]:
+        """(ours before this diff, ours after it) for one file, on the base release."""
+        key = (diff_name, rel)
+        if key not in self._cache:
+            self._cache[key] = self._sides(diff_name, rel)
+        return self._cache[key]
+
+    def _sides(self, diff_name: str, rel: str) -> tuple[bytes | None, bytes | None]:
+        state = self.read_base(rel)
+        for name in self.order:
+            before = state
+            for fp in self.by_name[name].files:
+                if fp.path == rel:
+                    res = apply_file(fp, state, 0)
+                    if not res.ok:
+                        return None, None
+                    state = None if res.deleted else res.content
+            if name == diff_name:
+                return before, state
+        return None, None
+
+
+class Fallback:
+    """What bake.plan asks when a file does not apply cleanly, and after each diff."""
+
+    def __init__(self, series: Series, target: Pristine, base: Pristine | None,
+                 merge: bool) -> None:
+        # A port was made for its release: comparing the base with it says nothing new.
+        self.warn = series.port is None
+        self.target = target
+        self.base = base
+        self.base_version = series.base
+        self.side = _BaseSide(load_series(str(series.path)), base) \
+            if base is not None and merge else None
+
+    def resolve(self, diff: Diff, fp: FilePatch, current: bytes | None,
+                res: FileResult) -> FileResult:
+        """Three-way merge of the failed file; always returns a diagnosed result."""
+        out = self._merge(diff, fp, current, res) or res
+        if not out.ok:
+            diagnose(out, fp, self.target, self.base)
+        return out
+
+    def _merge(self, diff: Diff, fp: FilePatch, current: bytes | None,
+               res: FileResult) -> FileResult | None:
+        side = self.side
+        if side is None or current is None or diff.name not in side.by_name:
+            return None
+        if any(h.status is Outcome.ALREADY for h in res.hunks):
+            return None  # upstream took (part of) it: a merge would hide that
+        ours_before, ours_after = side.sides(diff.name, fp.path)
+        if ours_before is None or ours_after is None:
+            return None
+        merged, conflicts = merge_file(current, ours_before, ours_after)
+        if conflicts:
+            for h in res.hunks:
+                if h.status is Outcome.FAILED:
+                    h.reason = f"the three-way merge left {conflicts} conflict(s)"
+            res.conflict = merged
+            return res
+        hunks = [HunkResult(h.index, Outcome.MERGED, h.line, h.offset, h.fuzz,
+                            f"three-way merge with the base release {self.base_version}")
+                 if h.status is Outcome.FAILED else h for h in res.hunks]
+        return FileResult(res.path, hunks, merged, res.mode)
+
+    def warnings(self, diff: Diff) -> list[str]:
+        if self.base is None or self.base_version is None or not self.warn:
+            return []
+        return drift_warnings(diff, self.base, self.target, self.base_version,
+                              self.target.version)
+
+
+def make_fallback(series: Series, target: Pristine, cache: Cache, *, merge: bool = True,
+                  progress: Progress | None = None) -> Fallback:
+    """The base release is used when the series names one and the target is another."""
+    base = None
+    if series.base and target.version != series.base:
+        base = sources.release(series.base, cache, progress)
+    return Fallback(series, target, base, merge)
+
+
+# --- why a hunk failed -------------------------------------------------------------------------
+
+ACTIONS = {
+    "already-upstream": "drop the hunk (or the diff) from this release's port: upstream has it",
+    "moved": "the file moved upstream: make a port whose diff names the new path",
+    "context-drift": "resolve with `bakery apply --keep-failed`, then `bakery refresh` a port",
+    "missing": "the file is gone upstream: drop or rewrite the diff in a port",
+}
+
+
+def find_moved(tree: Path, rel: str, content: bytes | None) -> str | None:
+    """Where a file went: same name elsewhere with the most similar content."""
+    name = Path(rel).name
+    best: tuple[float, str] | None = None
+    text = (content or b"").decode("latin-1")
+    for root, dirs, files in os.walk(tree):
+        dirs[:] = [d for d in dirs if d not in (".git", "node_modules", "__pycache__")]
+        if name not in files:
+            continue
+        cand = Path(root) / name
+        crel = cand.relative_to(tree).as_posix()
+        if crel == rel or cand.is_symlink():
+            continue
+        ratio = difflib.SequenceMatcher(None, text, cand.read_bytes().decode("latin-1"),
+                                        autojunk=False).quick_ratio() if text else 1.0
+        if best is None or ratio > best[0]:
+            best = (ratio, crel)
+    return best[1] if best and best[0] >= 0.5 else None
+
+
+def diagnose(res: FileResult, fp: FilePatch, target: Pristine, base: Pristine | None) -> None:
+    """Give each failed or already-applied hunk a reason and an action, in place."""
+    for h in res.hunks:
+        if h.status is Outcome.ALREADY:
+            h.reason = "already upstream: the hunk's result is in the file"
+            h.action = ACTIONS["already-upstream"]  # type: ignore[attr-defined]
+        elif h.status is Outcome.FAILED:
+            if not (target.tree / fp.path).exists():
+                base_content = None
+                if base is not None and (base.tree / fp.path).is_file():
+                    base_content = (base.tree / fp.path).read_bytes()
+                moved = find_moved(target.tree, fp.path, base_content)
+                if moved:
+                    h.reason = f"file moved upstream to {moved}"
+                    h.action = ACTIONS["moved"]  # type: ignore[attr-defined]
+                else:
+                    h.reason = "the file does not exist in this release"
+                    h.action = ACTIONS["missing"]  # type: ignore[attr-defined]
+            else:
+                merged = f"; {h.reason}" if h.reason and "merge" in h.reason else ""
+                h.reason = "context drift: the lines around the hunk changed upstream" + merged
+                h.action = ACTIONS["context-drift"]  # type: ignore[attr-defined]
+
+
+# --- drift warnings -------------------------------------------------------------------------------
+
+def _defs(source: bytes) -> dict[str, ast.AST]:
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    out: dict[str, ast.AST] = {}
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                out[name] = child
+                walk(child, name + ".")
+
+    walk(tree, "")
+    return out
+
+
+def _touched(defs: dict[str, ast.AST], ranges: list[tuple[int, int]]) -> list[str]:
+    names = []
+    for name, node in defs.items():
+        start = min([node.lineno, *[d.lineno for d in getattr(node, "decorator_list", [])]])
+        end = getattr(node, "end_lineno", None) or start
+        if any(a <= end and start <= b for a, b in ranges):
+            names.append(name)
+    # the innermost names are the ones that say most; drop a class when a method is named
+    return [n for n in names if not any(o != n and o.startswith(n + ".") for o in names)]
+
+
+def drift_warnings(diff: Diff, base: Pristine, target: Pristine, base_version: str,
+                   target_version: str | None) -> list[str]:
+    warnings = []
+    for fp in diff.files:
+        if fp.is_new or not fp.path.endswith(".py"):
+            continue
+        bpath, tpath = base.tree / fp.path, target.file(fp.path)
+        if not bpath.is_file() or not tpath.is_file():
+            continue
+        bsrc, tsrc = bpath.read_bytes(), tpath.read_bytes()
+        if bsrc == tsrc:
+            continue
+        ranges = [(h.old_start, h.old_start + max(h.old_len, 1) - 1) for h in fp.hunks]
+        bdefs, tdefs = _defs(bsrc), _defs(tsrc)
+        for name in _touched(bdefs, ranges):
+            kind = "class" if isinstance(bdefs[name], ast.ClassDef) else "function"
+            if name not in tdefs:
+                warnings.append(f"{fp.path}: {kind} {name} is gone upstream "
+                                f"({base_version} -> {target_version})")
+            elif ast.dump(bdefs[name]) != ast.dump(tdefs[name]):
+                warnings.append(f"{fp.path}: upstream changed {kind} {name} between "
+                                f"{base_version} and {target_version}; review the patch")
+    return warnings
