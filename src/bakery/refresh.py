@@ -180,7 +180,9 @@ def refresh(series_spec: str, tree: Path, release_version: str | None = None,
     untracked = gitutil.git(tree, "ls-files", "-z", "--others", "--exclude-standard")
     notes = []
     for path in filter(None, (changed + untracked).split("\0")):
-        if path.endswith(_SKIP) or path.startswith(".bakery/"):
+        if path.startswith(".bakery/"):
+            continue
+        if path.endswith(_SKIP):
             notes.append(f"ignored {path}")
             continue
         touched.setdefault(path, [len(names) - 1])
