@@ -119,11 +119,11 @@ class Fallback:
         if conflicts:
             for h in res.hunks:
                 if h.status is Outcome.FAILED:
-                    h.reason = f"the three-way merge left {conflicts} conflict(s)"
+                    h.reason = f"merge: {conflicts} conflict(s)"
             res.conflict = merged
             return res
         hunks = [HunkResult(h.index, Outcome.MERGED, h.line, h.offset, h.fuzz,
-                            f"three-way merge with the base release {self.base_version}")
+                            f"three-way merge against {self.base_version}")
                  if h.status is Outcome.FAILED else h for h in res.hunks]
         return FileResult(res.path, hunks, merged, res.mode)
 
@@ -177,7 +177,7 @@ def diagnose(res: FileResult, fp: FilePatch, target: Pristine, base: Pristine | 
     """Give each failed or already-applied hunk a reason and an action, in place."""
     for h in res.hunks:
         if h.status is Outcome.ALREADY:
-            h.reason = "already upstream: the hunk's result is in the file"
+            h.reason = "already upstream (the hunk's result is in the file)"
             h.action = ACTIONS["already-upstream"]  # type: ignore[attr-defined]
         elif h.status is Outcome.FAILED:
             if not (target.tree / fp.path).exists():
@@ -193,7 +193,7 @@ def diagnose(res: FileResult, fp: FilePatch, target: Pristine, base: Pristine | 
                     h.action = ACTIONS["missing"]  # type: ignore[attr-defined]
             else:
                 merged = f"; {h.reason}" if h.reason and "merge" in h.reason else ""
-                h.reason = "context drift: the lines around the hunk changed upstream" + merged
+                h.reason = "context drift" + merged
                 h.action = ACTIONS["context-drift"]  # type: ignore[attr-defined]
 
 

@@ -20,32 +20,38 @@ def _status(s: str) -> str:
 
 
 def bake_report(console: Console, report: BakeReport) -> None:
-    title = f"{report.series_name} on vLLM {report.version or report.source}"
-    if report.port:
-        title += f" (port {report.port})"
-    table = Table(title=title, title_justify="left", show_lines=False)
-    for col in ("diff", "file", "hunk", "outcome", "line", "offset", "fuzz"):
-        table.add_column(col, justify="right" if col in ("hunk", "line", "offset", "fuzz")
-                         else "left")
+    """One table per diff and file, a row per hunk, then every problem on its own line."""
+    src = f"vLLM {report.version}" if report.version else report.source
+    port = f"  [cyan](port {report.port})[/]" if report.port else ""
+    console.print(f"[bold]{report.series_name}[/] on {src}{port}", soft_wrap=True)
     for d in report.diffs:
-        first_d = True
+        console.print(f"[bold]{d.name}[/]  {_status(d.status.value)}  [dim]{d.sha256[:12]}[/]",
+                      soft_wrap=True)
         for f in d.files:
-            first_f = True
+            console.print(f"  {f.path}  {_status(f.status.value)}", soft_wrap=True)
+            table = Table(box=None, padding=(0, 1), pad_edge=False, show_edge=False)
+            for col in ("hunk", "outcome", "line", "offset", "fuzz", "why"):
+                table.add_column(col, justify="right" if col in ("hunk", "line", "offset",
+                                                                 "fuzz") else "left")
             for h in f.hunks:
-                table.add_row(d.name if first_d else "", f.path if first_f else "",
-                              str(h.index), _status(h.status.value), str(h.line),
-                              f"{h.offset:+d}" if h.offset else "0", str(h.fuzz))
-                first_d = first_f = False
-    console.print(table)
+                table.add_row(str(h.index), _status(h.status.value), str(h.line),
+                              f"{h.offset:+d}" if h.offset else "0", str(h.fuzz),
+                              h.reason or "" if not h.status.ok or h.status.value == "merged"
+                              else "")
+            console.print(table)
     for d in report.diffs:
         for w in d.warnings:
-            console.print(f"[yellow]warning:[/] {d.name}: {w}")
+            console.print(f"[yellow]warning:[/] {d.name}: {w}", soft_wrap=True)
         for f in d.files:
-            for h in f.hunks:
-                if not h.status.ok:
-                    console.print(f"[red]{h.status.value}:[/] {d.name}: {f.path} hunk "
-                                  f"{h.index} at line {h.line}"
-                                  + (f" ({h.reason})" if h.reason else ""))
+            bad = [h for h in f.hunks if not h.status.ok]
+            if not bad:
+                continue
+            where = ", ".join(f"{h.index} (line {h.line})" for h in bad)
+            actions = sorted({h.action for h in bad if h.action})
+            console.print(f"[red]{d.name}: {f.path}: hunks {where} "
+                          f"{'do' if len(bad) > 1 else 'does'} not apply[/]", soft_wrap=True)
+            for a in actions:
+                console.print(f"  next: {a}", soft_wrap=True)
     counts: dict[str, int] = {}
     for d in report.diffs:
         for f in d.files:
