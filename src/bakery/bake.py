@@ -9,14 +9,19 @@ anything else (a conflict, an error, SIGINT/SIGTERM) removes the staging folder.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import os
 import re
 import shutil
+import signal
 import stat
+import struct
 import subprocess
 import tempfile
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,17 +58,32 @@ class _Overlay:
     def read(self, diff: Diff, fp: FilePatch, rel: str) -> tuple[bytes | None, int | None]:
         if rel in self.state:
             return self.state[rel]
+        self._check_nesting(diff, fp, rel)
         path = _checked_path(self.pristine, diff, fp, rel)
         try:
             st = path.lstat()
+            if not stat.S_ISREG(st.st_mode):
+                raise UnsafePathError(diff.path, fp.diff_line, f"{rel} is not a regular file")
+            return path.read_bytes(), stat.S_IMODE(st.st_mode)
         except FileNotFoundError:
             return None, None
         except OSError as e:
             raise UnsafePathError(diff.path, fp.diff_line, f"cannot read {rel}: {e.strerror}") \
                 from None
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafePathError(diff.path, fp.diff_line, f"{rel} is not a regular file")
-        return path.read_bytes(), stat.S_IMODE(st.st_mode)
+
+    def _check_nesting(self, diff: Diff, fp: FilePatch, rel: str) -> None:
+        """Refuse a file inside a file the series created, or over a folder it filled."""
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            above = self.state.get("/".join(parts[:i]))
+            if above is not None and above[0] is not None:
+                raise UnsafePathError(diff.path, fp.diff_line, f"{rel}: "
+                                      f"{'/'.join(parts[:i])} is a file, not a folder")
+        inside = next((k for k, (c, _) in self.state.items()
+                       if c is not None and k.startswith(rel + "/")), None)
+        if inside is not None:
+            raise UnsafePathError(diff.path, fp.diff_line,
+                                  f"{rel}: is a folder (the series created {inside})")
 
 
 def _checked_path(pristine: Pristine, diff: Diff, fp: FilePatch, rel: str) -> Path:
@@ -75,11 +95,16 @@ def _checked_path(pristine: Pristine, diff: Diff, fp: FilePatch, rel: str) -> Pa
     cur = base
     for part in parts:
         cur = cur / part
-        if cur.is_symlink():
+        try:
+            st = cur.lstat()
+        except FileNotFoundError:
+            break
+        except OSError as e:  # a name too long, a file used as a folder, a loop
+            raise UnsafePathError(diff.path, fp.diff_line,
+                                  f"cannot read {rel}: {e.strerror}") from None
+        if stat.S_ISLNK(st.st_mode):
             raise UnsafePathError(diff.path, fp.diff_line,
                                   f"{rel}: refusing to write through the symlink {cur.relative_to(base)}")
-        if not cur.exists():
-            break
     return full
 
 
@@ -118,7 +143,9 @@ def plan(series: Series, pristine: Pristine, *, fuzz: int = 0,
                 else:
                     diagnose(fres, fp, pristine, None)
             dres.files.append(fres)
-            if fres.ok and (fres.content is not None or fres.deleted):
+            # A file with failed hunks carries the hunks that did apply forward, as GNU
+            # patch leaves them: later diffs see them, and --keep-failed writes them.
+            if fres.content is not None or fres.deleted:
                 value = (None if fres.deleted else fres.content, fres.mode)
                 if (old, mode) != value:
                     writes[fp.path] = value
@@ -189,6 +216,17 @@ def check_out(out: Path, force: bool = False) -> None:
                               "(refresh them into a port, move the tree, or pass --force)")
 
 
+def _discard(staging: Path) -> None:
+    """Remove a staging folder after a failure or an interruption. On KeyboardInterrupt,
+    subprocess kills its child (cp, git) but does not wait for it, so the child may write
+    into the folder a moment longer: remove again until it is gone."""
+    for _ in range(100):
+        shutil.rmtree(staging, ignore_errors=True)
+        if not os.path.lexists(staging):
+            return
+        time.sleep(0.02)
+
+
 def remove_tree(path: Path) -> None:
     """Remove a tree by renaming it out of the way first, so it is never seen half-deleted."""
     if not path.exists() and not path.is_symlink():
@@ -201,6 +239,26 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while a child process starts: a KeyboardInterrupt inside
+    Popen() leaves the child running, known to no one (subprocess.run cannot kill it), still
+    writing into a staging folder that is being removed. The held signal is raised after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals are only ever handled in the main thread
+        return
+    held: list[int] = []
+    saved = {sig: signal.signal(sig, lambda signum, frame: held.append(signum))
+             for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        if held:
+            signal.raise_signal(held[0])
+
+
 def copy_tree(src: Path, dst: Path, exclude: set[str] | None = None) -> None:
     """Copy src's entries into the existing folder dst: links stay links (no loop is ever
     followed), modes and times are kept, and copy-on-write is used where the filesystem
@@ -209,12 +267,21 @@ def copy_tree(src: Path, dst: Path, exclude: set[str] | None = None) -> None:
     if not names:
         return
     if shutil.which("cp"):
-        proc = subprocess.run(["cp", "-a", "--reflink=auto", "--no-preserve=ownership", "--",
-                               *[str(src / n) for n in names], str(dst)],
-                              capture_output=True, check=False)
+        proc: subprocess.Popen[bytes] | None = None
+        try:
+            with _signals_held():
+                proc = subprocess.Popen(["cp", "-a", "--reflink=auto", "--no-preserve=ownership",
+                                         "--", *[str(src / n) for n in names], str(dst)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            _, err = proc.communicate()
+        except BaseException:
+            if proc is not None:  # never leave a cp writing into a folder being removed
+                proc.kill()
+                proc.wait()
+            raise
         if proc.returncode == 0:
             return
-        raise BakeryError(f"copying {src} failed: {proc.stderr.decode(errors='replace').strip()}")
+        raise BakeryError(f"copying {src} failed: {err.decode(errors='replace').strip()}")
     for n in names:  # pragma: no cover - systems without GNU cp
         s = src / n
         if s.is_dir() and not s.is_symlink():
@@ -226,12 +293,7 @@ def copy_tree(src: Path, dst: Path, exclude: set[str] | None = None) -> None:
 def _populate(pristine: Pristine, staging: Path) -> str:
     """Fill the staging folder with the pristine tree and its commit; returns the commit."""
     if pristine.repo:
-        gitutil.git(staging, "clone", "--quiet", "--local", "--no-checkout",
-                    str(pristine.tree), ".")
-        gitutil.git(staging, "remote", "remove", "origin")
-        copy_tree(pristine.tree, staging, exclude={".git"})
-        gitutil.git(staging, "read-tree", "HEAD")
-        return gitutil.head(staging)
+        return _populate_from_repo(pristine, staging)
     if pristine.package_dir is not None:
         (staging / "vllm").mkdir()
         copy_tree(pristine.package_dir, staging / "vllm", exclude={"__pycache__"})
@@ -251,6 +313,98 @@ def _populate(pristine: Pristine, staging: Path) -> str:
     return gitutil.init_commit_all(staging, f"pristine {label}")
 
 
+def _populate_from_repo(pristine: Pristine, staging: Path) -> str:
+    """The cached repository cloned (objects hardlinked) while its files are copied, then
+    its own index given the copies' stat data: the copy is the only read of the tree, and
+    no git command hashes it again (a read-tree index has no stat data, so the first
+    commit or status would read every file)."""
+    side = Path(tempfile.mkdtemp(prefix=".bakery-clone-", dir=staging))
+    cloned: list[str | BaseException] = []
+
+    def clone() -> None:
+        try:
+            gitutil.git(side, "clone", "--quiet", "--local", "--no-checkout",
+                        str(pristine.tree), ".")
+            gitutil.git(side, "remote", "remove", "origin")
+            cloned.append(gitutil.head(side))
+        except BaseException as e:  # re-raised in the bake's thread
+            cloned.append(e)
+
+    worker = threading.Thread(target=clone, name="bakery-clone", daemon=True)
+    worker.start()
+    try:
+        copy_tree(pristine.tree, staging, exclude={".git", side.name})
+    finally:
+        worker.join()
+    if isinstance(cloned[0], BaseException):
+        raise cloned[0]
+    os.rename(side / ".git", staging / ".git")
+    side.rmdir()
+    if not _restat_index(staging, pristine.tree / ".git" / "index"):
+        gitutil.git(staging, "read-tree", "HEAD")
+    return cloned[0]
+
+
+_STAT = struct.Struct(">10I")  # an index entry's ctime s/ns, mtime s/ns, dev, ino, mode, uid,
+#                                gid, size; then the object id (20), flags (2), the path
+
+
+def _restat_index(tree: Path, source: Path) -> bool:
+    """Write tree's .git/index as a copy of source (the cached repository's index, which git
+    keeps true to the cached files) with the stat data of tree's copies. A copy is trusted
+    only where its type, size and mtime are those source recorded (cp -a keeps mtimes);
+    any other keeps no stat data, so git reads it. False where the index is in a form this
+    does not handle (not version 2 or 3, conflicts, a split index): use read-tree then."""
+    try:
+        data = bytearray(source.read_bytes())
+    except OSError:
+        return False
+    if len(data) < 32 or data[:4] != b"DIRC":
+        return False
+    version, count = struct.unpack_from(">II", data, 4)
+    end = len(data) - 20
+    trailer = bytes(data[end:])
+    if version not in (2, 3) or trailer not in (bytes(20), hashlib.sha1(data[:end]).digest()):
+        return False
+    base = os.fsencode(tree) + b"/"
+    off = 12
+    for _ in range(count):
+        fields = _STAT.unpack_from(data, off)
+        mode, size = fields[6], fields[9]
+        flags = int.from_bytes(data[off + 60:off + 62], "big")
+        if flags & 0x3000 or (flags & 0x4000 and version < 3):
+            return False
+        name = off + 62 + (2 if flags & 0x4000 else 0)
+        nul = data.index(0, name)
+        try:
+            st = os.lstat(base + bytes(data[name:nul]))
+        except OSError:
+            st = None
+        if st is not None and stat.S_IFMT(st.st_mode) == stat.S_IFMT(mode) \
+                and st.st_size & 0xFFFFFFFF == size \
+                and st.st_mtime_ns // 10**9 == fields[2] \
+                and fields[3] in (0, st.st_mtime_ns % 10**9):
+            ctime = divmod(st.st_ctime_ns, 10**9)
+            _STAT.pack_into(data, off, ctime[0] & 0xFFFFFFFF, ctime[1], fields[2],
+                            st.st_mtime_ns % 10**9,
+                            st.st_dev & 0xFFFFFFFF, st.st_ino & 0xFFFFFFFF, mode,
+                            st.st_uid & 0xFFFFFFFF, st.st_gid & 0xFFFFFFFF, size)
+        elif stat.S_IFMT(mode) != 0o160000:  # a submodule's entry has no file to stat
+            _STAT.pack_into(data, off, 0, 0, 0, 0, 0, 0, mode, 0, 0, 0)
+        off = (nul + 8 - off) // 8 * 8 + off
+    while off < end:  # extensions: a split index points at another file
+        if data[off:off + 4] == b"link":
+            return False
+        off += 8 + int.from_bytes(data[off + 4:off + 8], "big")
+    if trailer != bytes(20):
+        data[end:] = hashlib.sha1(data[:end]).digest()
+    index = tree / ".git" / "index"
+    tmp = index.with_name("index.bakery-tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, index)
+    return True
+
+
 def _write_files(tree: Path, writes: dict[str, tuple[bytes | None, int | None]]) -> None:
     for rel, (content, mode) in writes.items():
         path = tree / rel
@@ -263,12 +417,15 @@ def _write_files(tree: Path, writes: dict[str, tuple[bytes | None, int | None]])
             path.unlink()  # never write through a link shared with the cache
         if content is None:
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                     mode if mode is not None else 0o644)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(content)
-        os.chmod(path, mode if mode is not None else 0o644)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                         mode if mode is not None else 0o644)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(content)
+            os.chmod(path, mode if mode is not None else 0o644)
+        except OSError as e:  # the plan should have refused it; never a traceback
+            raise BakeryError(f"cannot write {rel}: {e.strerror}") from None
 
 
 def write_tree(pl: Plan, series: Series, pristine: Pristine, staging: Path,
@@ -276,21 +433,73 @@ def write_tree(pl: Plan, series: Series, pristine: Pristine, staging: Path,
     """Write the pristine tree and the planned changes into staging (with commits)."""
     report = pl.report
     report.pristine_commit = _populate(pristine, staging)
-    for d, dres, writes in zip(series.load_diffs(), report.diffs, pl.writes, strict=True):
+    for writes in pl.writes:
         _write_files(staging, writes)
-        if commits:
-            dres.commit = gitutil.commit_paths(
-                staging, sorted(writes), f"{d.name}\n\nBakery-Diff-Sha256: {d.sha256}\n")
         for rel, (content, _) in writes.items():
             if content is None:
                 report.files_sha256.pop(rel, None)
             else:
                 report.files_sha256[rel] = hashlib.sha256(content).hexdigest()
-    report.head = gitutil.head(staging)
+    report.head = report.pristine_commit
+    if commits:
+        messages = [f"{d.name}\n\nBakery-Diff-Sha256: {d.sha256}\n" for d in series.load_diffs()]
+        ids = _commit_series(staging, report.pristine_commit, messages, pl.writes)
+        for dres, commit in zip(report.diffs, ids, strict=True):
+            dres.commit = commit
+        report.head = ids[-1] if ids else report.head
     exclude = staging / ".git" / "info" / "exclude"
     exclude.parent.mkdir(parents=True, exist_ok=True)
     with exclude.open("a") as fh:
         fh.write("/.bakery/\n")
+
+
+def _identity(who: str) -> bytes:
+    ident = gitutil.IDENTITY
+    when = datetime.datetime.strptime(ident[f"GIT_{who}_DATE"], "%Y-%m-%dT%H:%M:%S%z")
+    return (f"{ident[f'GIT_{who}_NAME']} <{ident[f'GIT_{who}_EMAIL']}> "
+            f"{int(when.timestamp())} {when.strftime('%z')}").encode()
+
+
+def _fast_import_path(rel: str) -> bytes:
+    path = os.fsencode(rel)
+    if b"\n" in path or path.startswith(b'"'):
+        return b'"' + path.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(
+            b"\n", b"\\n") + b'"'
+    return path
+
+
+def _commit_series(tree: Path, parent: str, messages: list[str],
+                   writes: list[dict[str, tuple[bytes | None, int | None]]]) -> list[str]:
+    """One commit per diff, all written by one git fast-import from the planned contents
+    (it reads neither the index nor the work tree, so a long series costs no more reads of
+    the tree), then the index brought to the last commit for the paths the series wrote.
+    The commits are those `git add` + `git commit` would make. Returns their ids."""
+    head = (tree / ".git" / "HEAD").read_text().strip()
+    if not head.startswith("ref: refs/heads/"):
+        raise BakeryError(f"{tree}: HEAD is not a branch")
+    ref = head[5:].encode()
+    who = b"author %s\ncommitter %s\n" % (_identity("AUTHOR"), _identity("COMMITTER"))
+    stream = []
+    for i, (message, changes) in enumerate(zip(messages, writes, strict=True), 1):
+        msg = message.encode()
+        stream += [b"commit %s\nmark :%d\n%sdata %d\n" % (ref, i, who, len(msg)), msg, b"\n"]
+        if i == 1:
+            stream.append(b"from %s\n" % parent.encode())
+        for rel, (content, mode) in sorted(changes.items()):
+            if content is None:
+                stream.append(b"D %s\n" % _fast_import_path(rel))
+            else:
+                kind = b"100755" if (mode or 0) & 0o100 else b"100644"
+                stream += [b"M %s inline %s\ndata %d\n" % (kind, _fast_import_path(rel),
+                                                              len(content)), content, b"\n"]
+    stream += [b"get-mark :%d\n" % i for i in range(1, len(messages) + 1)]
+    stream.append(b"done\n")
+    ids = gitutil.git(tree, "fast-import", "--quiet", "--done", input=b"".join(stream)).split()
+    paths = sorted({rel for changes in writes for rel in changes})
+    if paths:
+        gitutil.git(tree, "update-index", "--add", "--remove", "-z", "--stdin",
+                    input=b"".join(os.fsencode(p) + b"\0" for p in paths))
+    return ids
 
 
 def write_failed(pl: Plan, series: Series, pristine: Pristine, failed_out: Path) -> None:
@@ -319,7 +528,7 @@ def write_failed(pl: Plan, series: Series, pristine: Pristine, failed_out: Path)
         write_json(staging / MANIFEST, {**report.manifest(), "status": "conflict"})
         os.replace(staging, failed_out)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        _discard(staging)
         raise
 
 
@@ -353,7 +562,7 @@ def bake(series: Series, pristine: Pristine, out: Path, *, fuzz: int = 0,
         remove_tree(out)
         os.replace(staging, out)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        _discard(staging)
         raise
     with contextlib.suppress(OSError):
         remove_tree(failed_out)

@@ -15,6 +15,7 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from bakery import __version__, render
 from bakery.errors import BakeryError
@@ -33,8 +34,8 @@ err_console = Console(stderr=True, highlight=False)
 
 
 def fail(err: BakeryError) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {err.message}", markup=True, highlight=False,
-                      soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(err.message)}", markup=True,
+                      highlight=False, soft_wrap=True)
     raise typer.Exit(code=err.exit_code)
 
 
@@ -53,8 +54,8 @@ def _root(
 
 
 def _events(event: str, detail: str) -> None:
-    err_console.print(f"[dim]{detail}[/]" if event == "detected" else detail, markup=True,
-                      highlight=False)
+    err_console.print(f"[dim]{escape(detail)}[/]" if event == "detected" else escape(detail),
+                      markup=True, highlight=False, soft_wrap=True)
 
 
 SeriesArg = Annotated[str, typer.Argument(help="A series under launcher/ (dcp2), or a path "
@@ -127,7 +128,7 @@ def check(
         except BakeryError as e:
             fail(e)
         for line in stale:
-            err_console.print(f"[red]not up to date:[/] {line}", markup=True)
+            err_console.print(f"[red]not up to date:[/] {escape(line)}", markup=True)
         code = 1 if stale else 0
     raise typer.Exit(code=code)
 
@@ -221,7 +222,7 @@ def matrix(
             versions += [v for v in mx.select_versions(since, pre) if v not in versions]
         if not versions:
             raise BakeryError("matrix needs --vllm VERSION... or --since VERSION")
-        err_console.print(f"baking {s.name} on {', '.join(versions)} with {jobs} workers")
+        err_console.print(escape(f"baking {s.name} on {', '.join(versions)} with {jobs} workers"))
         rows = mx.run(str(s.path), versions, out_root=out.absolute(), jobs=jobs,
                       verify=do_verify, interpret=interpret, home=project_root())
     except BakeryError as e:
@@ -255,8 +256,8 @@ def refresh(
     except BakeryError as e:
         fail(e)
     for n in notes:
-        err_console.print(f"[dim]{n}[/]", markup=True)
-    out_console.print(f"wrote port {port}")
+        err_console.print(f"[dim]{escape(n)}[/]", markup=True)
+    out_console.print(f"wrote port {escape(str(port))}")
 
 
 @app.command()

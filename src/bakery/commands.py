@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bakery import sources
-from bakery.bake import Events, bake, plan
+from bakery.bake import Events, _display, bake, plan
 from bakery.cache import Cache
 from bakery.errors import BakeryError, UsageError
 from bakery.report import BakeReport
@@ -53,14 +53,15 @@ def _prepare(series_spec: str, vllm: str | None, *, allow_dirty: bool, use_port:
     series = load_series(series_spec)
     cache = cache or Cache()
     try:
+        series.load_diffs()  # a bad diff is reported before any download
         pristine = _pristine(series, vllm, cache, allow_dirty, progress)
         port = port_dir(series, pristine.version) if use_port else None
         if port is not None:
             series.use_port(port)
         series.load_diffs()
     except BakeryError as e:
-        raise ReportedError(e, BakeReport(series.name, str(series.path), error=e.message)) \
-            from None
+        raise ReportedError(e, BakeReport(series.name, _display(series.path),
+                                          error=e.message)) from None
     return series, pristine, cache
 
 
@@ -86,9 +87,10 @@ def apply(series_spec: str, *, vllm: str | None = None, out: Path | None = None,
                       fallback=_fallback(series, pristine, cache, merge, progress),
                       events=events)
     except BakeryError as e:
-        raise ReportedError(e, BakeReport(series.name, str(series.path), error=e.message,
-                                          version=pristine.version, source=pristine.source,
-                                          sha256=pristine.sha256)) from None
+        raise ReportedError(e, BakeReport(series.name, _display(series.path),
+                                          error=e.message, version=pristine.version,
+                                          source=pristine.source, sha256=pristine.sha256)) \
+            from None
     if report.status == "baked":
         _remember(series.name, out)
     return report
@@ -105,8 +107,8 @@ def check(series_spec: str, *, vllm: str | None = None, fuzz: int = 0,
                     fallback=_fallback(series, pristine, cache, merge, progress),
                     events=events).report
     except BakeryError as e:
-        raise ReportedError(e, BakeReport(series.name, str(series.path), error=e.message)) \
-            from None
+        raise ReportedError(e, BakeReport(series.name, _display(series.path),
+                                          error=e.message)) from None
 
 
 def up_to_date(series_spec: str, events: Events | None = None) -> list[str]:

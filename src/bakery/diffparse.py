@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,6 +151,13 @@ class Diff:
 
 
 def _tree_path(diff: Diff, fp: FilePatch, name: str, strip: int, root: str) -> str:
+    try:
+        # Header names were read one char per byte (latin-1); the tree's names are UTF-8,
+        # so "café" must become café, not its mojibake, and other bytes are refused.
+        name = name.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        raise UnsafePathError(diff.path, fp.diff_line,
+                              f"path {name.encode('latin-1')!r} is not valid UTF-8") from None
     parts = [p for p in name.split("/") if p not in ("", ".")]
     if len(parts) <= strip:
         raise DiffError(diff.path, fp.diff_line, f"path {name!r} has fewer than {strip + 1} parts")
@@ -161,15 +169,20 @@ def _tree_path(diff: Diff, fp: FilePatch, name: str, strip: int, root: str) -> s
 
 
 def check_safe_path(diff_path: Path, line: int, name: str, parts: list[str]) -> None:
-    """Refuse names that could escape the tree or reach into git's own files."""
+    """Refuse names that could escape the tree or reach into git's or bakery's own files."""
     if name.startswith("/") and name != DEV_NULL:
         raise UnsafePathError(diff_path, line, f"absolute path {name!r} refused")
+    if parts and parts[0].lower() == ".bakery":
+        raise UnsafePathError(diff_path, line, f"path {name!r} writes into .bakery (bakery's "
+                              "manifest)")
     for part in parts:
         if part == "..":
             raise UnsafePathError(diff_path, line, f"path {name!r} has a '..' component")
         if part.lower() == ".git":
             raise UnsafePathError(diff_path, line, f"path {name!r} writes into .git")
-        if any(c in part for c in "\0\n\r\\") or any(ord(c) < 32 for c in part):
+        # Cc: NUL, newline, escapes; Cf: bidi overrides and zero-width characters that
+        # make a name read as another.
+        if "\\" in part or any(unicodedata.category(c) in ("Cc", "Cf") for c in part):
             raise UnsafePathError(diff_path, line, f"path {name!r} has a control character")
 
 
@@ -200,7 +213,7 @@ def _split_lines(path: Path, data: bytes) -> list[str]:
 def _unquote(path: Path, line: int, name: str) -> str:
     """Undo git's C-style quoting of names ("a\\tb", octal escapes)."""
     if not (len(name) >= 2 and name.startswith('"') and name.endswith('"')):
-        return name
+        return _check_length(path, line, name)
     body = name[1:-1]
     out = bytearray()
     i = 0
@@ -222,7 +235,15 @@ def _unquote(path: Path, line: int, name: str) -> str:
         else:
             out.extend(c.encode("latin-1"))
             i += 1
-    return out.decode("latin-1")
+    return _check_length(path, line, out.decode("latin-1"))
+
+
+def _check_length(path: Path, line: int, name: str) -> str:
+    # Linux's limits (PATH_MAX, NAME_MAX), checked here so that no later stat of the name
+    # fails with ENAMETOOLONG.
+    if len(name) >= 4096 or any(len(part) > 255 for part in name.split("/")):
+        raise DiffError(path, line, f"file name too long ({name[:60]!r}...)")
+    return name
 
 
 def _header_name(path: Path, line: int, rest: str) -> str:
@@ -230,7 +251,9 @@ def _header_name(path: Path, line: int, rest: str) -> str:
     name = rest.split("\t", 1)[0]
     if name.startswith('"'):
         end = name.rfind('"')
-        name = name[: end + 1] if end > 0 else name
+        if end <= 0:
+            raise DiffError(path, line, f"unterminated quoted name {name[:80]!r}")
+        name = name[: end + 1]
     else:
         name = name.rstrip(" ")
         # `diff -u` without tabs: "--- a/x 2024-01-01 ..." is rare; names with spaces are kept.
@@ -245,6 +268,8 @@ class _Parser:
         self.path = path
         self.lines = _split_lines(path, data)
         self.i = 0  # index of the next line
+        self.hunk_end = -1  # index of the line right after the last hunk read
+        self._ed_ahead: list[bool | None] | None = None  # see _looks_like_ed
 
     def err(self, line: int, problem: str) -> DiffError:
         return DiffError(self.path, line, problem)
@@ -275,7 +300,11 @@ class _Parser:
                 raise self.err(lineno, "hunk without a file header (--- / +++)")
             self._refuse_other_formats(line, lineno)
             if git_hdr is not None:
-                raise self.err(lineno, f"unexpected line in git header: {line[:60]!r}")
+                if not {"new_file", "deleted", "new_mode"} & set(git_hdr):
+                    raise self.err(lineno, f"unexpected line in git header: {line[:60]!r}")
+                # A mode change or empty file ends where prose (a mail's "-- ") begins.
+                files.extend(self._hunkless_git(git_hdr))
+                git_hdr = None
             self.i += 1  # prose between files, as in mails and `git format-patch`
         if git_hdr is not None:
             files.extend(self._hunkless_git(git_hdr))
@@ -294,22 +323,30 @@ class _Parser:
             raise self.err(lineno, "context-format diff refused; regenerate it with `diff -u`")
         if _ED_RE.match(line) and self._looks_like_ed(self.i):
             raise self.err(lineno, "ed script refused (bakery never runs ed commands)")
-        if (line.startswith(("+", "-", " ", "\\")) and line != "-- " and self.i > 0
-                and self._after_hunk(self.i)):
+        # Only the line right after a hunk: prose elsewhere (a format-patch diffstat after
+        # "---", a mail's "- item" list) may start with any of these.
+        if (line.startswith(("+", "-", " ", "\\")) and line != "-- "
+                and self.i == self.hunk_end):
             raise self.err(lineno, "line beyond the counts in the hunk header")
 
     def _looks_like_ed(self, i: int) -> bool:
         # An ed command line followed by text and a lone "." (or another command).
-        for j in range(i + 1, min(len(self.lines), i + 100000)):
-            if self.lines[j] == ".":
-                return True
-            if _HUNK_RE.match(self.lines[j]) or self.lines[j].startswith("--- "):
-                return False
-        return self.lines[i].endswith("d")
-
-    def _after_hunk(self, i: int) -> bool:
-        prev = self.lines[i - 1]
-        return bool(prev) and prev[0] in "+- \\@" and not prev.startswith(("--- ", "+++ "))
+        # What comes first after each line (a lone ".": True, a hunk or file header: False)
+        # is found once for all lines, backwards: scanning ahead from every command-like
+        # line was quadratic ("1a\n" * 10**5 took minutes).
+        if self._ed_ahead is None:
+            ahead: list[bool | None] = [None] * len(self.lines)
+            cur: bool | None = None
+            for j in range(len(self.lines) - 1, -1, -1):
+                ahead[j] = cur
+                line = self.lines[j]
+                if line == ".":
+                    cur = True
+                elif line.startswith("--- ") or _HUNK_RE.match(line):
+                    cur = False
+            self._ed_ahead = ahead
+        found = self._ed_ahead[i]
+        return found if found is not None else self.lines[i].endswith("d")
 
     def _git_extended(self, hdr: dict[str, object], line: str, lineno: int) -> bool:
         for prefix in _GIT_UNSUPPORTED:
@@ -384,6 +421,7 @@ class _Parser:
             fp.hunks.append(self._hunk(fp, len(fp.hunks) + 1))
         if not fp.hunks:
             raise self.err(lineno, "file header without hunks")
+        self.hunk_end = self.i
         self._check_order(fp)
         return fp
 
@@ -430,6 +468,7 @@ class _Parser:
                     old_noeol = True
                 if last_kind in " +":
                     new_noeol = True
+                last_kind = "\\"  # a second marker in a row follows no line: refused
                 self.i += 1
                 continue
             if kind not in " -+":

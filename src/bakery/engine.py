@@ -130,6 +130,9 @@ class _Pattern:
     old_noeol: bool
     new_noeol: bool
     top: int = 0  # context lines trimmed from the top
+    #: "start" or "end": the hunk may only match at that end of the file (GNU patch's rule
+    #: for a hunk with less context on one side: it was made at the file's start or end).
+    anchor: str | None = None
 
     @property
     def old(self) -> list[str]:
@@ -140,14 +143,26 @@ class _Pattern:
         return [_norm(t) for k, t in self.lines if k != "-"]
 
 
+def _context(h: Hunk) -> int:
+    return max(h.leading_context(), h.trailing_context())
+
+
 def _trim(h: Hunk, fuzz: int) -> _Pattern:
-    top = min(fuzz, h.leading_context())
-    bottom = min(fuzz, h.trailing_context())
-    # GNU patch keeps a hunk anchored at the start or end of the file anchored.
-    if h.old_start <= 1:
+    """The hunk at fuzz level ``fuzz``, trimmed as GNU patch trims it (locate_hunk): the
+    side with less context loses that much less, and a side short of context anchors the
+    hunk to that end of the file (the start only for a hunk stated at line 1)."""
+    context = _context(h)
+    top = fuzz + h.leading_context() - context
+    bottom = fuzz + h.trailing_context() - context
+    anchor = None
+    if top < 0:
+        anchor = "start" if h.old_start <= 1 else None
         top = 0
+    if bottom < 0:
+        anchor = "end"
+        bottom = 0
     lines = h.lines[top: len(h.lines) - bottom]
-    return _Pattern(lines, h.old_noeol and not bottom, h.new_noeol and not bottom, top)
+    return _Pattern(lines, h.old_noeol and not bottom, h.new_noeol and not bottom, top, anchor)
 
 
 def _matches(lines: list[str], eols: list[str], pat: list[str], pos: int,
@@ -165,17 +180,28 @@ def _matches(lines: list[str], eols: list[str], pat: list[str], pos: int,
 
 
 def _search(lines: list[str], eols: list[str], pat: list[str], expected: int, lo: int,
-            noeol: bool) -> int | None:
-    """Nearest position >= lo where pat matches, trying ``expected`` first."""
+            noeol: bool, anchor: str | None = None, within: int | None = None) -> int | None:
+    """Nearest position >= lo where pat matches, trying ``expected`` first, then farther
+    lines, below before above at equal distance (as GNU patch does); with ``within``, only
+    positions nearer than that to ``expected``."""
     hi = len(lines) - len(pat)
     if not pat:
         return min(max(expected, lo), len(lines)) if expected <= len(lines) else None
     if hi < lo:
         return None
+    if anchor is not None:
+        pos = lo if anchor == "start" and lo == 0 else hi if anchor == "end" else -1
+        if within is not None and abs(pos - expected) >= within:
+            return None
+        return pos if pos >= lo and _matches(lines, eols, pat, pos, noeol) else None
+    if within is not None:
+        lo, hi = max(lo, expected - within + 1), min(hi, expected + within - 1)
+        if hi < lo:
+            return None
     expected = min(max(expected, lo), hi)
     first = pat[0]
     for d in range(0, max(expected - lo, hi - expected) + 1):
-        for pos in (expected - d, expected + d) if d else (expected,):
+        for pos in (expected + d, expected - d) if d else (expected,):
             if lo <= pos <= hi and lines[pos] == first and _matches(lines, eols, pat, pos, noeol):
                 return pos
     return None
@@ -220,14 +246,18 @@ def apply_hunks(fp: FilePatch, content: bytes, fuzz: int = 0) -> tuple[bytes, li
         base = h.old_start - 1 if h.old_len else h.old_start
         stated = base + delta
         res = None
-        for level in range(0, fuzz + 1):
+        for level in range(0, min(fuzz, _context(h)) + 1):
             pat = _trim(h, level)
-            if level and pat.top == 0 and len(pat.lines) == len(h.lines):
-                break  # nothing more to trim
-            pos = _search(lines, eols, pat.old, stated + run + pat.top, lo, pat.old_noeol)
+            # max(lo, top): the hunk with its dropped context must still start in the file.
+            pos = _search(lines, eols, pat.old, stated + run + pat.top, max(lo, pat.top),
+                          pat.old_noeol, pat.anchor)
             already = None
-            if level == 0 and pat.new != pat.old and pat.new:
-                already = _search(lines, eols, pat.new, stated + run, lo, pat.new_noeol)
+            # Only a result nearer than the match can win, so look no farther than that:
+            # searching the whole file after every applied hunk made big diffs quadratic.
+            near = None if pos is None else abs(pos - stated - run)
+            if level == 0 and pat.new != pat.old and pat.new and near != 0:
+                already = _search(lines, eols, pat.new, stated + run, lo, pat.new_noeol,
+                                  pat.anchor, within=near)
             if already is not None and (pos is None or abs(already - stated - run)
                                         < abs(pos - stated - run)):
                 offset = already - stated

@@ -37,13 +37,14 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-_BASE = ["-c", "safe.directory=*", "-c", "core.autocrlf=false", "-c", "core.fileMode=true",
+# --literal-pathspecs: a path from a diff is a name, never pathspec magic (":/x", "*").
+_BASE = ["--literal-pathspecs", "-c", "safe.directory=*", "-c", "core.autocrlf=false", "-c", "core.fileMode=true",
          "-c", "core.symlinks=true", "-c", "gc.auto=0", "-c", "init.defaultBranch=main",
          "-c", "commit.gpgSign=false", "-c", "core.quotePath=false"]
 
 
 def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True) -> str:
-    cmd = ["git", *_BASE, *args]
+    cmd = ["git", *_BASE, *args]  # args may start with global options (--no-optional-locks)
     try:
         proc = subprocess.run(cmd, cwd=cwd, env=clean_env(), input=input,
                               capture_output=True, check=False)
@@ -81,5 +82,6 @@ def is_repo(path: Path) -> bool:
 
 
 def dirty(path: Path) -> list[str]:
-    out = git(path, "status", "--porcelain", "--untracked-files=normal")
+    """Uncommitted changes, without refreshing the index: a source checkout is only read."""
+    out = git(path, "--no-optional-locks", "status", "--porcelain", "--untracked-files=normal")
     return [line for line in out.splitlines() if line.strip()]

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
                            TransferSpeedColumn)
+from rich.markup import escape
 from rich.table import Table
 
 from bakery.report import BakeReport
@@ -22,13 +23,14 @@ def _status(s: str) -> str:
 def bake_report(console: Console, report: BakeReport) -> None:
     """One table per diff and file, a row per hunk, then every problem on its own line."""
     src = f"vLLM {report.version}" if report.version else report.source
-    port = f"  [cyan](port {report.port})[/]" if report.port else ""
-    console.print(f"[bold]{report.series_name}[/] on {src}{port}", soft_wrap=True)
+    port = f"  [cyan](port {escape(report.port)})[/]" if report.port else ""
+    console.print(f"[bold]{escape(report.series_name)}[/] on {escape(str(src))}{port}",
+                  soft_wrap=True)
     for d in report.diffs:
-        console.print(f"[bold]{d.name}[/]  {_status(d.status.value)}  [dim]{d.sha256[:12]}[/]",
+        console.print(f"[bold]{escape(d.name)}[/]  {_status(d.status.value)}  [dim]{d.sha256[:12]}[/]",
                       soft_wrap=True)
         for f in d.files:
-            console.print(f"  {f.path}  {_status(f.status.value)}", soft_wrap=True)
+            console.print(f"  {escape(f.path)}  {_status(f.status.value)}", soft_wrap=True)
             table = Table(box=None, padding=(0, 1), pad_edge=False, show_edge=False)
             for col in ("hunk", "outcome", "line", "offset", "fuzz", "why"):
                 table.add_column(col, justify="right" if col in ("hunk", "line", "offset",
@@ -36,22 +38,22 @@ def bake_report(console: Console, report: BakeReport) -> None:
             for h in f.hunks:
                 table.add_row(str(h.index), _status(h.status.value), str(h.line),
                               f"{h.offset:+d}" if h.offset else "0", str(h.fuzz),
-                              h.reason or "" if not h.status.ok or h.status.value == "merged"
+                              escape(h.reason or "") if not h.status.ok or h.status.value == "merged"
                               else "")
             console.print(table)
     for d in report.diffs:
         for w in d.warnings:
-            console.print(f"[yellow]warning:[/] {d.name}: {w}", soft_wrap=True)
+            console.print(f"[yellow]warning:[/] {escape(d.name)}: {escape(w)}", soft_wrap=True)
         for f in d.files:
             bad = [h for h in f.hunks if not h.status.ok]
             if not bad:
                 continue
             where = ", ".join(f"{h.index} (line {h.line})" for h in bad)
             actions = sorted({h.action for h in bad if h.action})
-            console.print(f"[red]{d.name}: {f.path}: hunks {where} "
+            console.print(f"[red]{escape(d.name)}: {escape(f.path)}: hunks {where} "
                           f"{'do' if len(bad) > 1 else 'does'} not apply[/]", soft_wrap=True)
             for a in actions:
-                console.print(f"  next: {a}", soft_wrap=True)
+                console.print(f"  next: {escape(a)}", soft_wrap=True)
     counts: dict[str, int] = {}
     for d in report.diffs:
         for f in d.files:
@@ -59,27 +61,27 @@ def bake_report(console: Console, report: BakeReport) -> None:
                 counts[h.status.value] = counts.get(h.status.value, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
     if report.status == "baked":
-        console.print(f"[bold green]baked[/] {report.out} ({summary})")
+        console.print(f"[bold green]baked[/] {escape(str(report.out))} ({summary})")
     elif report.status == "checked":
         console.print(f"[bold green]applies[/] ({summary})")
     else:
         console.print(f"[bold red]does not apply[/] ({summary})"
-                      + (f"; attempt written to {report.failed_out}" if report.failed_out
+                      + (f"; attempt written to {escape(report.failed_out)}" if report.failed_out
                          else ""))
 
 
 def series_list(console: Console, rows: list[dict[str, object]]) -> None:
     for row in rows:
-        console.print(f"[bold]{row['name']}[/]  base {row['base'] or '-'}  "
-                      f"root {row['root'] or '(detected)'}  {row['path']}")
+        console.print(escape(f"{row['name']}  base {row['base'] or '-'}  "
+                             f"root {row['root'] or '(detected)'}  {row['path']}"))
         if row["description"]:
-            console.print(f"  {row['description']}")
+            console.print(f"  {escape(str(row['description']))}")
         if row["ports"]:
-            console.print(f"  ports: {', '.join(row['ports'])}")  # type: ignore[arg-type]
+            console.print(escape(f"  ports: {', '.join(row['ports'])}"))  # type: ignore[arg-type]
         for d in row["diffs"]:  # type: ignore[attr-defined]
-            console.print(f"  {d['name']}  ({d['hunks']} hunks)")
+            console.print(escape(f"  {d['name']}  ({d['hunks']} hunks)"))
             for f in d["files"]:
-                console.print(f"    {f}")
+                console.print(escape(f"    {f}"))
 
 
 def download_progress(console: Console) -> Callable[[int, int | None], None]:
@@ -105,12 +107,12 @@ def matrix_grid(console: Console, series: str, rows: list) -> None:  # type: ign
     from bakery.matrix import diff_names, summarize
 
     names = diff_names(rows)
-    table = Table(title=f"{series}: releases x diffs", title_justify="left")
+    table = Table(title=escape(f"{series}: releases x diffs"), title_justify="left")
     table.add_column("release")
     table.add_column("status")
     table.add_column("port")
     for n in names:
-        table.add_column(n if len(n) <= 24 else n[:21] + "...")
+        table.add_column(escape(n if len(n) <= 24 else n[:21] + "..."))
     table.add_column("verify")
     table.add_column("s", justify="right")
     for r in rows:
@@ -119,9 +121,10 @@ def matrix_grid(console: Console, series: str, rows: list) -> None:  # type: ign
             r.status, f"[red]{r.status}[/]")
         verify = {"passed": "[green]passed[/]", "failed": "[red]failed[/]"}.get(
             r.verify or "", "-")
-        table.add_row(r.version, status, r.port or "-", *[cells.get(n, "-") for n in names],
+        table.add_row(escape(r.version), status, escape(r.port or "-"),
+                      *[escape(cells.get(n, "-")) for n in names],
                       verify, f"{r.seconds:.1f}")
     console.print(table)
     for r in rows:
         if r.error:
-            console.print(f"[red]{r.version}:[/] {r.error}")
+            console.print(f"[red]{escape(r.version)}:[/] {escape(r.error)}")

@@ -1,0 +1,230 @@
+"""The strict unified-diff parser: good samples match unidiff's reading; bad ones are
+refused with one line naming the diff file and the line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import unidiff
+
+from bakery.diffparse import DEV_NULL, read_diff
+from bakery.errors import DiffError, UnsafePathError
+
+from .conftest import PROJECT, SAMPLES
+
+GOOD = ["two_hunks.diff", "git_files.diff", "noeol_old.diff", "noeol_new.diff",
+        "noeol_both.diff", "crlf_lines.diff"]
+
+#: sample -> (line the error names, words the message holds)
+BAD = {
+    "bad_beyond_counts.diff": (7, "beyond the counts"),
+    "bad_truncated.diff": (6, "truncated"),
+    "bad_hunk_header.diff": (3, "malformed hunk header"),
+    "bad_binary.diff": (3, "binary patch refused"),
+    "bad_git_binary.diff": (3, "binary patch refused"),
+    "bad_rename.diff": (3, "renames and copies are not supported"),
+    "bad_context_format.diff": (1, "context-format diff refused"),
+    "bad_ed.diff": (1, "ed script refused"),
+    "bad_hunk_order.diff": (7, "hunks must be in order"),
+    "bad_prose_only.diff": (1, "no unified diff found"),
+    "bad_hunk_without_header.diff": (2, "hunk without a file header"),
+    "bad_symlink_mode.diff": (2, "file mode 120000 refused"),
+    "bad_noeol_middle.diff": (6, "is not after a last line"),
+    "bad_line_kind.diff": (5, "bad line in hunk 1"),
+    "bad_empty.diff": (None, "no unified diff found"),
+}
+
+UNSAFE = {
+    "unsafe_absolute.diff": "absolute path",
+    "unsafe_dotdot.diff": "'..' component",
+    "unsafe_dotgit.diff": "writes into .git",
+}
+
+
+def parse(text: str | bytes, name: str = "t.diff") -> list:
+    path = Path(name)
+    data = text.encode() if isinstance(text, str) else text
+    return read_diff(path, data).files
+
+
+@pytest.mark.parametrize("sample", GOOD)
+def test_good_samples_read_as_unidiff_reads_them(sample: str) -> None:
+    diff = read_diff(SAMPLES / sample)
+    ref = unidiff.PatchSet(
+        (SAMPLES / sample).read_bytes().decode("latin-1").splitlines(keepends=True))
+    assert len(diff.files) == len(ref)
+    for fp, rf in zip(diff.files, ref, strict=True):
+        assert (fp.old_name, fp.new_name) == (rf.source_file, rf.target_file)
+        assert fp.is_new == rf.is_added_file
+        assert fp.is_delete == rf.is_removed_file
+        assert len(fp.hunks) == len(rf)
+        for h, rh in zip(fp.hunks, rf, strict=True):
+            assert (h.old_start, h.old_len, h.new_start, h.new_len) == (
+                rh.source_start, rh.source_length, rh.target_start, rh.target_length)
+            ref_lines = [(ln.line_type, ln.value.rstrip("\n")) for ln in rh
+                         if ln.line_type in " -+"]
+            assert h.lines == ref_lines
+
+
+def test_sha256_and_name_are_of_the_file_bytes() -> None:
+    import hashlib
+
+    diff = read_diff(SAMPLES / "two_hunks.diff")
+    assert diff.name == "two_hunks.diff"
+    assert diff.sha256 == hashlib.sha256((SAMPLES / "two_hunks.diff").read_bytes()).hexdigest()
+
+
+def test_git_headers_give_modes_new_and_deleted_files() -> None:
+    files = read_diff(SAMPLES / "git_files.diff").files
+    app, old, new, run = files
+    assert (app.old_mode, app.new_mode, app.git) == (None, None, True)
+    assert old.is_delete and old.old_mode == 0o644 and old.new_name == DEV_NULL
+    assert new.is_new and new.new_mode == 0o755 and new.old_name == DEV_NULL
+    assert (run.old_mode, run.new_mode, run.hunks) == (0o644, 0o755, [])
+
+
+def test_format_patch_mail_with_diffstat_and_signature() -> None:
+    files = read_diff(SAMPLES / "format_patch.diff").files
+    assert [f.new_name for f in files] == ["b/pkg/app.py", DEV_NULL, "b/tools/new.sh",
+                                           "b/tools/run.sh"]
+    assert files[3].new_mode == 0o755
+
+
+def test_prose_with_dash_items_and_a_signature_around_a_diff() -> None:
+    (fp,) = read_diff(SAMPLES / "prose_around.diff").files
+    assert fp.hunks[0].lines == [(" ", "a"), ("-", "b"), ("+", "B"), (" ", "c")]
+
+
+def test_last_line_without_newline_is_accepted() -> None:
+    (fp,) = read_diff(SAMPLES / "last_line_no_newline.diff").files
+    h = fp.hunks[0]
+    assert h.lines[-1] == (" ", "c")
+    assert not h.old_noeol and not h.new_noeol
+
+
+def test_the_users_dcp2_diff_parses() -> None:
+    path = PROJECT / "launcher" / "dcp2" / "diffs" / \
+        "02-model_executor_kernels_attention_dsa_candidate_blocks.py.diff"
+    assert not path.read_bytes().endswith(b"\n")  # the case this test is about
+    (fp,) = read_diff(path).files
+    assert fp.old_name == "baked-ours/model_executor/kernels/attention/dsa/candidate_blocks.py"
+    assert [h.old_start for h in fp.hunks] == [1, 27, 43, 137, 174, 196]
+    assert fp.hunks[-1].lines[-1] == (" ", "        return")
+
+
+@pytest.mark.parametrize(("sample", "old_noeol", "new_noeol"), [
+    ("noeol_old.diff", True, False), ("noeol_new.diff", False, True),
+    ("noeol_both.diff", True, True)])
+def test_no_newline_markers(sample: str, old_noeol: bool, new_noeol: bool) -> None:
+    (fp,) = read_diff(SAMPLES / sample).files
+    h = fp.hunks[-1]
+    assert (h.old_noeol, h.new_noeol) == (old_noeol, new_noeol)
+
+
+def test_noeol_marker_after_a_context_line_sets_both_sides() -> None:
+    (fp,) = parse("--- a/x\n+++ b/x\n@@ -1,2 +1,3 @@\n+new\n a\n b\n"
+                  "\\ No newline at end of file\n")
+    h = fp.hunks[0]
+    assert h.old_noeol and h.new_noeol
+
+
+def test_crlf_lines_keep_their_cr_in_the_hunk() -> None:
+    (fp,) = read_diff(SAMPLES / "crlf_lines.diff").files
+    assert fp.hunks[0].lines[0] == (" ", "a\r")
+
+
+def test_timestamps_are_dropped_and_quoted_names_unquoted() -> None:
+    (fp,) = parse('--- "a/sp ace\\tx"\t2024-01-01 00:00:00\n+++ "b/sp ace\\tx"\n'
+                  "@@ -1 +1 @@\n-a\n+b\n")
+    assert fp.old_name == "a/sp ace\tx"
+    assert fp.new_name == "b/sp ace\tx"
+
+
+def test_hunk_header_without_counts_means_one_line() -> None:
+    (fp,) = parse("--- a/x\n+++ b/x\n@@ -3 +3 @@\n-a\n+b\n")
+    h = fp.hunks[0]
+    assert (h.old_start, h.old_len, h.new_start, h.new_len) == (3, 1, 3, 1)
+
+
+def test_empty_line_in_a_hunk_is_empty_context() -> None:
+    (fp,) = parse("--- a/x\n+++ b/x\n@@ -1,3 +1,3 @@\n a\n\n-b\n+B\n")
+    assert fp.hunks[0].lines == [(" ", "a"), (" ", ""), ("-", "b"), ("+", "B")]
+
+
+def test_render_round_trips_a_hunk() -> None:
+    text = (SAMPLES / "noeol_both.diff").read_text()
+    (fp,) = parse(text)
+    body = text.split("\n", 2)[2]
+    assert fp.hunks[0].render() == body
+
+
+@pytest.mark.parametrize("sample", sorted(BAD))
+def test_bad_samples_name_file_and_line(sample: str) -> None:
+    line, words = BAD[sample]
+    with pytest.raises(DiffError) as info:
+        read_diff(SAMPLES / sample)
+    err = info.value
+    assert (err.line or None) == line
+    assert words in err.problem
+    msg = str(err)
+    assert "\n" not in msg
+    assert msg.startswith(f"{SAMPLES / sample}:{line}: " if line else f"{SAMPLES / sample}: ")
+
+
+@pytest.mark.parametrize("sample", sorted(UNSAFE))
+def test_unsafe_paths_are_refused_when_resolved(sample: str) -> None:
+    diff = read_diff(SAMPLES / sample)
+    with pytest.raises(UnsafePathError, match=UNSAFE[sample]) as info:
+        diff.resolve_paths(1, "")
+    assert info.value.line == 1
+
+
+def test_resolve_paths_strips_and_adds_root() -> None:
+    diff = read_diff(SAMPLES / "git_files.diff")
+    diff.resolve_paths(1, "vllm")
+    assert [fp.path for fp in diff.files] == ["vllm/pkg/app.py", "vllm/pkg/old.py",
+                                              "vllm/tools/new.sh", "vllm/tools/run.sh"]
+
+
+def test_resolve_paths_refuses_renames_and_files_patched_twice() -> None:
+    diff = read_diff(Path("r.diff"), b"--- a/x\n+++ b/y\n@@ -1 +1 @@\n-a\n+b\n")
+    with pytest.raises(DiffError, match="renames"):
+        diff.resolve_paths(1, "")
+    twice = read_diff(Path("t.diff"), b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"
+                      b"--- a/x\n+++ b/x\n@@ -5 +5 @@\n-c\n+d\n")
+    with pytest.raises(DiffError, match="patched twice") as info:
+        twice.resolve_paths(1, "")
+    assert info.value.line == 6
+
+
+def test_too_few_path_parts_for_the_strip_count() -> None:
+    diff = read_diff(Path("s.diff"), b"--- x\n+++ x\n@@ -1 +1 @@\n-a\n+b\n")
+    with pytest.raises(DiffError, match="fewer than 2 parts"):
+        diff.resolve_paths(1, "")
+
+
+@pytest.mark.parametrize(("text", "line", "words"), [
+    ("--- a/x\n+++ b/x\n", 1, "file header without hunks"),
+    ("--- /dev/null\n+++ /dev/null\n@@ -0,0 +1 @@\n+a\n", 1, "both sides are /dev/null"),
+    ("--- /dev/null\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", 3, "new file must have one hunk"),
+    ("--- a/x\n+++ /dev/null\n@@ -1 +1 @@\n-a\n+b\n", 3, "deleted file must have one hunk"),
+    ("--- a/x\n+++ b/x\n@@ -0,1 +0,1 @@\n-a\n+b\n", 3, "starts at line 0"),
+    ("--- a/x\n+++ b/x\n@@ -1234567890,1 +1,1 @@\n-a\n+b\n", 3, "too large"),
+    ("diff --git a/x b/x\nnew file mode 100644\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n",
+     3, "'new file mode' and the --- header disagree"),
+    ("diff --git a/x b/x\nindex 1..2\n", 1, "nothing to apply"),
+    ("diff --git a/x b/x\ngarbage\n", 2, "unexpected line in git header"),
+    ("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n\\ No newline at end of file\n"
+     "\\ No newline at end of file\n", 7, "beyond the counts"),
+])
+def test_malformed_inline(text: str, line: int, words: str) -> None:
+    with pytest.raises(DiffError) as info:
+        parse(text)
+    assert info.value.line == line
+    assert words in info.value.problem
+
+
+def test_unreadable_file_is_a_diff_error(tmp_path: Path) -> None:
+    with pytest.raises(DiffError, match="cannot read"):
+        read_diff(tmp_path / "missing.diff")

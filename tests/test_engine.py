@@ -1,0 +1,456 @@
+"""The hunk engine: every outcome, files created and deleted, line endings, modes, and
+byte-for-byte agreement with GNU patch wherever both apply a diff cleanly."""
+
+from __future__ import annotations
+
+import difflib
+import random
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bakery.diffparse import FilePatch, read_diff
+from bakery.engine import FileResult, Outcome, apply_file, split_lines, worst
+
+from .conftest import SAMPLES, gnu_patch, needs_patch
+
+BASE30 = "".join(f"line {i}\n" for i in range(1, 31))
+
+
+def fpatch(text: str | bytes, strip: int = 1) -> FilePatch:
+    data = text.encode("latin-1") if isinstance(text, str) else text
+    diff = read_diff(Path("t.diff"), data)
+    diff.resolve_paths(strip, "")
+    (fp,) = diff.files
+    return fp
+
+
+def sample(name: str) -> FilePatch:
+    diff = read_diff(SAMPLES / name)
+    diff.resolve_paths(1, "")
+    return diff.files[0]
+
+
+def outcomes(res: FileResult) -> list[tuple[str, int, int, int]]:
+    return [(h.status.value, h.line, h.offset, h.fuzz) for h in res.hunks]
+
+
+def udiff(old: list[str], new: list[str], context: int = 3) -> str:
+    return "".join(difflib.unified_diff(old, new, "a/f", "b/f", n=context))
+
+
+def lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+_HUNK_RE = re.compile(r"Hunk #(\d+) (succeeded|FAILED) at (\d+)(?: with fuzz (\d+))?"
+                      r"(?: \(offset (-?\d+) lines?\))?")
+
+
+def gnu(tmp_path: Path, content: bytes | None, diff: str | bytes, *extra: str
+        ) -> tuple[int, bytes | None, dict[int, tuple[str, int, int, int]]]:
+    """GNU patch's result on the diff's one file: exit code, new content, and per hunk
+    (status, line, fuzz, offset) for the hunks it reports."""
+    tree = tmp_path / "gnu"
+    if tree.exists():
+        shutil.rmtree(tree)
+    tree.mkdir()
+    data = diff.encode("latin-1") if isinstance(diff, str) else diff
+    name = tree / fpatch(data).path
+    if content is not None:
+        name.write_bytes(content)
+    proc = gnu_patch(tree, data, *extra)
+    report = {int(m[1]): (m[2], int(m[3]), int(m[4] or 0), int(m[5] or 0))
+              for m in _HUNK_RE.finditer(proc.stdout)}
+    out = name.read_bytes() if name.exists() else None
+    return proc.returncode, out, report
+
+
+def assert_same_as_gnu(tmp_path: Path, content: bytes, diff: str | bytes, res: FileResult,
+                       fuzz: int = 0, *extra: str) -> None:
+    """bakery applied every hunk: GNU patch applies them too, at the same lines with the same
+    offsets and fuzz, and writes the same bytes."""
+    assert res.ok, outcomes(res)
+    rc, out, report = gnu(tmp_path, content, diff, "-F", str(fuzz), *extra)
+    assert rc == 0, report
+    assert out == res.content
+    for h in res.hunks:
+        status, line, hfuzz, offset = report.get(h.index, ("succeeded", h.line, 0, 0))
+        assert (status, line, hfuzz, offset) == ("succeeded", h.line, h.fuzz, h.offset)
+
+
+# --- outcomes ------------------------------------------------------------------------------
+
+@needs_patch
+def test_applied_at_the_stated_lines(tmp_path: Path) -> None:
+    fp = sample("two_hunks.diff")
+    res = apply_file(fp, BASE30.encode())
+    assert outcomes(res) == [("applied", 2, 0, 0), ("applied", 22, 0, 0)]
+    assert res.status is Outcome.APPLIED
+    assert b"line five\n" in res.content and b"line 24\nadded after 24\n" in res.content
+    assert_same_as_gnu(tmp_path, BASE30.encode(), (SAMPLES / "two_hunks.diff").read_bytes(),
+                       res)
+
+
+@needs_patch
+def test_offset_is_reported_and_carried_to_the_next_hunk(tmp_path: Path) -> None:
+    fp = sample("two_hunks.diff")
+    shifted = "".join(f"new {i}\n" for i in range(5)) + BASE30
+    res = apply_file(fp, shifted.encode())
+    assert outcomes(res) == [("offset", 7, 5, 0), ("offset", 27, 5, 0)]
+    assert res.status is Outcome.OFFSET and res.ok
+    assert_same_as_gnu(tmp_path, shifted.encode(), (SAMPLES / "two_hunks.diff").read_bytes(),
+                       res)
+
+
+@needs_patch
+def test_running_offset_beats_a_decoy_near_the_stated_line(tmp_path: Path) -> None:
+    # Hunk 2's context also appears 2 lines above its stated line, but hunk 1 needed +5:
+    # like GNU patch, the search for hunk 2 starts at its stated line + 5, not at the decoy.
+    base = lines(BASE30)
+    decoy = base[21:27]  # "line 22".."line 27", hunk 2's old lines
+    target = [f"new {i}\n" for i in range(5)] + base[:14] + decoy + base[14:]
+    content = "".join(target).encode()
+    res = apply_file(sample("two_hunks.diff"), content)
+    assert outcomes(res) == [("offset", 7, 5, 0), ("offset", 33, 11, 0)]
+    got = split_lines(res.content)[0]
+    assert got[19:25] == [t.rstrip("\n") for t in decoy]  # the decoy is untouched
+    assert got[35] == "added after 24"
+    assert_same_as_gnu(tmp_path, content, (SAMPLES / "two_hunks.diff").read_bytes(), res)
+
+
+@needs_patch
+def test_equal_distance_prefers_the_later_match_like_gnu(tmp_path: Path) -> None:
+    old = [f"l{i}\n" for i in range(1, 21)]
+    new = [("X\n" if x == "l10\n" else x) for x in old]
+    diff = udiff(old, new)
+    block = old[6:13]  # l7..l13, the hunk's old lines
+    target = ["f1\n", "f2\n", *block, "g\n", *block, "h1\n", "h2\n", "h3\n"]
+    content = "".join(target).encode()
+    res = apply_file(fpatch(diff), content)
+    assert outcomes(res) == [("offset", 11, 4, 0)]
+    assert_same_as_gnu(tmp_path, content, diff, res)
+
+
+@needs_patch
+@pytest.mark.parametrize("fuzz", [0, 1, 2])
+def test_fuzz_only_when_asked(tmp_path: Path, fuzz: int) -> None:
+    old = [f"l{i}\n" for i in range(1, 21)]
+    new = [("X\n" if x == "l10\n" else x) for x in old]
+    diff = udiff(old, new)
+    target = "".join(("L7\n" if x == "l7\n" else x) for x in old).encode()
+    res = apply_file(fpatch(diff), target, fuzz=fuzz)
+    if fuzz == 0:
+        assert outcomes(res) == [("failed", 7, 0, 0)]
+        assert res.hunks[0].reason == "context not found"
+        rc, _, _ = gnu(tmp_path, target, diff, "-F", "0")
+        assert rc == 1
+    else:
+        assert outcomes(res) == [("fuzz", 7, 0, 1)]
+        assert res.status is Outcome.FUZZ and res.ok
+        assert_same_as_gnu(tmp_path, target, diff, res, fuzz)
+
+
+def test_failed_hunk_with_fuzz_says_so() -> None:
+    old = [f"l{i}\n" for i in range(1, 21)]
+    diff = udiff(old, [("X\n" if x == "l10\n" else x) for x in old])
+    target = "".join(x.upper() for x in old).encode()
+    res = apply_file(fpatch(diff), target, fuzz=2)
+    assert outcomes(res) == [("failed", 7, 0, 0)]
+    assert res.hunks[0].reason == "context not found within fuzz 2"
+
+
+def test_already_applied_is_recognised_and_not_ok() -> None:
+    fp = sample("two_hunks.diff")
+    new = apply_file(fp, BASE30.encode()).content
+    res = apply_file(fp, new)
+    assert [h.status for h in res.hunks] == [Outcome.ALREADY, Outcome.ALREADY]
+    assert not res.ok and res.status is Outcome.ALREADY
+    assert res.content == new  # nothing changed
+
+
+def test_one_hunk_already_applied_the_other_applies() -> None:
+    fp = sample("two_hunks.diff")
+    half = BASE30.replace("line 5\n", "line five\n").encode()
+    res = apply_file(fp, half)
+    assert outcomes(res) == [("already-applied", 2, 0, 0), ("applied", 22, 0, 0)]
+    assert not res.ok
+
+
+def test_failed_hunk_keeps_the_others_and_names_its_line() -> None:
+    fp = sample("two_hunks.diff")
+    broken = BASE30.replace("line 24\n", "line twenty-four\n").encode()
+    res = apply_file(fp, broken)
+    assert outcomes(res) == [("applied", 2, 0, 0), ("failed", 22, 0, 0)]
+    assert res.failed_hunks == [fp.hunks[1]]
+    assert res.status is Outcome.FAILED and not res.ok
+    assert b"line five\n" in res.content
+
+
+def test_missing_file_fails_every_hunk() -> None:
+    res = apply_file(sample("two_hunks.diff"), None)
+    assert [h.status for h in res.hunks] == [Outcome.FAILED, Outcome.FAILED]
+    assert res.reason == "the file to patch does not exist"
+
+
+@needs_patch
+def test_hunk_made_at_the_start_of_a_file_stays_there(tmp_path: Path) -> None:
+    # One line of context below, none above: the diff saw the file's first line, so (like
+    # GNU patch) the hunk may not move down to the middle of a file.
+    diff = udiff(["a\n", "b\n", "c\n", "d\n"], ["new\n", "a\n", "b\n", "c\n", "d\n"])
+    assert diff.splitlines()[2] == "@@ -1,3 +1,4 @@"
+    shifted = b"x\ny\na\nb\nc\nd\n"
+    res = apply_file(fpatch(diff), shifted)
+    assert outcomes(res) == [("failed", 1, 0, 0)]
+    assert gnu(tmp_path, shifted, diff, "-F", "0")[0] == 1
+
+
+@needs_patch
+def test_hunk_made_at_the_end_of_a_file_stays_there(tmp_path: Path) -> None:
+    old = [f"l{i}\n" for i in range(1, 11)]
+    diff = udiff(old, [*old, "end\n"])
+    longer = "".join([*old, "x\n", "y\n"]).encode()
+    res = apply_file(fpatch(diff), longer)
+    assert outcomes(res) == [("failed", 8, 0, 0)]
+    assert gnu(tmp_path, longer, diff, "-F", "0")[0] == 1
+    moved = "".join(["x\n", "y\n", *old]).encode()  # still at the end: fine, with an offset
+    res = apply_file(fpatch(diff), moved)
+    assert outcomes(res) == [("offset", 10, 2, 0)]
+    assert_same_as_gnu(tmp_path, moved, diff, res)
+
+
+def test_insertion_without_context() -> None:
+    fp = fpatch("--- a/f\n+++ b/f\n@@ -2,0 +3,2 @@\n+x\n+y\n")
+    res = apply_file(fp, b"a\nb\nc\n")
+    assert res.content == b"a\nb\nx\ny\nc\n"
+    assert outcomes(res) == [("applied", 3, 0, 0)]
+
+
+# --- new and deleted files -----------------------------------------------------------------
+
+def test_new_file_from_git_header_gets_its_mode() -> None:
+    diff = read_diff(SAMPLES / "git_files.diff")
+    diff.resolve_paths(1, "")
+    new = diff.files[2]
+    res = apply_file(new, None)
+    assert res.content == b"#!/bin/sh\necho new\n"
+    assert res.mode == 0o755
+    assert outcomes(res) == [("applied", 1, 0, 0)]
+
+
+def test_new_file_from_plain_diff_is_0644_and_keeps_no_newline() -> None:
+    fp = fpatch("--- /dev/null\n+++ b/n.txt\n@@ -0,0 +1,2 @@\n+one\n+two\n"
+                "\\ No newline at end of file\n")
+    res = apply_file(fp, None)
+    assert (res.content, res.mode) == (b"one\ntwo", 0o644)
+
+
+def test_new_file_that_exists() -> None:
+    fp = fpatch("--- /dev/null\n+++ b/n.txt\n@@ -0,0 +1 @@\n+one\n")
+    same = apply_file(fp, b"one\n")
+    assert [h.status for h in same.hunks] == [Outcome.ALREADY]
+    other = apply_file(fp, b"something else\n")
+    assert [h.status for h in other.hunks] == [Outcome.FAILED]
+    assert other.failed_hunks == fp.hunks
+
+
+def test_deleted_file() -> None:
+    diff = read_diff(SAMPLES / "git_files.diff")
+    diff.resolve_paths(1, "")
+    gone = diff.files[1]
+    res = apply_file(gone, b"obsolete\nstuff\n", old_mode=0o644)
+    assert res.deleted and res.content is None and res.ok
+    more = apply_file(gone, b"obsolete\nstuff\nand more\n")
+    assert not more.deleted and not more.ok
+    assert "more lines" in (more.hunks[0].reason or "")
+    already = apply_file(gone, None)
+    assert [h.status for h in already.hunks] == [Outcome.ALREADY]
+
+
+def test_deleting_an_empty_file_without_hunks() -> None:
+    text = "diff --git a/e b/e\ndeleted file mode 100644\nindex e69de29..0000000\n"
+    fp = fpatch(text)
+    assert apply_file(fp, b"", old_mode=0o644).deleted
+    assert not apply_file(fp, b"x\n", old_mode=0o644).ok
+
+
+# --- line endings ------------------------------------------------------------------------------
+
+@needs_patch
+@pytest.mark.parametrize(("name", "before", "after"), [
+    ("noeol_old.diff", b"one\ntwo\nthree", b"one\ntwo\nthree\nfour\n"),
+    ("noeol_new.diff", b"one\ntwo\nthree\n", b"one\ntwo\nTHREE"),
+    ("noeol_both.diff", b"one\ntwo\nthree", b"one\ntwo\nTHREE"),
+])
+def test_no_newline_at_end_of_file(tmp_path: Path, name: str, before: bytes,
+                                   after: bytes) -> None:
+    res = apply_file(sample(name), before)
+    assert res.content == after
+    assert_same_as_gnu(tmp_path, before, (SAMPLES / name).read_bytes(), res)
+
+
+@pytest.mark.parametrize(("name", "wrong"), [
+    ("noeol_old.diff", b"one\ntwo\nthree\n"),  # the diff says the file lacks its newline
+    ("noeol_new.diff", b"one\ntwo\nthree"),  # the diff says the file has it
+])
+def test_no_newline_mismatch_fails(name: str, wrong: bytes) -> None:
+    res = apply_file(sample(name), wrong)
+    assert [h.status for h in res.hunks] == [Outcome.FAILED]
+
+
+def test_last_line_of_the_diff_without_newline() -> None:
+    res = apply_file(sample("last_line_no_newline.diff"), b"a\nb\nc\n")
+    assert res.content == b"a\nB\nc\n"
+    assert outcomes(res) == [("applied", 1, 0, 0)]
+
+
+def test_lf_diff_on_a_crlf_file_keeps_crlf() -> None:
+    fp = sample("two_hunks.diff")
+    crlf = BASE30.replace("\n", "\r\n").encode()
+    res = apply_file(fp, crlf)
+    assert res.ok
+    assert res.content == apply_file(fp, BASE30.encode()).content.replace(b"\n", b"\r\n")
+    assert b"\r\nline five\r\n" in res.content
+    assert b"\nadded after 24\r\n" in res.content
+
+
+@needs_patch
+def test_crlf_diff_on_a_crlf_file_matches_gnu_binary(tmp_path: Path) -> None:
+    content = b"a\r\nb\r\nc\r\n"
+    res = apply_file(sample("crlf_lines.diff"), content)
+    assert res.content == b"a\r\nB\r\nc\r\nd\r\n"
+    assert_same_as_gnu(tmp_path, content, (SAMPLES / "crlf_lines.diff").read_bytes(), res, 0,
+                       "--binary")
+
+
+def test_crlf_diff_on_an_lf_file_keeps_lf() -> None:
+    res = apply_file(sample("crlf_lines.diff"), b"a\nb\nc\n")
+    assert res.content == b"a\nB\nc\nd\n"
+
+
+def test_mixed_endings_keep_each_lines_own_ending() -> None:
+    fp = fpatch("--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n")
+    res = apply_file(fp, b"a\r\nb\nc\r\n")
+    assert res.content == b"a\r\nB\r\nc\r\n"  # new lines take the file's majority ending
+
+
+def test_new_crlf_file_from_a_crlf_diff() -> None:
+    fp = fpatch(b"--- /dev/null\n+++ b/w.txt\n@@ -0,0 +1,2 @@\n+a\r\n+b\r\n")
+    assert apply_file(fp, None).content == b"a\r\nb\r\n"
+
+
+# --- modes -------------------------------------------------------------------------------------
+
+def test_mode_is_kept_without_a_mode_header() -> None:
+    res = apply_file(sample("two_hunks.diff"), BASE30.encode(), old_mode=0o755)
+    assert res.mode == 0o755
+
+
+def test_git_mode_change_with_hunks() -> None:
+    text = ("diff --git a/s.sh b/s.sh\nold mode 100644\nnew mode 100755\n"
+            "--- a/s.sh\n+++ b/s.sh\n@@ -1 +1 @@\n-echo a\n+echo b\n")
+    res = apply_file(fpatch(text), b"echo a\n", old_mode=0o644)
+    assert (res.content, res.mode, res.ok) == (b"echo b\n", 0o755, True)
+
+
+def test_git_mode_change_alone() -> None:
+    diff = read_diff(SAMPLES / "git_files.diff")
+    diff.resolve_paths(1, "")
+    run = diff.files[3]
+    res = apply_file(run, b"#!/bin/sh\necho hi\n", old_mode=0o644)
+    assert (res.content, res.mode) == (b"#!/bin/sh\necho hi\n", 0o755)
+    assert outcomes(res) == [("applied", 1, 0, 0)]
+    again = apply_file(run, b"#!/bin/sh\necho hi\n", old_mode=0o755)
+    assert [h.status for h in again.hunks] == [Outcome.ALREADY]
+
+
+# --- small pieces ------------------------------------------------------------------------------
+
+def test_split_lines_keeps_every_ending() -> None:
+    assert split_lines(b"a\r\nb\nc") == (["a", "b", "c"], ["\r\n", "\n", ""])
+    assert split_lines(b"") == ([], [])
+
+
+def test_worst_and_ok() -> None:
+    assert worst([Outcome.APPLIED, Outcome.OFFSET, Outcome.FUZZ]) is Outcome.FUZZ
+    assert worst([Outcome.OFFSET, Outcome.ALREADY]) is Outcome.ALREADY
+    assert worst([Outcome.ALREADY, Outcome.FAILED]) is Outcome.FAILED
+    assert worst([]) is Outcome.APPLIED
+    assert [o.ok for o in Outcome] == [True, True, True, True, False, False]
+
+
+def test_hunk_result_json_uses_the_contract_words() -> None:
+    res = apply_file(sample("two_hunks.diff"), ("x\n" + BASE30).encode())
+    assert res.hunks[0].to_json() == {"index": 1, "status": "offset", "line": 3,
+                                      "offset": 1, "fuzz": 0}
+
+
+# --- agreement with GNU patch ------------------------------------------------------------------
+
+def _random_case(rng: random.Random) -> tuple[list[str], list[str], list[str]]:
+    """An old file, a new file, and a target that differs from old elsewhere (lines added,
+    removed, or a block repeated so that contexts appear twice)."""
+    vocab = [f"w{i}\n" for i in range(6)]
+    old = [rng.choice(vocab) for _ in range(rng.randint(0, 25))]
+    new = list(old)
+    for _ in range(rng.randint(1, 4)):
+        i = rng.randint(0, len(new))
+        r = rng.random()
+        if r < 0.4:
+            new.insert(i, rng.choice(["NEW\n", "X\n", "w1\n"]))
+        elif new and r < 0.7:
+            del new[min(i, len(new) - 1)]
+        elif new:
+            new[min(i, len(new) - 1)] = "CH\n"
+    target = list(old)
+    if len(target) > 1 and rng.random() < 0.5:
+        i, j = sorted(rng.sample(range(len(target) + 1), 2))
+        k = rng.randint(0, len(target))
+        target[k:k] = target[i:j]
+    for _ in range(rng.randint(0, 3)):
+        i = rng.randint(0, len(target))
+        if rng.random() < 0.7:
+            target.insert(i, rng.choice([*vocab, "Z\n"]))
+        elif target:
+            del target[min(i, len(target) - 1)]
+    if rng.random() < 0.2 and old and new and target:  # no newline at the end
+        old[-1], new[-1], target[-1] = old[-1][:-1], new[-1][:-1], target[-1][:-1]
+    return old, new, target
+
+
+@needs_patch
+@pytest.mark.parametrize("seed", range(4))
+def test_random_diffs_agree_with_gnu_patch(tmp_path: Path, seed: int) -> None:
+    """Wherever bakery applies every hunk, GNU patch does too, at the same lines, offsets
+    and fuzz, with the same bytes; where GNU patch applies and bakery does not, bakery has
+    found a hunk already applied."""
+    rng = random.Random(seed)
+    checked = 0
+    for _ in range(60):
+        old, new, target = _random_case(rng)
+        if old == new:
+            continue
+        diff = _unified(old, new)
+        content = "".join(target).encode()
+        fuzz = rng.choice([0, 0, 1, 2])
+        res = apply_file(fpatch(diff), content, fuzz=fuzz)
+        if res.ok:
+            assert_same_as_gnu(tmp_path, content, diff, res, fuzz)
+            checked += 1
+        else:
+            rc, _, _ = gnu(tmp_path, content, diff, "-F", str(fuzz))
+            assert rc != 0 or any(h.status is Outcome.ALREADY for h in res.hunks), diff
+    assert checked > 10
+
+
+def _unified(old: list[str], new: list[str]) -> str:
+    """difflib's unified diff with ``\\ No newline at end of file`` markers, as diff -u."""
+    out = []
+    for line in difflib.unified_diff(old, new, "a/f", "b/f", n=3):
+        if line.endswith("\n"):
+            out.append(line)
+        else:
+            out.append(line + "\n\\ No newline at end of file\n")
+    return "".join(out)

@@ -1,0 +1,134 @@
+"""dcp2 on real vLLM releases from the package index (network; the releases are cached in
+``BAKERY_TEST_CACHE``, default ``~/.cache/bakery-tests``, so that they download once)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import Result
+
+from bakery import gitutil
+from bakery.cache import Cache
+
+from .conftest import PROJECT, TEST_CACHE, commits, gnu_patch, needs_patch, tree_digest
+
+pytestmark = pytest.mark.network
+
+DIFF = "02-model_executor_kernels_attention_dsa_candidate_blocks.py.diff"
+FILE = "vllm/model_executor/kernels/attention/dsa/candidate_blocks.py"
+
+
+def _index_reachable() -> bool:
+    try:
+        socket.create_connection(("pypi.org", 443), timeout=5).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture(autouse=True)
+def _dcp2_home(home: Path, tmp_path: Path) -> Iterator[None]:
+    """The real dcp2 series, copied so that bakery's notes (build/) stay in tmp_path; no
+    patches/ folder, so no port is ever picked. Baked vLLM trees are large: they are
+    removed afterwards instead of being left to pytest's tmp_path rotation."""
+    shutil.copytree(PROJECT / "launcher" / "dcp2", home / "launcher" / "dcp2")
+    yield
+    for p in tmp_path.iterdir():
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _need_index() -> None:
+    cached = all((TEST_CACHE / "trees" / f"vllm-{v}.json").is_file()
+                 for v in ("0.30.0", "0.31.0", "0.32.0"))
+    if not cached and not _index_reachable():
+        pytest.skip("the package index (pypi.org) is not reachable")
+
+
+def _cached_tree(version: str) -> Path:
+    entry = Cache(TEST_CACHE).tree_entry(f"vllm-{version}")
+    assert entry is not None, f"vLLM {version} is not in the cache"
+    return entry.tree
+
+
+def _hunks(path: Path) -> list[tuple[int, str, int, int]]:
+    rep = json.loads(path.read_text())
+    (d,) = rep["diffs"]
+    (f,) = d["files"]
+    assert f["path"] == FILE
+    return [(h["index"], h["status"], h["line"], h["offset"]) for h in f["hunks"]]
+
+
+@needs_patch
+@pytest.mark.parametrize("version", ["0.30.0", "0.32.0"])
+def test_dcp2_bake_matches_gnu_patch(cli: Callable[..., Result], tmp_path: Path,
+                                     version: str) -> None:
+    r = cli("apply", "dcp2", "--vllm", version, "--out", "a", "--json", "a.json",
+            "--no-merge", "--no-port")
+    assert r.exit_code == 0, r.output
+    hunks = _hunks(tmp_path / "a.json")
+    if version == "0.30.0":
+        assert [s for _, s, _, _ in hunks] == ["applied"] * 6
+    pristine = _cached_tree(version)
+    # GNU patch on a copy of the same pristine package folder
+    ref = tmp_path / "gnu"
+    shutil.copytree(pristine / "vllm", ref, ignore=shutil.ignore_patterns("__pycache__"))
+    proc = gnu_patch(ref, PROJECT / "launcher" / "dcp2" / "diffs" / DIFF)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    baked = tmp_path / "a" / FILE
+    assert baked.read_bytes() == (ref / FILE.removeprefix("vllm/")).read_bytes()
+    # every other file is the pristine one
+    assert gitutil.git(tmp_path / "a", "diff", "--name-only", "HEAD~1", "HEAD").split() == [FILE]
+    assert gitutil.git(tmp_path / "a", "status", "--porcelain") == ""
+
+
+def test_dcp2_on_0_30_0_is_reproducible_and_leaves_the_cache_alone(
+        cli: Callable[..., Result], tmp_path: Path) -> None:
+    r = cli("apply", "dcp2", "--vllm", "0.30.0", "--out", "a", "--json", "a.json")
+    assert r.exit_code == 0, r.output
+    pristine = _cached_tree("0.30.0")
+    head = gitutil.head(pristine)
+    before = tree_digest(pristine)
+    r = cli("apply", "dcp2", "--out", "b")  # the series' base release is the default
+    assert r.exit_code == 0, r.output
+    a, b = commits(tmp_path / "a"), commits(tmp_path / "b")
+    assert a == b
+    assert [s for _, s, _ in a] == ["pristine vLLM 0.30.0", DIFF]
+    rep = json.loads((tmp_path / "a.json").read_text())
+    assert rep["status"] == "baked"
+    assert rep["vllm"]["version"] == "0.30.0"
+    assert rep["vllm"]["sha256"] and rep["vllm"]["source"].endswith("vllm-0.30.0.tar.gz")
+    assert rep["layout"] == {"strip": 1, "root": "vllm", "detected": False}
+    # the cached pristine tree is as it was: same commit, clean, same bytes
+    assert gitutil.head(pristine) == head
+    assert gitutil.dirty(pristine) == []
+    assert tree_digest(pristine) == before
+
+
+def test_dcp2_check_on_0_31_0_names_the_failed_hunks(cli: Callable[..., Result],
+                                                      tmp_path: Path) -> None:
+    r = cli("check", "dcp2", "--vllm", "0.31.0", "--no-merge", "--no-port",
+            "--json", "c.json")
+    assert r.exit_code == 1, r.output
+    hunks = _hunks(tmp_path / "c.json")
+    assert [(i, s) for i, s, _, _ in hunks] == [
+        (1, "failed"), (2, "offset"), (3, "offset"), (4, "offset"), (5, "failed"),
+        (6, "offset")]
+    assert [(i, line) for i, s, line, _ in hunks if s == "failed"] == [(1, 1), (5, 174)]
+    assert not (tmp_path / "build").exists()
+
+
+def test_dcp2_check_on_0_32_0_offsets_by_one(cli: Callable[..., Result],
+                                             tmp_path: Path) -> None:
+    r = cli("check", "dcp2", "--vllm", "0.32.0", "--no-merge", "--no-port",
+            "--json", "c.json")
+    assert r.exit_code == 0, r.output
+    assert _hunks(tmp_path / "c.json") == [
+        (1, "applied", 1, 0), (2, "applied", 83, 0), (3, "applied", 100, 0),
+        (4, "offset", 196, 1), (5, "offset", 221, 1), (6, "offset", 345, 1)]
