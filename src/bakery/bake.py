@@ -10,22 +10,21 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import hashlib
 import os
 import re
 import shutil
-import signal
 import stat
 import struct
-import subprocess
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bakery import gitutil
+from bakery.cache import discard as _discard
 from bakery.diffparse import Diff, FilePatch
 from bakery.engine import apply_file
 from bakery.errors import BakeryError, UnsafePathError
@@ -48,12 +47,30 @@ class Plan:
     writes: list[dict[str, tuple[bytes | None, int | None]]] = field(default_factory=list)
 
 
+class _State(dict[str, tuple[bytes | None, int | None]]):
+    """Path -> (content or None when deleted, mode), counting the files each folder holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.filled: dict[str, int] = {}
+
+    def __setitem__(self, rel: str, value: tuple[bytes | None, int | None]) -> None:
+        old = self.get(rel)
+        was, now = old is not None and old[0] is not None, value[0] is not None
+        if was != now:
+            parts = rel.split("/")
+            for i in range(1, len(parts)):
+                folder = "/".join(parts[:i])
+                self.filled[folder] = self.filled.get(folder, 0) + (1 if now else -1)
+        super().__setitem__(rel, value)
+
+
 class _Overlay:
     """The tree as the series has changed it so far: pristine files plus changes."""
 
     def __init__(self, pristine: Pristine) -> None:
         self.pristine = pristine
-        self.state: dict[str, tuple[bytes | None, int | None]] = {}
+        self.state = _State()
 
     def read(self, diff: Diff, fp: FilePatch, rel: str) -> tuple[bytes | None, int | None]:
         if rel in self.state:
@@ -79,11 +96,9 @@ class _Overlay:
             if above is not None and above[0] is not None:
                 raise UnsafePathError(diff.path, fp.diff_line, f"{rel}: "
                                       f"{'/'.join(parts[:i])} is a file, not a folder")
-        inside = next((k for k, (c, _) in self.state.items()
-                       if c is not None and k.startswith(rel + "/")), None)
-        if inside is not None:
+        if self.state.filled.get(rel, 0) > 0:
             raise UnsafePathError(diff.path, fp.diff_line,
-                                  f"{rel}: is a folder (the series created {inside})")
+                                  f"{rel}: is a folder (the series created files in it)")
 
 
 def _checked_path(pristine: Pristine, diff: Diff, fp: FilePatch, rel: str) -> Path:
@@ -103,8 +118,8 @@ def _checked_path(pristine: Pristine, diff: Diff, fp: FilePatch, rel: str) -> Pa
             raise UnsafePathError(diff.path, fp.diff_line,
                                   f"cannot read {rel}: {e.strerror}") from None
         if stat.S_ISLNK(st.st_mode):
-            raise UnsafePathError(diff.path, fp.diff_line,
-                                  f"{rel}: refusing to write through the symlink {cur.relative_to(base)}")
+            raise UnsafePathError(diff.path, fp.diff_line, f"{rel}: refusing to write through "
+                                  f"the symlink {cur.relative_to(base)}")
     return full
 
 
@@ -191,7 +206,14 @@ def _clean_stale(out: Path) -> None:
         except PermissionError:
             pass
         if not alive or pid == os.getpid():
-            shutil.rmtree(p, ignore_errors=True)
+            # A child of the killed bake (cp, git) may still be writing there: a new name
+            # stops cp's writes by path; what is written meanwhile, _discard waits out.
+            gone = p if p.name.endswith("-gone") else p.with_name(p.name + "-gone")
+            try:
+                os.replace(p, gone)
+            except OSError:
+                continue  # another bake is cleaning it
+            _discard(gone)
 
 
 def check_out(out: Path, force: bool = False) -> None:
@@ -216,47 +238,39 @@ def check_out(out: Path, force: bool = False) -> None:
                               "(refresh them into a port, move the tree, or pass --force)")
 
 
-def _discard(staging: Path) -> None:
-    """Remove a staging folder after a failure or an interruption. On KeyboardInterrupt,
-    subprocess kills its child (cp, git) but does not wait for it, so the child may write
-    into the folder a moment longer: remove again until it is gone."""
-    for _ in range(100):
-        shutil.rmtree(staging, ignore_errors=True)
-        if not os.path.lexists(staging):
+def _move_into_place(staging: Path, out: Path) -> None:
+    """Replace out with staging. Another bake of the same --out may put its tree there
+    between the removal and the rename: remove that one too (the last bake wins; each is
+    complete)."""
+    for attempt in range(20):
+        remove_tree(out)
+        try:
+            os.replace(staging, out)
             return
-        time.sleep(0.02)
+        except OSError as e:
+            if e.errno in (errno.ENOTEMPTY, errno.EEXIST) and attempt < 19:
+                continue
+            raise BakeryError(f"--out {out}: cannot move the baked tree into place: "
+                              f"{e.strerror}") from None
 
 
 def remove_tree(path: Path) -> None:
     """Remove a tree by renaming it out of the way first, so it is never seen half-deleted."""
     if not path.exists() and not path.is_symlink():
         return
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-        return
-    trash = path.parent / f"{_staging_prefix(path)}old-{os.getpid()}-{os.urandom(3).hex()}"
-    os.replace(path, trash)
-    shutil.rmtree(trash, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM while a child process starts: a KeyboardInterrupt inside
-    Popen() leaves the child running, known to no one (subprocess.run cannot kill it), still
-    writing into a staging folder that is being removed. The held signal is raised after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signals are only ever handled in the main thread
-        return
-    held: list[int] = []
-    saved = {sig: signal.signal(sig, lambda signum, frame: held.append(signum))
-             for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        if held:
-            signal.raise_signal(held[0])
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+            return
+        trash = path.parent / f"{_staging_prefix(path)}old-{os.getpid()}-{os.urandom(3).hex()}"
+        os.replace(path, trash)
+    except FileNotFoundError:
+        return  # removed meanwhile, by another bake of the same --out
+    try:
+        _discard(trash)
+    except BaseException:  # interrupted: still leave nothing beside the tree
+        _discard(trash)
+        raise
 
 
 def copy_tree(src: Path, dst: Path, exclude: set[str] | None = None) -> None:
@@ -267,21 +281,12 @@ def copy_tree(src: Path, dst: Path, exclude: set[str] | None = None) -> None:
     if not names:
         return
     if shutil.which("cp"):
-        proc: subprocess.Popen[bytes] | None = None
-        try:
-            with _signals_held():
-                proc = subprocess.Popen(["cp", "-a", "--reflink=auto", "--no-preserve=ownership",
-                                         "--", *[str(src / n) for n in names], str(dst)],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            _, err = proc.communicate()
-        except BaseException:
-            if proc is not None:  # never leave a cp writing into a folder being removed
-                proc.kill()
-                proc.wait()
-            raise
+        # gitutil.run: an interruption never leaves a cp writing into a folder being removed.
+        proc = gitutil.run(["cp", "-a", "--reflink=auto", "--no-preserve=ownership", "--",
+                            *[str(src / n) for n in names], str(dst)])
         if proc.returncode == 0:
             return
-        raise BakeryError(f"copying {src} failed: {err.decode(errors='replace').strip()}")
+        raise BakeryError(f"copying {src} failed: {proc.stderr.decode(errors='replace').strip()}")
     for n in names:  # pragma: no cover - systems without GNU cp
         s = src / n
         if s.is_dir() and not s.is_symlink():
@@ -537,6 +542,10 @@ def bake(series: Series, pristine: Pristine, out: Path, *, fuzz: int = 0,
          events: Events | None = None) -> BakeReport:
     """Bake the series into out. Returns the report; out holds a tree only if it applied."""
     out = out.absolute()
+    source = (pristine.package_dir or pristine.tree).resolve()
+    if out.resolve() == source or source in out.resolve().parents:
+        raise BakeryError(f"--out {out}: inside the pristine tree {source}, which bakery "
+                          "never changes; choose another --out")
     out.parent.mkdir(parents=True, exist_ok=True)
     _clean_stale(out)
     check_out(out, force)
@@ -559,8 +568,7 @@ def bake(series: Series, pristine: Pristine, out: Path, *, fuzz: int = 0,
         report.status = "baked"
         report.out = _display(out)
         write_json(staging / MANIFEST, report.manifest())
-        remove_tree(out)
-        os.replace(staging, out)
+        _move_into_place(staging, out)
     except BaseException:
         _discard(staging)
         raise

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
 from filelock import FileLock
 
 from bakery import gitutil
@@ -36,6 +37,17 @@ It is safe to delete; bakery downloads and extracts again what it needs.
 """
 
 
+def discard(folder: Path) -> None:
+    """Remove a folder being abandoned (a staging folder, a killed build). A child process
+    of a bake that was interrupted or killed (cp, git) may write into it a moment longer:
+    remove again until it is gone, for up to two seconds."""
+    for _ in range(100):
+        shutil.rmtree(folder, ignore_errors=True)
+        if not os.path.lexists(folder):
+            return
+        time.sleep(0.02)
+
+
 @dataclass
 class Entry:
     tree: Path
@@ -44,8 +56,15 @@ class Entry:
 
 class Cache:
     def __init__(self, root: Path | None = None) -> None:
-        env = os.environ.get("BAKERY_CACHE_DIR")
-        self.root = root or (Path(env) if env else platformdirs.user_cache_path("bakery"))
+        if root is None:
+            env = os.environ.get("BAKERY_CACHE_DIR")
+            if env:
+                root = Path(env)
+            else:
+                import platformdirs  # only here: it is slow to import
+
+                root = platformdirs.user_cache_path("bakery")
+        self.root = root
 
     def path(self, sub: str) -> Path:
         p = self.root / sub
@@ -86,7 +105,14 @@ class Cache:
 
     @contextmanager
     def building(self, key: str) -> Iterator[Path]:
-        tmp = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=self.path("trees")))
+        """A temporary folder to build key's entry in. The caller holds key's lock, so any
+        other build folder of key was left by a killed build: it is removed first."""
+        trees = self.path("trees")
+        stale = re.compile(re.escape(f".build-{key}-") + r"[a-z0-9_]{8}")  # mkdtemp's names
+        for p in trees.iterdir():
+            if stale.fullmatch(p.name):
+                discard(p)
+        tmp = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=trees))
         try:
             yield tmp
         finally:

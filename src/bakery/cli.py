@@ -182,11 +182,12 @@ def verify(
     from bakery import commands
 
     try:
-        code = commands.verify(series, tree=tree, interpret=interpret, junit=junit,
-                               pytest_args=list(ctx.args), console=err_console)
+        result, edited = commands.verify(series, tree=tree, interpret=interpret, junit=junit,
+                                         pytest_args=list(ctx.args))
     except BakeryError as e:
         fail(e)
-    raise typer.Exit(code=code)
+    render.verify_summary(err_console, result, edited)
+    raise typer.Exit(code=result.exit_code)
 
 
 @app.command()

@@ -20,6 +20,7 @@ from bakery.sources import Pristine, Progress
 
 if TYPE_CHECKING:
     from bakery.merge import Fallback
+    from bakery.verify import VerifyResult
 
 
 class ReportedError(BakeryError):
@@ -170,10 +171,30 @@ def list_series(spec: str | None) -> list[dict[str, object]]:
 
 # --- verify -------------------------------------------------------------------------------------
 
+def edited_files(tree: Path) -> list[str]:
+    """Files the bake wrote whose content changed since (users verify fixes before they
+    refresh a port); the tree's other files are the pristine release's."""
+    import hashlib
+
+    from bakery.report import read_manifest
+
+    manifest = read_manifest(tree) or {}
+    files = manifest.get("files") or {}
+    changed = []
+    for rel, sha in sorted(files.items()):  # type: ignore[union-attr]
+        p = tree / rel
+        now = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None
+        if now != sha:
+            changed.append(rel)
+    return changed
+
+
 def verify(series_spec: str, *, tree: Path | None, interpret: bool, junit: Path | None,
-           pytest_args: list[str], console: object = None) -> int:
-    from bakery import verify as verify_mod
+           pytest_args: list[str]) -> tuple[VerifyResult, list[str]]:
+    """Run the series' bundled tests against a baked tree: (result, files edited since
+    the bake)."""
     from bakery.errors import VerifyError
+    from bakery.verify import run_verify
 
     series = load_series(series_spec)
     if series.tests is None:
@@ -184,5 +205,7 @@ def verify(series_spec: str, *, tree: Path | None, interpret: bool, junit: Path 
                           f"{series.name}` first, or pass --tree")
     if not tree.is_dir():
         raise VerifyError(f"--tree {tree}: no such folder")
-    return verify_mod.main(series, tree, interpret=interpret, junit=junit,
-                           pytest_args=pytest_args, console=console)
+    edited = edited_files(tree)
+    result = run_verify(series.tests, tree, interpret=interpret, pytest_args=pytest_args,
+                        junit=junit)
+    return result, edited

@@ -359,6 +359,9 @@ class _Parser:
                 mode = line[len(prefix):].strip()
                 if not re.fullmatch(r"100644|100755", mode):
                     raise self.err(lineno, f"file mode {mode} refused (only 100644 and 100755)")
+                if key in hdr or {key, *hdr} >= {"new_file", "deleted"}:
+                    raise self.err(lineno, f"git header {line.strip()[:60]!r} repeats or "
+                                   "contradicts an earlier line")
                 hdr[key] = int(mode, 8) & 0o777
                 return True
         if line.startswith(_GIT_IGNORED):
@@ -379,6 +382,8 @@ class _Parser:
             if a.split("/", 1)[-1] != b.split("/", 1)[-1] and " b/" in rest:
                 a, b = rest.split(" b/", 1)
                 b = "b/" + b
+            if not a or not b or rest[len(a):len(a) + 1] != " ":
+                raise self.err(lineno, "malformed 'diff --git' header: expected two names")
         return _unquote(self.path, lineno, a), _unquote(self.path, lineno, b)
 
     def _hunkless_git(self, hdr: dict[str, object]) -> list[FilePatch]:

@@ -112,6 +112,18 @@ def _norm(text: str) -> str:
     return text[:-1] if text.endswith("\r") else text
 
 
+def _ended_lines(hunks: list[Hunk]) -> list[str]:
+    """The hunks' line texts that end with a newline in the diff: not a side's last line
+    before '\\ No newline at end of file', which never carries a CR to judge by."""
+    out: list[str] = []
+    for h in hunks:
+        old = [i for i, (k, _) in enumerate(h.lines) if k != "+"]
+        new = [i for i, (k, _) in enumerate(h.lines) if k != "-"]
+        skip = {old[-1] if h.old_noeol and old else -1, new[-1] if h.new_noeol and new else -1}
+        out += [t for i, (_, t) in enumerate(h.lines) if i not in skip]
+    return out
+
+
 def _style(eols: list[str], diff_lines: list[str]) -> str:
     crlf = sum(1 for e in eols if e == "\r\n")
     lf = sum(1 for e in eols if e == "\n")
@@ -236,7 +248,7 @@ def apply_hunks(fp: FilePatch, content: bytes, fuzz: int = 0) -> tuple[bytes, li
                                                                       list[Hunk]]:
     """Apply fp's hunks to content. Returns new content, per-hunk results, failed hunks."""
     lines, eols = split_lines(content)
-    style = _style(eols, [t for h in fp.hunks for _, t in h.lines])
+    style = _style(eols, _ended_lines(fp.hunks))
     results: list[HunkResult] = []
     failed: list[Hunk] = []
     delta = 0  # lines added minus removed by the hunks done so far
@@ -336,7 +348,7 @@ def _new_file_content(h: Hunk) -> bytes:
     lines = [t for k, t in h.lines if k == "+"]
     if not lines:
         return b""
-    style = "\r\n" if all(t.endswith("\r") for t in lines) else "\n"
+    style = _style([], lines[: len(lines) - h.new_noeol])  # a last line without EOL: no CR
     eols = [style] * len(lines)
     if h.new_noeol:
         eols[-1] = ""

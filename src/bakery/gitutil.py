@@ -4,9 +4,12 @@ show the command, its exit code and its output."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from bakery.errors import BakeryError
@@ -43,11 +46,49 @@ _BASE = ["--literal-pathspecs", "-c", "safe.directory=*", "-c", "core.autocrlf=f
          "-c", "commit.gpgSign=false", "-c", "core.quotePath=false"]
 
 
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while a child process starts: a KeyboardInterrupt inside
+    Popen() leaves the child running, known to no one (subprocess.run cannot kill it), still
+    writing into a staging folder that is being removed. The held signal is raised after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals are only ever handled in the main thread
+        return
+    held: list[int] = []
+    saved = {sig: signal.signal(sig, lambda signum, frame: held.append(signum))
+             for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        if held:
+            signal.raise_signal(held[0])
+
+
+def run(cmd: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
+        input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    """subprocess.run(capture_output=True) that never leaves its child behind: on an
+    interruption the child is killed and waited for before the exception goes on."""
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        with signals_held():
+            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE,
+                                    stdin=subprocess.PIPE if input is not None else None)
+        out, err = proc.communicate(input)
+    except BaseException:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True) -> str:
     cmd = ["git", *_BASE, *args]  # args may start with global options (--no-optional-locks)
     try:
-        proc = subprocess.run(cmd, cwd=cwd, env=clean_env(), input=input,
-                              capture_output=True, check=False)
+        proc = run(cmd, cwd=cwd, env=clean_env(), input=input)
     except FileNotFoundError:
         raise GitError("git is not installed (bakery needs it on PATH)") from None
     if check and proc.returncode != 0:

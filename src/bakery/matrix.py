@@ -66,9 +66,9 @@ def _one(series: str, version: str, out_root: str, verify: bool, interpret: bool
         row.status, row.port = report.status, report.port
         row.diffs = [d.to_json() for d in report.diffs]
         if verify and report.status == "baked":
-            code = commands.verify(series, tree=out, interpret=interpret, junit=None,
-                                   pytest_args=["-q"], console=None)
-            row.verify = "passed" if code == 0 else "failed"
+            result, _ = commands.verify(series, tree=out, interpret=interpret, junit=None,
+                                        pytest_args=["-q"])
+            row.verify = "passed" if result.exit_code == 0 else "failed"
     except commands.ReportedError as e:
         row.error = e.message
         row.diffs = [d.to_json() for d in e.report.diffs]

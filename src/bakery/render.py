@@ -128,3 +128,27 @@ def matrix_grid(console: Console, series: str, rows: list) -> None:  # type: ign
     for r in rows:
         if r.error:
             console.print(f"[red]{escape(r.version)}:[/] {escape(r.error)}")
+
+
+def verify_summary(console: Console, result: object, edited: list[str]) -> None:
+    """After pytest's own output: where the code came from, edits since the bake, counts."""
+    r = result  # bakery.verify.VerifyResult
+    if edited:
+        console.print("[yellow]the tree was edited since it was baked; these files differ "
+                      "from the bake's manifest:[/]")
+        for f in edited:
+            console.print(f"  {escape(f)}")
+    tree_mods = [m.name for m in r.from_tree]  # type: ignore[attr-defined]
+    stood = [f"{m.name} ({m.detail})" for m in r.stood_in]  # type: ignore[attr-defined]
+    if tree_mods:
+        console.print(escape(f"from the tree: {', '.join(tree_mods)}"), soft_wrap=True)
+    if stood:
+        console.print(escape(f"stood in: {', '.join(stood)}"), soft_wrap=True)
+    for fix in r.tool_fixes:  # type: ignore[attr-defined]
+        console.print(escape(f"test tools: {fix}"), soft_wrap=True)
+    parts = [f"{n} {label}" for n, label in ((r.passed, "passed"), (r.failed, "failed"),  # type: ignore[attr-defined]
+                                             (r.errors, "errors"), (r.skipped, "skipped"))  # type: ignore[attr-defined]
+             if n]
+    verdict = "[bold green]verified[/]" if r.exit_code == 0 else "[bold red]not verified[/]"  # type: ignore[attr-defined]
+    console.print(f"{verdict}: {', '.join(parts) or 'no tests ran'} "
+                  f"in {r.elapsed:.1f}s" + (f"; JUnit {escape(str(r.junit))}" if r.junit else ""))  # type: ignore[attr-defined]

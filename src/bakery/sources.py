@@ -13,19 +13,20 @@ import os
 import re
 import shutil
 import subprocess
-import tarfile
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
 from bakery import gitutil
 from bakery.cache import Cache
 from bakery.errors import SourceError
+
+if TYPE_CHECKING:
+    import tarfile
 
 #: (bytes done, bytes total or None) while downloading.
 Progress = Callable[[int, int | None], None]
@@ -85,6 +86,9 @@ def resolve(spec: str, cache: Cache, *, allow_dirty: bool = False,
 # --- the package index -----------------------------------------------------------------------
 
 def _fetch_json(url: str) -> dict[str, object]:
+    import urllib.error  # here, not above: urllib and tarfile slow every start
+    import urllib.request
+
     req = urllib.request.Request(url, headers={"Accept": _JSON_ACCEPT})
     try:
         with urllib.request.urlopen(req, timeout=60) as resp:
@@ -140,6 +144,13 @@ def _sha256_file(path: Path) -> str:
 
 def _download(url: str, dest: Path, sha256: str, size: int | None,
               progress: Progress | None) -> None:
+    import urllib.error
+    import urllib.request
+
+    # Called under the entry's lock: another .part of dest was left by a killed download.
+    for stale in dest.parent.iterdir():
+        if re.fullmatch(re.escape(dest.name) + r"\.\d+\.part", stale.name):
+            stale.unlink(missing_ok=True)
     part = dest.with_name(f"{dest.name}.{os.getpid()}.part")
     h = hashlib.sha256()
     done = 0
@@ -164,8 +175,11 @@ def _download(url: str, dest: Path, sha256: str, size: int | None,
 def _safe_extract(archive: Path, dest: Path) -> Path:
     """Extract without members outside dest, links out of it, devices or ownership;
     returns the single top folder."""
+    import tarfile
+    import zlib
+
     try:
-        with tarfile.open(archive, "r:*") as tar:
+        with _open_tar(archive) as tar:
             members = tar.getmembers()
             tops = {m.name.split("/", 1)[0] for m in members}
             if len(tops) != 1:
@@ -177,7 +191,7 @@ def _safe_extract(archive: Path, dest: Path) -> Path:
                     if not (m.isfile() or m.isdir()) or m.name.startswith("/") or ".." in m.name.split("/"):
                         raise SourceError(f"{archive.name}: unsafe member {m.name!r}")
                 tar.extractall(dest)
-    except (tarfile.TarError, OSError) as e:
+    except (tarfile.TarError, OSError, zlib.error, EOFError) as e:
         raise SourceError(f"{archive.name}: cannot extract: {e}") from None
     top = dest / tops.pop()
     if not top.is_dir() or top.is_symlink():
@@ -185,8 +199,34 @@ def _safe_extract(archive: Path, dest: Path) -> Path:
     return top
 
 
+#: A .tar.gz whose tar is at most this size is decompressed in memory (see _open_tar).
+_IN_MEMORY_TAR = 1 << 30
+
+
+def _open_tar(archive: Path) -> tarfile.TarFile:
+    """The archive, opened for listing then extracting. tarfile's gzip file lists the
+    members by decompressing it all, then seeks back and decompresses it all again; an
+    sdist (about 130 MB of tar) is decompressed once, into memory, instead."""
+    import io
+    import tarfile
+    import zlib
+
+    raw = archive.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        data = inflate.decompress(raw, _IN_MEMORY_TAR)
+        if inflate.eof and not inflate.unused_data and not inflate.unconsumed_tail:
+            return tarfile.open(fileobj=io.BytesIO(data), mode="r:")
+    return tarfile.open(archive, "r:*")
+
+
 def _commit_pristine(tree: Path, label: str) -> str:
-    return gitutil.init_commit_all(tree, f"pristine {label}")
+    """What gitutil.init_commit_all does, with the objects deflated at level 1: a third
+    less CPU than zlib's default for about the same size (the add is most of a cold bake)."""
+    gitutil.git(tree, "init", "-q")
+    gitutil.git(tree, "-c", "core.looseCompression=1", "add", "-A", "--", ".")
+    gitutil.git(tree, "commit", "-q", "--allow-empty", "-m", f"pristine {label}")
+    return gitutil.head(tree)
 
 
 def release(version: str, cache: Cache, progress: Progress | None = None) -> Pristine:
@@ -245,6 +285,8 @@ def _git_source(spec: str, cache: Cache) -> Pristine:
         url, ref = spec, "HEAD"
     if not url:
         raise SourceError(f"git+{spec}: expected git+URL@REF")
+    import tarfile
+
     import git as gitpython  # GitPython, imported lazily: it is slow to import
 
     mirror_key = "git-" + hashlib.sha256(url.encode()).hexdigest()[:16]

@@ -1,0 +1,429 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Single-rank candidate blocks of the baked tree against plain-torch references.
+
+The code under test is the baked tree's own file, loaded under its real name by
+bakery's plugin: ``bakery verify dcp2 [--interpret]``.
+"""
+
+import os
+import random
+
+import pytest
+import torch
+
+from bakery.testing import load_tree_module
+
+cb = load_tree_module("vllm.model_executor.kernels.attention.dsa.candidate_blocks")
+
+NUM_ROWS = [1, 9]
+WIDTHS = [1, 50, 133]
+BLOCK_SIZES = [1, 3]
+TOPK_BLOCKS = [1, 4, 64]
+ROW_REPEATS = [1, 3]
+WITH_STARTS = [False, True]
+#: fp32 logits only: the block-score kernel does not compile for bf16 (its NaN-propagating
+#: max reduces bf16 blocks through fp32), upstream as in the dcp2 bake.
+DTYPES = [torch.float32]
+SEEDS = [0]
+INF = float("inf")
+NAN = float("nan")
+#: Written into outputs before a call, to see which entries the kernel wrote.
+UNWRITTEN = -7
+
+
+def make_bounds(
+    rng: random.Random, groups: int, width: int, with_starts: bool, device: torch.device
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Per-group packed bounds: empty, full, partial, and past the logits width.
+
+    They are strided views into longer buffers, as the runner's are."""
+    starts, ends = [], []
+    for group in range(groups):
+        start = rng.randint(0, width) if with_starts else 0
+        kind = group % 4 if groups > 1 else 1
+        if kind == 0:
+            end = start  # no context
+        elif kind == 1:
+            end = width
+        elif kind == 2:
+            end = rng.randint(start, width)
+        else:
+            end = width + rng.randint(1, 3)  # the logits are narrower than the row
+        starts.append(start)
+        ends.append(max(end, start))
+
+    def strided(values: list[int]) -> torch.Tensor:
+        buffer = torch.full((2 * groups + 2,), 10**6, dtype=torch.int32)
+        buffer[: 2 * groups : 2] = torch.tensor(values, dtype=torch.int32)
+        return buffer.to(device)[::2]
+
+    return (strided(starts) if with_starts else None), strided(ends)
+
+
+def bounds(row_ks: torch.Tensor | None, row_ke: torch.Tensor, group: int) -> tuple[int, int]:
+    start = int(row_ks[group]) if row_ks is not None else 0
+    return start, int(row_ke[group])
+
+
+def ref_block_scores(
+    logits: torch.Tensor,
+    row_ks: torch.Tensor | None,
+    row_ke: torch.Tensor,
+    block_size: int,
+    row_repeat: int,
+    pin_newest: bool = True,
+) -> torch.Tensor:
+    """Block maximum relative to the row start (NaN wins, empty is -inf), newest pinned."""
+    rows, width = logits.shape
+    nblocks = -(-width // block_size)
+    x = logits.cpu()
+    scores = torch.full((rows, nblocks), -INF, dtype=logits.dtype)
+    for row in range(rows):
+        start, end = bounds(row_ks, row_ke, row // row_repeat)
+        for block in range(nblocks):
+            lo = start + block * block_size
+            hi = min(lo + block_size, end, width)
+            if lo < hi:
+                seg = x[row, lo:hi]
+                scores[row, block] = NAN if bool(seg.isnan().any()) else seg.max()
+        if pin_newest and end > start and (end - start - 1) // block_size < nblocks:
+            scores[row, (end - start - 1) // block_size] = INF
+    return scores.to(logits.device)
+
+
+def ref_select(
+    logits: torch.Tensor,
+    row_ks: torch.Tensor | None,
+    row_ke: torch.Tensor,
+    topk_blocks: int,
+    block_size: int,
+    row_repeat: int,
+    nan_selected: bool,
+) -> torch.Tensor:
+    """Top-k blocks by score, ``-1`` for padding (``-inf``) and past the block count."""
+    rows, width = logits.shape
+    out = torch.full((rows, topk_blocks), -1, dtype=torch.int32)
+    if not width:
+        return out
+    scores = ref_block_scores(logits, row_ks, row_ke, block_size, row_repeat)
+    k = min(topk_blocks, scores.shape[1])
+    top = scores.topk(k, dim=-1)  # on the kernel's device: the same tie order
+    values, indices = top.values.cpu(), top.indices.cpu()
+    keep = values > -INF
+    if nan_selected:
+        keep |= values.isnan()
+    out[:, :k] = torch.where(keep, indices, -1).to(torch.int32)
+    return out
+
+
+def ref_mask(
+    logits: torch.Tensor,
+    row_ks: torch.Tensor | None,
+    row_ke: torch.Tensor,
+    candidates: torch.Tensor,
+    block_size: int,
+    row_repeat: int,
+) -> torch.Tensor:
+    """-inf outside [start, end) and outside candidate blocks. A candidate block that
+    starts at or past the logits width keeps the last column (the packed clamp)."""
+    rows, width = logits.shape
+    out = logits.cpu().clone()
+    for row in range(rows):
+        start, end = bounds(row_ks, row_ke, row // row_repeat)
+        chosen = {int(b) for b in candidates[row].tolist() if b >= 0}
+        edge = any(start + b * block_size >= width for b in chosen)
+        for col in range(width):
+            valid = start <= col < end
+            keep = (col - start) // block_size in chosen or (edge and col == width - 1)
+            if not (valid and keep):
+                out[row, col] = -INF
+    return out.to(logits.device)
+
+
+def select(logits, row_ks, row_ke, topk_blocks, block_size, row_repeat=1):
+    out = torch.full(
+        (logits.shape[0], topk_blocks), UNWRITTEN, dtype=torch.int32, device=logits.device
+    )
+    cb.select_candidate_blocks(logits, row_ks, row_ke, topk_blocks, block_size, out, row_repeat)
+    return out
+
+
+@pytest.fixture(scope="module")
+def nan_selected(device: torch.device) -> bool:
+    """Whether a NaN-scored block is selected (0.32.0) or dropped like padding (0.30.0).
+
+    The one place where releases legitimately differ, so the reference follows the
+    tree. Block size 1 keeps the reduction out of the probe: only the store decides."""
+    logits = torch.full((1, 2), NAN, device=device)
+    out = select(logits, None, torch.tensor([2], dtype=torch.int32, device=device), 2, 1)
+    assert out[0].tolist() in ([0, 1], [-1, 1]), "block 1 (newest) must be pinned"
+    return out[0, 0].item() == 0
+
+
+@pytest.mark.parametrize("num_rows", NUM_ROWS)
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("block_size", BLOCK_SIZES)
+@pytest.mark.parametrize("topk_blocks", TOPK_BLOCKS)
+@pytest.mark.parametrize("row_repeat", ROW_REPEATS)
+@pytest.mark.parametrize("with_starts", WITH_STARTS)
+@pytest.mark.parametrize("seed", SEEDS)
+@torch.inference_mode()
+def test_select_candidate_blocks(
+    num_rows, width, block_size, topk_blocks, row_repeat, with_starts, seed, device, nan_selected
+):
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    logits = torch.randn(num_rows, width, device=device)
+    groups = -(-num_rows // row_repeat)
+    row_ks, row_ke = make_bounds(rng, groups, width, with_starts, device)
+
+    out = select(logits, row_ks, row_ke, topk_blocks, block_size, row_repeat)
+
+    ref = ref_select(logits, row_ks, row_ke, topk_blocks, block_size, row_repeat, nan_selected)
+    torch.testing.assert_close(out.cpu(), ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 4])
+@pytest.mark.parametrize("with_starts", WITH_STARTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seed", SEEDS)
+@torch.inference_mode()
+def test_nan_and_inf_logits(block_size, with_starts, dtype, seed, device, nan_selected):
+    """NaN anywhere in a block makes the block's score NaN; all -inf scores as padding."""
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    num_rows, width, topk_blocks = 6, 40, 16
+    logits = torch.randn(num_rows, width, device=device).to(dtype)
+    special = torch.rand(num_rows, width, device=device)
+    logits[special < 0.05] = NAN
+    logits[(special > 0.9) & (special < 0.95)] = -INF
+    logits[1, :] = -INF  # a row whose blocks are all -inf but the pinned one
+    row_ks, row_ke = make_bounds(rng, num_rows, width, with_starts, device)
+    row_ke[1] = width
+
+    out = select(logits, row_ks, row_ke, topk_blocks, block_size)
+
+    ref = ref_select(logits, row_ks, row_ke, topk_blocks, block_size, 1, nan_selected)
+    torch.testing.assert_close(out.cpu(), ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("with_starts", WITH_STARTS)
+@torch.inference_mode()
+def test_padding_and_newest_block(with_starts, device):
+    """Worked by hand: the newest block is pinned first even when it scores lowest;
+    rows without context select nothing; missing blocks are -1."""
+    shift = 5 if with_starts else 0
+    width, block_size, topk_blocks = 16 + shift, 4, 6
+    logits = -torch.arange(width, dtype=torch.float32, device=device).repeat(4, 1)
+    ends = torch.tensor([0, 3, 16, 9], dtype=torch.int32, device=device) + shift
+    starts = torch.full((4,), shift, dtype=torch.int32, device=device) if with_starts else None
+
+    out = select(logits, starts, ends, topk_blocks, block_size)
+
+    expected = [
+        [-1, -1, -1, -1, -1, -1],
+        [0, -1, -1, -1, -1, -1],
+        [3, 0, 1, 2, -1, -1],
+        [2, 0, 1, -1, -1, -1],
+    ]
+    assert out.tolist() == expected
+
+
+@pytest.mark.parametrize("num_rows", [1, 3])
+@torch.inference_mode()
+def test_zero_width(num_rows, device):
+    logits = torch.empty((num_rows, 0), device=device)
+    ends = torch.zeros(num_rows, dtype=torch.int32, device=device)
+    out = select(logits, None, ends, 5, 4)
+    assert out.tolist() == [[-1] * 5] * num_rows
+
+
+@pytest.mark.parametrize("width", [0, 8])
+@torch.inference_mode()
+def test_zero_rows(width, device):
+    logits = torch.empty((0, width), device=device)
+    ends = torch.zeros(0, dtype=torch.int32, device=device)
+    out = select(logits, None, ends, 3, 4)
+    assert out.shape == (0, 3)
+    cb.apply_candidate_mask(logits, None, ends, out, 4)
+
+
+@pytest.mark.parametrize("topk_blocks", [3, 7, 300])
+@torch.inference_mode()
+def test_topk_beyond_blocks_and_strided_out(topk_blocks, device, nan_selected):
+    """More blocks asked than exist: -1 past them. Only the ``topk_blocks`` columns
+    of a strided ``out`` are written."""
+    torch.manual_seed(0)
+    logits = torch.randn(3, 10, device=device)
+    ends = torch.tensor([10, 10, 4], dtype=torch.int32, device=device)
+    buffer = torch.full((3, topk_blocks + 4), UNWRITTEN, dtype=torch.int32, device=device)
+    out = buffer[:, 2 : 2 + topk_blocks]
+
+    cb.select_candidate_blocks(logits, None, ends, topk_blocks, 2, out)
+
+    ref = ref_select(logits, None, ends, topk_blocks, 2, 1, nan_selected)
+    torch.testing.assert_close(out.cpu(), ref, rtol=0, atol=0)
+    assert (buffer[:, :2] == UNWRITTEN).all() and (buffer[:, 2 + topk_blocks :] == UNWRITTEN).all()
+
+
+@pytest.mark.parametrize("pin_newest", [True, False])
+@pytest.mark.parametrize("block_size", [1, 3, 4])
+@pytest.mark.parametrize("row_repeat", ROW_REPEATS)
+@pytest.mark.parametrize("seed", SEEDS)
+@torch.inference_mode()
+def test_block_scores_pin_newest(pin_newest, block_size, row_repeat, seed, device):
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    num_rows, width = 7, 45
+    logits = torch.randn(num_rows, width, device=device)
+    logits[0, 3] = NAN
+    row_ks, row_ke = make_bounds(rng, -(-num_rows // row_repeat), width, True, device)
+
+    scores = cb._block_scores(logits, row_ks, row_ke, block_size, row_repeat, pin_newest)
+
+    ref = ref_block_scores(logits, row_ks, row_ke, block_size, row_repeat, pin_newest)
+    torch.testing.assert_close(scores, ref, rtol=0, atol=0, equal_nan=True)
+    if not pin_newest:
+        assert not scores.isposinf().any()
+
+
+@pytest.mark.parametrize("num_rows", NUM_ROWS)
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("block_size", [1, 3, 8])
+@pytest.mark.parametrize("num_candidates", [1, 5])
+@pytest.mark.parametrize("row_repeat", ROW_REPEATS)
+@pytest.mark.parametrize("with_starts", WITH_STARTS)
+@pytest.mark.parametrize("seed", SEEDS)
+@torch.inference_mode()
+def test_apply_candidate_mask(
+    num_rows, width, block_size, num_candidates, row_repeat, with_starts, seed, device
+):
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    logits = torch.randn(num_rows, width, device=device)
+    groups = -(-num_rows // row_repeat)
+    row_ks, row_ke = make_bounds(rng, groups, width, with_starts, device)
+    nblocks = -(-width // block_size)
+    # Ids past the blocks, repeats and -1 padding, as a selection may hold.
+    candidates = torch.randint(-1, nblocks + 2, (num_rows, num_candidates), device=device)
+    candidates = candidates.to(torch.int32)
+
+    masked = logits.clone()
+    cb.apply_candidate_mask(masked, row_ks, row_ke, candidates, block_size, row_repeat)
+
+    ref = ref_mask(logits, row_ks, row_ke, candidates, block_size, row_repeat)
+    torch.testing.assert_close(masked, ref, rtol=0, atol=0)
+
+
+def test_prefill_timing_follows_env():
+    enabled = os.environ.get("DSV41_PREFILL_TIMING", "0") == "1"
+    assert cb._PREFILL_TIMING is enabled
+
+
+class _FakeEvent:
+    made = 0
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        assert enable_timing
+        type(self).made += 1
+
+    def record(self) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end: "_FakeEvent") -> float:
+        return 1.5
+
+
+@pytest.fixture
+def fake_events(monkeypatch):
+    monkeypatch.setattr(_FakeEvent, "made", 0)
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(cb, "PREFILL_ACC", {"earlier": 2.0})
+    return _FakeEvent
+
+
+@pytest.mark.parametrize("num_rows", [1, 1024])
+@torch.inference_mode()
+def test_prefill_timing_inert_when_disabled(num_rows, device, fake_events, monkeypatch):
+    monkeypatch.setattr(cb, "_PREFILL_TIMING", False)
+
+    def capturing() -> bool:
+        raise AssertionError("a disabled timer must not query the stream")
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", capturing)
+    # Zero width: the timer wraps the whole call, the kernels need not run.
+    logits = torch.randn(num_rows, 0, device=device)
+    ends = torch.zeros(num_rows, dtype=torch.int32, device=device)
+
+    out = select(logits, None, ends, 1, 1)
+    with cb._PrefillTimer("other", 1 << 20) as timer:
+        pass
+
+    assert (out == -1).all()
+    assert not timer.on
+    assert fake_events.made == 0
+    assert cb.PREFILL_ACC == {"earlier": 2.0}
+
+
+@torch.inference_mode()
+def test_prefill_timing_enabled(device, fake_events, monkeypatch):
+    monkeypatch.setattr(cb, "_PREFILL_TIMING", True)
+    capturing = [False]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+
+    for num_tokens in (1023, 1024, 5000):
+        with cb._PrefillTimer("phase", num_tokens):
+            pass
+    capturing[0] = True
+    with cb._PrefillTimer("phase", 4096):
+        pass
+    capturing[0] = False
+    logits = torch.randn(1024, 0, device=device)
+    ends = torch.zeros(1024, dtype=torch.int32, device=device)
+    out = select(logits, None, ends, 1, 1)
+
+    assert (out == -1).all()
+    assert fake_events.made == 6  # two per timed block: 1024, 5000 and the selection
+    assert cb.prefill_acc_take() == {"earlier": 2.0, "phase": 3.0, "candidates": 1.5}
+    assert cb.PREFILL_ACC == {}
+
+
+def test_prefill_accumulator(monkeypatch):
+    monkeypatch.setattr(cb, "PREFILL_ACC", {})
+    assert cb.prefill_acc_take() == {}
+    cb.prefill_acc_add("a", 1.25)
+    cb.prefill_acc_add("a", 0.5)
+    cb.prefill_acc_add("b", 3.0)
+    taken = cb.prefill_acc_take()
+    assert taken == {"a": 1.75, "b": 3.0}
+    assert cb.prefill_acc_take() == {}
+    taken["a"] = 0.0  # a copy: the accumulator stays empty
+    cb.prefill_acc_add("b", 1.0)
+    assert cb.prefill_acc_take() == {"b": 1.0}
+
+
+@pytest.mark.parametrize("value", [None, "", "0", "true"])
+def test_cpu_guard_without_interpreter(value, monkeypatch):
+    """CPU tensors are refused unless TRITON_INTERPRET=1 (read at call time)."""
+    if value is None:
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    else:
+        monkeypatch.setenv("TRITON_INTERPRET", value)
+    logits = torch.randn(2, 8)
+    ends = torch.full((2,), 8, dtype=torch.int32)
+    out = torch.full((2, 2), UNWRITTEN, dtype=torch.int32)
+
+    assert not cb._cpu_kernels_allowed()
+    with pytest.raises(AssertionError):
+        cb.select_candidate_blocks(logits, None, ends, 2, 4, out)
+    with pytest.raises(AssertionError):
+        cb.apply_candidate_mask(logits, None, ends, out, 4)
+    assert (out == UNWRITTEN).all()
+
+
+def test_cpu_guard_with_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert cb._cpu_kernels_allowed()

@@ -1,0 +1,346 @@
+"""Real multi-rank runs for the bundled tests: a small pool of spawned processes.
+
+A :class:`RankPool` spawns ``world_size`` processes once and joins them with
+``torch.distributed``; tests then send it many small tasks. That keeps the cost of
+starting Python, torch and Triton to once per test module instead of once per case.
+
+- ``TRITON_INTERPRET=1`` (``--interpret``): CPU tensors over gloo.
+- Otherwise CUDA tensors: NCCL, one GPU per rank, when there are enough GPUs;
+  else gloo with every rank on ``cuda:0``.
+
+Every task has a deadline: a rank that is stuck (say, in a collective its peers never
+join) gets the whole pool killed, the test fails with :class:`RankTimeout`, and the
+next task starts a fresh pool. Tasks are module-level functions ``fn(ctx, *args)``;
+arguments and results travel pickled by value (tensors included, never shared memory).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import os
+import pickle
+import queue
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from bakery.testing.compat import interpret_mode
+
+#: Seconds a task may take before its ranks are killed (override: BAKERY_RANK_TIMEOUT).
+DEFAULT_TIMEOUT = float(os.environ.get("BAKERY_RANK_TIMEOUT", "120"))
+#: Seconds to spawn the ranks and join the process group.
+START_TIMEOUT = 180.0
+#: Once one rank has answered a task in E seconds, its peers get GRACE + E more: after
+#: the last collective of a task little work is left, so a peer that lags that far
+#: behind is stuck in a collective that the others never joined.
+GRACE = 5.0
+
+
+class RankError(AssertionError):
+    """A rank raised; the message carries its traceback."""
+
+
+class RankTimeout(AssertionError):
+    """A rank did not answer in time (a stuck collective, most likely); the pool was killed."""
+
+
+def choose_backend(world_size: int) -> tuple[str, list[str]]:
+    """The backend and each rank's device for this machine and mode."""
+    if interpret_mode():
+        return "gloo", ["cpu"] * world_size
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("no CUDA GPU is visible; use TRITON_INTERPRET=1 with CPU tensors")
+    if torch.cuda.device_count() >= world_size:
+        return "nccl", [f"cuda:{rank}" for rank in range(world_size)]
+    return "gloo", ["cuda:0"] * world_size
+
+
+@dataclass
+class DcpGroup:
+    """What the DCP path asks of vLLM's group coordinator: ``world_size`` and
+    ``device_group`` (a torch ProcessGroup); ``rank_in_group`` for convenience."""
+
+    world_size: int
+    rank_in_group: int
+    device_group: Any
+
+
+@dataclass(frozen=True)
+class Task:
+    id: int
+    name: str
+    started: float
+
+
+@dataclass
+class RankContext:
+    """Handed to every task as its first argument."""
+
+    rank: int
+    world_size: int
+    device: Any  # torch.device
+    backend: str
+    dcp_group: DcpGroup
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _ref(fn: Callable[..., Any]) -> tuple[str, str, str | None]:
+    module = sys.modules.get(fn.__module__)
+    return fn.__module__, fn.__qualname__, getattr(module, "__file__", None)
+
+
+def _resolve(ref: tuple[str, str, str | None]) -> Callable[..., Any]:
+    modname, qualname, path = ref
+    module = sys.modules.get(modname)
+    if module is None:
+        try:
+            module = importlib.import_module(modname)
+        except ImportError:
+            if path is None:
+                raise
+            # Test modules imported by pytest's importlib mode are not on sys.path.
+            spec = importlib.util.spec_from_file_location(modname, path)
+            if spec is None or spec.loader is None:
+                raise
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[modname] = module
+            spec.loader.exec_module(module)
+    obj: Any = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj  # type: ignore[no-any-return]
+
+
+def _rank_main(
+    rank: int,
+    world_size: int,
+    port: int,
+    backend: str,
+    device: str,
+    inbox: Any,
+    outbox: Any,
+    collective_timeout: float,
+) -> None:
+    """Entry point of a spawned rank: join the group, then run tasks until told to stop."""
+    try:
+        import torch
+        import torch.distributed as dist
+
+        dev = torch.device(device)
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=collective_timeout),
+            device_id=dev if backend == "nccl" else None,
+        )
+        group = dist.new_group(list(range(world_size)), backend=backend)
+        ctx = RankContext(rank, world_size, dev, backend, DcpGroup(world_size, rank, group))
+    except BaseException:
+        outbox.put(("ready", rank, False, traceback.format_exc()))
+        return
+    outbox.put(("ready", rank, True, None))
+    try:
+        while True:
+            message = inbox.get()
+            if message is None:
+                break
+            task_id, ref, payload = message
+            try:
+                result = _resolve(ref)(ctx, *pickle.loads(payload))
+                outbox.put((task_id, rank, True, pickle.dumps(result)))
+            except BaseException:
+                outbox.put((task_id, rank, False, traceback.format_exc()))
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+
+
+class RankPool:
+    """``world_size`` spawned ranks joined by torch.distributed, reused across tasks."""
+
+    def __init__(self, world_size: int = 2, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.world_size = world_size
+        self.timeout = timeout
+        self.backend, self.devices = choose_backend(world_size)
+        self.starts = 0
+        self._procs: list[Any] = []
+        self._inboxes: list[Any] = []
+        self._outbox: Any = None
+        self._ready = False
+        self._task = 0
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        """Spawn the ranks without waiting for them (see :meth:`wait_ready`)."""
+        if self._procs:
+            return
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        port = free_port()
+        self._outbox = ctx.Queue()
+        self._inboxes = [ctx.Queue() for _ in range(self.world_size)]
+        self._procs = [
+            ctx.Process(
+                target=_rank_main,
+                args=(
+                    rank,
+                    self.world_size,
+                    port,
+                    self.backend,
+                    self.devices[rank],
+                    self._inboxes[rank],
+                    self._outbox,
+                    self.timeout,
+                ),
+                name=f"bakery-rank{rank}",
+                daemon=True,
+            )
+            for rank in range(self.world_size)
+        ]
+        for proc in self._procs:
+            proc.start()
+        self.starts += 1
+        self._ready = False
+
+    def wait_ready(self) -> None:
+        self.start()
+        if self._ready:
+            return
+        deadline = time.monotonic() + START_TIMEOUT
+        pending = set(range(self.world_size))
+        while pending:
+            kind, rank, ok, detail = self._get(deadline, pending, "start")
+            if kind != "ready":
+                continue
+            if not ok:
+                self.close()
+                raise RankError(f"rank {rank} failed to start:\n{detail}")
+            pending.discard(rank)
+        self._ready = True
+
+    def close(self) -> None:
+        """Stop the ranks: politely when they are idle, by force otherwise."""
+        if not self._procs:
+            return
+        if self._ready:
+            for inbox in self._inboxes:
+                with contextlib.suppress(Exception):
+                    inbox.put(None)
+            for proc in self._procs:
+                proc.join(timeout=5)
+        for proc in self._procs:
+            if proc.is_alive():
+                proc.kill()
+            proc.join(timeout=5)
+        for q in [*self._inboxes, self._outbox]:
+            with contextlib.suppress(Exception):
+                q.close()
+                q.cancel_join_thread()
+        self._procs, self._inboxes, self._outbox, self._ready = [], [], None, False
+
+    def __enter__(self) -> RankPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- tasks -------------------------------------------------------------------------
+    def run(
+        self, fn: Callable[..., Any], *args: Any, timeout: float | None = None
+    ) -> list[Any]:
+        """Run ``fn(ctx, *args)`` on every rank; the results, by rank."""
+        return self.map(fn, [args] * self.world_size, timeout=timeout)
+
+    def map(
+        self,
+        fn: Callable[..., Any],
+        args_by_rank: Sequence[Sequence[Any]],
+        *,
+        timeout: float | None = None,
+    ) -> list[Any]:
+        """Run ``fn(ctx, *args_by_rank[rank])`` on every rank; the results, by rank."""
+        return self.gather(self.submit(fn, args_by_rank), timeout=timeout)
+
+    def submit(self, fn: Callable[..., Any], args_by_rank: Sequence[Sequence[Any]]) -> Task:
+        """Start ``fn(ctx, *args_by_rank[rank])`` on every rank; :meth:`gather` the results.
+
+        The caller may work meanwhile (say, compute the single-rank expectation)."""
+        if len(args_by_rank) != self.world_size:
+            raise ValueError(f"need arguments for {self.world_size} ranks")
+        self.wait_ready()
+        self._task += 1
+        ref = _ref(fn)
+        for rank, args in enumerate(args_by_rank):
+            self._inboxes[rank].put((self._task, ref, pickle.dumps(tuple(args))))
+        return Task(self._task, fn.__qualname__, time.monotonic())
+
+    def gather(self, task: Task, *, timeout: float | None = None) -> list[Any]:
+        """The results of ``task`` by rank.
+
+        Raises :class:`RankError` with the first failing rank's traceback, or
+        :class:`RankTimeout`. When a rank failed or hung, the pool is killed (a peer
+        may be left inside a collective) and the next task starts a fresh one."""
+        deadline = task.started + (timeout or self.timeout)
+        results: dict[int, Any] = {}
+        failures: dict[int, str] = {}
+        pending = set(range(self.world_size))
+        while pending:
+            try:
+                got, rank, ok, detail = self._get(deadline, pending, task.name)
+            except RankTimeout:
+                if not failures:
+                    raise
+                break  # a peer of a failed rank is stuck: report the failure first
+            if got != task.id:
+                continue
+            pending.discard(rank)
+            if ok:
+                results[rank] = pickle.loads(detail)
+            else:
+                failures[rank] = detail
+            now = time.monotonic()
+            deadline = min(deadline, now + GRACE + (now - task.started))
+        if failures:
+            self.close()
+            rank = min(failures)
+            stuck = f" (ranks {sorted(pending)} stuck)" if pending else ""
+            raise RankError(f"rank {rank} raised in {task.name}{stuck}:\n{failures[rank]}")
+        return [results[rank] for rank in range(self.world_size)]
+
+    def _get(self, deadline: float, pending: set[int], what: str) -> tuple[Any, int, bool, Any]:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.close()
+                raise RankTimeout(
+                    f"ranks {sorted(pending)} gave no answer to {what} in time; pool killed"
+                )
+            try:
+                return self._outbox.get(timeout=min(left, 1.0))  # type: ignore[no-any-return]
+            except queue.Empty:
+                dead = [r for r in pending if not self._procs[r].is_alive()]
+                if dead:
+                    codes = {r: self._procs[r].exitcode for r in dead}
+                    self.close()
+                    raise RankError(
+                        f"ranks {dead} died during {what} (exit codes {codes})"
+                    ) from None

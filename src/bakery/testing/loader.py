@@ -1,0 +1,213 @@
+"""Load modules of a baked vLLM tree on a machine without vLLM installed.
+
+Importing ``vllm/__init__.py`` pulls in much of vLLM, and ``vllm.triton_utils``
+turns Triton off without a GPU driver. So a ``sys.meta_path`` finder serves every
+``vllm.*`` name from the tree as follows, and records what it did:
+
+- a declared stand-in that always replaces the tree (``vllm.triton_utils``,
+  ``vllm.platforms``) is built from :mod:`bakery.testing.standins`;
+- a folder of the tree becomes a *light package*: its ``__path__`` points into the
+  tree, its ``__init__.py`` is never executed;
+- a ``.py`` file of the tree is executed as is (no bytecode is written into the
+  tree). If that fails and the name has a fallback stand-in, everything the attempt
+  imported from ``vllm`` is rolled back and the stand-in takes its place;
+- anything else is an ImportError that names the tree.
+
+"Loads lightly" thus means: without executing any package ``__init__.py`` and
+without reaching a module that is neither in the tree nor stood in.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+from bakery.testing.standins import STANDINS, StandIn
+
+#: Environment variable that hands the baked tree to test processes (and ranks).
+TREE_ENV = "BAKERY_TREE"
+ROOT_PACKAGE = "vllm"
+
+Kind = Literal["tree", "stand-in", "package"]
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where one ``vllm.*`` module came from."""
+
+    kind: Kind
+    #: File or folder in the tree for "tree"/"package"; why, for "stand-in".
+    detail: str
+
+
+#: Every ``vllm.*`` module this process imported through the finder, in import order.
+PROVENANCE: dict[str, Origin] = {}
+_LOCK = threading.RLock()
+
+
+def _is_ours(fullname: str) -> bool:
+    return fullname == ROOT_PACKAGE or fullname.startswith(ROOT_PACKAGE + ".")
+
+
+class _TreeSourceLoader(importlib.machinery.SourceFileLoader):
+    """Executes a tree file; falls back to a stand-in when one is declared."""
+
+    def __init__(self, fullname: str, path: str, standin: StandIn | None) -> None:
+        super().__init__(fullname, path)
+        self._standin = standin
+
+    def set_data(self, path: str, data: Any, *, _mode: int = 0o666) -> None:
+        """Never write ``__pycache__`` into the tree under test."""
+
+    def exec_module(self, module: ModuleType) -> None:
+        before = set(sys.modules)
+        try:
+            super().exec_module(module)
+        except Exception as exc:
+            if self._standin is None:
+                raise
+            _roll_back(before, keep=module.__name__)
+            _reset(module)
+            self._standin.build(module)
+            why = f"{self._standin.reason}; the tree's file did not load lightly: {exc!r}"
+            PROVENANCE[module.__name__] = Origin("stand-in", why)
+        else:
+            PROVENANCE[module.__name__] = Origin("tree", self.path)
+
+
+class _LightPackageLoader(importlib.abc.Loader):
+    """A tree folder as a package whose ``__init__.py`` is never executed."""
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        locations = module.__spec__.submodule_search_locations if module.__spec__ else None
+        PROVENANCE[module.__name__] = Origin("package", (locations or ["?"])[0])
+
+
+class _StandInLoader(importlib.abc.Loader):
+    def __init__(self, standin: StandIn) -> None:
+        self._standin = standin
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._standin.build(module)
+        PROVENANCE[module.__name__] = Origin("stand-in", self._standin.reason)
+
+
+def _roll_back(before: set[str], *, keep: str) -> None:
+    for name in set(sys.modules) - before:
+        if _is_ours(name) and name != keep:
+            del sys.modules[name]
+            PROVENANCE.pop(name, None)
+
+
+def _reset(module: ModuleType) -> None:
+    for name in list(vars(module)):
+        if not (name.startswith("__") and name.endswith("__")):
+            delattr(module, name)
+    module.__file__ = None
+
+
+class TreeFinder(importlib.abc.MetaPathFinder):
+    """Serves ``vllm`` and ``vllm.*`` from one baked tree (see the module docstring)."""
+
+    def __init__(self, tree: Path, standins: Mapping[str, StandIn] = STANDINS) -> None:
+        self.tree = tree
+        self.standins = standins
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: object = None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if not _is_ours(fullname):
+            return None
+        standin = self.standins.get(fullname)
+        if standin is not None and not standin.prefer_tree:
+            return importlib.util.spec_from_loader(fullname, _StandInLoader(standin))
+        base = self.tree.joinpath(*fullname.split("."))
+        source = base.parent / (base.name + ".py")
+        if (base / "__init__.py").is_file() or (base.is_dir() and not source.is_file()):
+            spec = importlib.machinery.ModuleSpec(
+                fullname, _LightPackageLoader(), origin=str(base), is_package=True
+            )
+            spec.submodule_search_locations = [str(base)]
+            return spec
+        if source.is_file():
+            loader = _TreeSourceLoader(fullname, str(source), standin)
+            return importlib.util.spec_from_file_location(fullname, source, loader=loader)
+        if standin is not None:
+            return importlib.util.spec_from_loader(fullname, _StandInLoader(standin))
+        raise ModuleNotFoundError(
+            f"{fullname} is neither in the tree {self.tree} nor declared as a stand-in "
+            "in bakery.testing.standins",
+            name=fullname,
+        )
+
+
+def install(tree: Path | str) -> TreeFinder:
+    """Put a finder for ``tree`` first on ``sys.meta_path`` (idempotent per tree)."""
+    tree = Path(tree).resolve()
+    with _LOCK:
+        for finder in sys.meta_path:
+            if isinstance(finder, TreeFinder):
+                if finder.tree != tree:
+                    raise RuntimeError(
+                        f"bakery.testing already serves vllm from {finder.tree}, not {tree}"
+                    )
+                return finder
+        if not (tree / ROOT_PACKAGE).is_dir():
+            raise FileNotFoundError(f"{tree} holds no {ROOT_PACKAGE}/ folder: not a vLLM tree")
+        loaded = sys.modules.get(ROOT_PACKAGE)
+        if loaded is not None:
+            raise RuntimeError(
+                f"{ROOT_PACKAGE} is already imported from {getattr(loaded, '__file__', '?')}; "
+                "bakery.testing must be installed before anything imports vllm"
+            )
+        finder = TreeFinder(tree)
+        sys.meta_path.insert(0, finder)
+        return finder
+
+
+def tree_from_env() -> Path:
+    """The tree handed to this process through ``BAKERY_TREE``."""
+    value = os.environ.get(TREE_ENV)
+    if not value:
+        raise RuntimeError(
+            f"{TREE_ENV} is not set: run the tests through `bakery verify` or "
+            "`pytest -p bakery.testing.plugin --bakery-tree DIR`"
+        )
+    return Path(value)
+
+
+def load_tree_module(name: str, tree: Path | str | None = None) -> ModuleType:
+    """Import ``name`` from the baked tree (default: ``$BAKERY_TREE``), never a stand-in."""
+    install(tree if tree is not None else tree_from_env())
+    with _LOCK:
+        module = importlib.import_module(name)
+    origin = PROVENANCE.get(name)
+    if origin is None or origin.kind != "tree":
+        what = origin.kind if origin else "not loaded by bakery.testing"
+        raise ImportError(f"{name} must come from the tree under test, but it is {what}")
+    return module
+
+
+def provenance() -> dict[str, Origin]:
+    """A copy of :data:`PROVENANCE`."""
+    with _LOCK:
+        return dict(PROVENANCE)

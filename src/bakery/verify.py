@@ -1,0 +1,204 @@
+"""The core of ``bakery verify``: run a series' bundled tests against a baked tree.
+
+pytest runs in a subprocess so that its environment (``TRITON_INTERPRET=1``,
+``BAKERY_TREE``) is in place before anything imports Triton, and so that the tree's
+modules never enter bakery's own process. pytest prints its own progress; the
+counts and where each ``vllm.*`` module came from come back through the plugin's
+JSON report. Nothing here prints or exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bakery.errors import VerifyError
+from bakery.testing.loader import ROOT_PACKAGE, TREE_ENV
+
+PLUGIN = "bakery.testing.plugin"
+
+#: pytest's exit codes (pytest.ExitCode), kept here to not import pytest for them.
+_PYTEST_OK, _PYTEST_FAILED, _PYTEST_INTERRUPTED, _PYTEST_NO_TESTS = 0, 1, 2, 5
+_PYTEST_TROUBLE = {_PYTEST_INTERRUPTED: "interrupted", 3: "internal error", 4: "usage error"}
+
+
+@dataclass(frozen=True)
+class ModuleOrigin:
+    """Where a ``vllm.*`` module of the test run came from."""
+
+    name: str
+    kind: str  # "tree" | "stand-in" | "package"
+    detail: str
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    #: 0: every test passed; 1: a test failed or errored, or none ran.
+    exit_code: int
+    pytest_exit_code: int
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+    xfailed: int = 0
+    xpassed: int = 0
+    modules: tuple[ModuleOrigin, ...] = ()
+    #: Fixes bakery applied to the test tools (not the tree), e.g. Triton's interpreter.
+    tool_fixes: tuple[str, ...] = ()
+    elapsed: float = 0.0
+    junit: Path | None = None
+    command: tuple[str, ...] = field(default=(), repr=False)
+
+    @property
+    def no_tests(self) -> bool:
+        return self.pytest_exit_code == _PYTEST_NO_TESTS
+
+    @property
+    def from_tree(self) -> tuple[ModuleOrigin, ...]:
+        return tuple(m for m in self.modules if m.kind == "tree")
+
+    @property
+    def stood_in(self) -> tuple[ModuleOrigin, ...]:
+        return tuple(m for m in self.modules if m.kind == "stand-in")
+
+
+def pytest_command(
+    tests_dir: Path,
+    tree: Path,
+    *,
+    interpret: bool,
+    pytest_args: Sequence[str] = (),
+    junit: Path | None = None,
+    report: Path | None = None,
+    python: str | None = None,
+    empty_ini: Path | None = None,
+) -> list[str]:
+    """The pytest command line that :func:`run_verify` runs (for display, too).
+
+    The tests folder's own ``pytest.ini`` is the only pytest configuration: without
+    one, ``empty_ini`` stands in, so that no configuration of a folder above (bakery's
+    own ``pyproject.toml``, say) changes how the bundled tests run."""
+    command = [python or sys.executable, "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider"]
+    ini = tests_dir / "pytest.ini"
+    if ini.is_file() or empty_ini is not None:
+        command.append(f"-c={ini if ini.is_file() else empty_ini}")
+    # ``--opt=value``: a separate value would count as a path when pytest picks its rootdir.
+    command += [f"--rootdir={tests_dir}", f"--bakery-tree={tree}"]
+    if interpret:
+        command.append("--bakery-interpret")
+    if report is not None:
+        command.append(f"--bakery-report={report}")
+    if junit is not None:
+        command.append(f"--junitxml={junit}")
+    command += [*pytest_args, str(tests_dir)]
+    return command
+
+
+def verify_environment(
+    tree: Path, *, interpret: bool, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The subprocess environment: the tree, and Triton's interpreter on or off."""
+    env = dict(os.environ if base is None else base)
+    env[TREE_ENV] = str(tree)
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    else:
+        env.pop("TRITON_INTERPRET", None)
+    return env
+
+
+def _check_inputs(tests_dir: Path, tree: Path, interpret: bool) -> None:
+    if not tests_dir.is_dir():
+        raise VerifyError(f"no bundled tests: {tests_dir} is not a folder")
+    if not any(tests_dir.glob("test_*.py")) and not any(tests_dir.glob("*_test.py")):
+        raise VerifyError(f"no bundled tests: {tests_dir} holds no test_*.py")
+    if not tree.is_dir():
+        raise VerifyError(f"no baked tree at {tree}")
+    if not (tree / ROOT_PACKAGE).is_dir():
+        raise VerifyError(f"{tree} is not a vLLM tree (no {ROOT_PACKAGE}/ folder)")
+    if not interpret and not _cuda_available():
+        raise VerifyError(
+            "no CUDA GPU is visible to torch; use --interpret to run the kernels on CPU"
+        )
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError as exc:
+        raise VerifyError(f"torch is not installed ({exc}); install bakery[kernels]") from None
+    return bool(torch.cuda.is_available())
+
+
+def run_verify(
+    tests_dir: Path,
+    tree: Path,
+    *,
+    interpret: bool,
+    pytest_args: Sequence[str] = (),
+    junit: Path | None = None,
+    python: str | None = None,
+) -> VerifyResult:
+    """Run the tests in ``tests_dir`` against ``tree``; pytest prints as it goes.
+
+    ``pytest_args`` go to pytest before the tests folder. Raises
+    :class:`~bakery.errors.VerifyError` for bad input (no tests folder, no tree, no
+    GPU without ``interpret``) and when pytest itself cannot run (usage or internal
+    error, interrupted); a test that fails, or no test at all, is ``exit_code`` 1.
+    """
+    tests_dir, tree = Path(tests_dir).resolve(), Path(tree).resolve()
+    _check_inputs(tests_dir, tree, interpret)
+    junit = Path(junit).resolve() if junit is not None else None
+    with tempfile.TemporaryDirectory(prefix="bakery-verify-") as tmp:
+        report = Path(tmp) / "report.json"
+        empty_ini = Path(tmp) / "pytest.ini"
+        empty_ini.write_text("[pytest]\n")
+        command = pytest_command(
+            tests_dir,
+            tree,
+            interpret=interpret,
+            pytest_args=pytest_args,
+            junit=junit,
+            report=report,
+            python=python,
+            empty_ini=empty_ini,
+        )
+        started = time.monotonic()
+        try:
+            code = subprocess.run(
+                command, env=verify_environment(tree, interpret=interpret), check=False
+            ).returncode
+        except OSError as exc:
+            raise VerifyError(f"cannot start pytest: {exc}") from None
+        elapsed = time.monotonic() - started
+        data = json.loads(report.read_text()) if report.is_file() else None
+    counts = (data or {}).get("counts", {})
+    # pytest stops with "interrupted" on collection errors: a test module that cannot
+    # import the tree's code is a failed test, not a usage error.
+    collection_failed = code == _PYTEST_INTERRUPTED and counts.get("error", 0) > 0
+    if code in _PYTEST_TROUBLE and not collection_failed:
+        raise VerifyError(f"pytest stopped: {_PYTEST_TROUBLE[code]} (exit code {code})")
+    if code not in (_PYTEST_OK, _PYTEST_FAILED, _PYTEST_NO_TESTS) and not collection_failed:
+        raise VerifyError(f"pytest exited with code {code}")
+    return VerifyResult(
+        exit_code=0 if code == _PYTEST_OK else 1,
+        pytest_exit_code=code,
+        passed=counts.get("passed", 0),
+        failed=counts.get("failed", 0),
+        errors=counts.get("error", 0),
+        skipped=counts.get("skipped", 0),
+        xfailed=counts.get("xfailed", 0),
+        xpassed=counts.get("xpassed", 0),
+        modules=tuple(ModuleOrigin(**m) for m in (data or {}).get("modules", [])),
+        tool_fixes=tuple((data or {}).get("tool_fixes", [])),
+        elapsed=elapsed,
+        junit=junit,
+        command=tuple(command),
+    )

@@ -1,0 +1,327 @@
+"""bakery verify: the tree loader, the pytest plugin, the rank pool and run_verify.
+
+The tree is a minimal vLLM-like folder in tmp_path holding the baked dcp2 kernel
+(``fixtures/dcp2_baked_0.30.0/candidate_blocks.py``, vLLM's Apache-2.0 file with the
+user's diff applied); everything else it imports is stood in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bakery.errors import BakeryError, VerifyError
+from bakery.testing import loader
+from bakery.testing.dist import RankError, RankPool, RankTimeout
+from bakery.verify import pytest_command, run_verify
+
+from .conftest import PROJECT, write_files
+
+FIXTURE = Path(__file__).parent / "fixtures" / "dcp2_baked_0.30.0" / "candidate_blocks.py"
+MODULE = "vllm.model_executor.kernels.attention.dsa.candidate_blocks"
+FILE = "vllm/model_executor/kernels/attention/dsa/candidate_blocks.py"
+BUNDLED = PROJECT / "launcher" / "dcp2" / "tests"
+TRAP = "raise RuntimeError('a package __init__.py was executed')\n"
+
+
+def make_tree(root: Path, kernel: str | None = None) -> Path:
+    """A vLLM-like tree: the baked kernel, and package inits that must never run."""
+    return write_files(root, {
+        "vllm/__init__.py": TRAP,
+        "vllm/model_executor/__init__.py": TRAP,
+        "vllm/model_executor/kernels/attention/dsa/__init__.py": TRAP,
+        "vllm/triton_utils/__init__.py": TRAP,
+        FILE: kernel if kernel is not None else FIXTURE.read_text(),
+    })
+
+
+def mutate(old: str, new: str) -> str:
+    text = FIXTURE.read_text()
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    return make_tree(tmp_path / "tree")
+
+
+@pytest.fixture
+def clean_loader() -> Iterator[None]:
+    """The loader changes sys.meta_path and sys.modules: undo that after each test."""
+    before = set(sys.modules)
+    yield
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, loader.TreeFinder)]
+    for name in set(sys.modules) - before:
+        if name == "vllm" or name.startswith("vllm."):
+            del sys.modules[name]
+    loader.PROVENANCE.clear()
+
+
+# --- the loader ----------------------------------------------------------------------------------
+
+def test_loads_the_tree_file_under_its_real_name(tree: Path, clean_loader: None) -> None:
+    module = loader.load_tree_module(MODULE, tree)
+
+    assert module.__name__ == MODULE
+    assert Path(module.__file__) == tree / FILE
+    assert callable(module.select_candidate_blocks) and module._DCP_REDUCE_BYTES > 0
+    origins = loader.provenance()
+    assert origins[MODULE] == loader.Origin("tree", str(tree / FILE))
+    assert origins["vllm.triton_utils"].kind == "stand-in"
+    assert origins["vllm"] == loader.Origin("package", str(tree / "vllm"))
+    import triton
+
+    assert sys.modules["vllm.triton_utils"].triton is triton
+    assert not list(tree.rglob("__pycache__")), "nothing may be written into the tree"
+
+
+def test_prefers_the_tree_and_falls_back_to_stand_ins(tmp_path: Path, clean_loader: None) -> None:
+    tree = write_files(tmp_path / "tree", {
+        "vllm/__init__.py": TRAP,
+        "vllm/utils/math_utils.py": "def round_up(x, y):\n    return -(-x // y) * y\n",
+        # Not light: reaches a package attribute that only its __init__.py would define.
+        "vllm/model_executor/layers/indexer_topk.py":
+            "import vllm.utils.helper\nfrom vllm.config import get_current_vllm_config\n",
+        "vllm/utils/helper.py": "X = 1\n",
+        "vllm/config/__init__.py": "def get_current_vllm_config(): ...\n",
+        "vllm/k.py": textwrap.dedent("""\
+            from vllm.model_executor.layers.indexer_topk import is_deep_select_supported
+            from vllm.platforms import current_platform
+            from vllm.utils.math_utils import round_up
+            """),
+    })
+    module = loader.load_tree_module("vllm.k", tree)
+
+    assert module.round_up(5, 4) == 8
+    assert module.is_deep_select_supported() is False
+    assert module.current_platform.is_rocm() is False
+    origins = loader.provenance()
+    assert origins["vllm.utils.math_utils"].kind == "tree"
+    stood_in = origins["vllm.model_executor.layers.indexer_topk"]
+    assert stood_in.kind == "stand-in" and "get_current_vllm_config" in stood_in.detail
+    assert origins["vllm.platforms"].kind == "stand-in"
+    # What the failed attempt imported is rolled back.
+    assert "vllm.utils.helper" not in sys.modules and "vllm.utils.helper" not in origins
+
+
+def test_refuses_what_is_neither_in_the_tree_nor_stood_in(tree: Path, clean_loader: None) -> None:
+    loader.install(tree)
+    with pytest.raises(ModuleNotFoundError, match="neither in the tree"):
+        __import__("vllm.no_such_module")
+    with pytest.raises(ImportError, match="must come from the tree"):
+        loader.load_tree_module("vllm.triton_utils", tree)
+
+
+def test_one_tree_per_process(tree: Path, tmp_path: Path, clean_loader: None) -> None:
+    with pytest.raises(FileNotFoundError, match="not a vLLM tree"):
+        loader.install(tmp_path)
+    assert loader.install(tree) is loader.install(tree)
+    with pytest.raises(RuntimeError, match="already serves"):
+        loader.install(make_tree(tmp_path / "other"))
+
+
+def test_tree_comes_from_the_environment(
+    tree: Path, clean_loader: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(loader.TREE_ENV, raising=False)
+    with pytest.raises(RuntimeError, match=loader.TREE_ENV):
+        loader.load_tree_module(MODULE)
+    monkeypatch.setenv(loader.TREE_ENV, str(tree))
+    assert loader.load_tree_module(MODULE).__file__ == str(tree / FILE)
+
+
+# --- run_verify and the plugin ----------------------------------------------------------------
+
+QUICK_TEST = textwrap.dedent("""\
+    import os
+
+    from bakery.testing import load_tree_module
+
+    cb = load_tree_module("vllm.model_executor.kernels.attention.dsa.candidate_blocks")
+
+
+    def test_tree(baked_tree, interpret, device):
+        assert os.environ["BAKERY_TREE"] == str(baked_tree)
+        assert interpret and os.environ["TRITON_INTERPRET"] == "1"
+        assert device.type == "cpu"
+        assert cb.__file__.startswith(str(baked_tree))
+
+
+    def test_prefill_accumulator():
+        cb.prefill_acc_add("a", 1.0)
+        assert cb.prefill_acc_take() == {"a": 1.0}
+    """)
+
+
+def quick_tests(root: Path, body: str = QUICK_TEST) -> Path:
+    return write_files(root, {"test_quick.py": body})
+
+
+def test_run_verify_passes_and_reports_modules(tmp_path: Path, tree: Path) -> None:
+    junit = tmp_path / "out" / "junit.xml"
+    result = run_verify(quick_tests(tmp_path / "t"), tree, interpret=True, pytest_args=["-q"],
+                        junit=junit)
+
+    assert (result.exit_code, result.passed, result.failed, result.errors) == (0, 2, 0, 0)
+    assert [m.name for m in result.from_tree] == [MODULE]
+    assert "vllm.triton_utils" in [m.name for m in result.stood_in]
+    assert result.elapsed > 0 and "testcase" in junit.read_text()
+
+
+def test_run_verify_fails_on_a_failing_test(tmp_path: Path, tree: Path) -> None:
+    body = QUICK_TEST + "\n\ndef test_broken():\n    assert cb._DCP_REDUCE_BYTES == 1\n"
+    result = run_verify(quick_tests(tmp_path / "t", body), tree, interpret=True)
+    assert (result.exit_code, result.passed, result.failed) == (1, 2, 1)
+
+
+def test_run_verify_fails_when_no_test_runs(tmp_path: Path, tree: Path) -> None:
+    result = run_verify(quick_tests(tmp_path / "t", "X = 1\n"), tree, interpret=True)
+    assert result.exit_code == 1 and result.no_tests
+
+
+def test_a_collection_error_is_a_failure(tmp_path: Path) -> None:
+    broken = make_tree(tmp_path / "tree", kernel="import vllm.not_stood_in\n")
+    result = run_verify(quick_tests(tmp_path / "t"), broken, interpret=True)
+    assert result.exit_code == 1 and result.errors == 1
+
+
+def test_run_verify_refuses_bad_input(tmp_path: Path, tree: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    tests = quick_tests(tmp_path / "t")
+    with pytest.raises(VerifyError, match="no bundled tests"):
+        run_verify(tmp_path / "missing", tree, interpret=True)
+    with pytest.raises(VerifyError, match="no test_"):
+        run_verify(tree, tree, interpret=True)
+    with pytest.raises(VerifyError, match="no baked tree"):
+        run_verify(tests, tmp_path / "nowhere", interpret=True)
+    with pytest.raises(VerifyError, match="not a vLLM tree"):
+        run_verify(tests, tests, interpret=True)
+    with pytest.raises(VerifyError, match="pytest stopped: usage error") as info:
+        run_verify(tests, tree, interpret=True, pytest_args=["--no-such-option"])
+    assert isinstance(info.value, BakeryError) and info.value.exit_code == 2
+    monkeypatch.setattr("bakery.verify._cuda_available", lambda: False)
+    with pytest.raises(VerifyError, match="--interpret"):
+        run_verify(tests, tree, interpret=False)
+
+
+def test_plugin_without_gpu_or_tree_is_a_usage_error(tmp_path: Path, tree: Path) -> None:
+    import subprocess
+
+    import torch
+
+    tests = quick_tests(tmp_path / "t")
+    env = {k: v for k, v in os.environ.items() if k not in ("BAKERY_TREE", "TRITON_INTERPRET")}
+    base = [sys.executable, "-m", "pytest", "-p", "bakery.testing.plugin", "-c", os.devnull,
+            str(tests)]
+    no_tree = subprocess.run(base, env=env, capture_output=True, text=True, check=False)
+    assert no_tree.returncode == 4 and "--bakery-tree DIR is required" in no_tree.stderr
+    if torch.cuda.is_available():
+        return
+    no_gpu = subprocess.run([*base, f"--bakery-tree={tree}"], env=env, capture_output=True,
+                            text=True, check=False)
+    assert no_gpu.returncode == 4 and "--bakery-interpret" in no_gpu.stderr
+
+
+def test_pytest_command_keeps_other_configuration_out(tmp_path: Path) -> None:
+    command = pytest_command(BUNDLED, tmp_path, interpret=True, pytest_args=["-x"])
+    assert f"-c={BUNDLED / 'pytest.ini'}" in command
+    assert command[-2:] == ["-x", str(BUNDLED)]
+    assert "--bakery-interpret" in command and f"--bakery-tree={tmp_path}" in command
+
+
+def test_results_json_is_readable(tmp_path: Path, tree: Path) -> None:
+    # The plugin's report, as run_verify reads it: a plain JSON object.
+    report = tmp_path / "report.json"
+    command = pytest_command(quick_tests(tmp_path / "t"), tree, interpret=True, report=report,
+                             empty_ini=write_files(tmp_path, {"e.ini": "[pytest]\n"}) / "e.ini")
+    import subprocess
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    assert subprocess.run(command, env=env, capture_output=True, check=False).returncode == 0
+    data = json.loads(report.read_text())
+    assert data["counts"]["passed"] == 2 and data["interpret"] is True
+
+
+# --- the rank pool -----------------------------------------------------------------------------
+
+def rank_and_sum(ctx, value: int) -> tuple[int, int]:
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([value + ctx.rank])
+    dist.all_reduce(t, group=ctx.dcp_group.device_group)
+    return ctx.rank, int(t.item())
+
+
+def rank_raises(ctx) -> None:
+    raise ValueError(f"boom on rank {ctx.rank}")
+
+
+def rank_zero_waits_alone(ctx) -> None:
+    import torch
+    import torch.distributed as dist
+
+    if ctx.rank == 0:
+        dist.all_reduce(torch.zeros(1), group=ctx.dcp_group.device_group)
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[RankPool]:
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"  # CPU ranks over gloo
+    try:
+        with RankPool(2, timeout=60) as p:
+            yield p
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
+def test_rank_pool_runs_real_ranks(pool: RankPool) -> None:
+    assert pool.backend == "gloo"
+    assert pool.run(rank_and_sum, 10) == [(0, 21), (1, 21)]
+    assert pool.map(rank_and_sum, [(1,), (5,)]) == [(0, 7), (1, 7)]
+
+
+def test_rank_pool_reports_a_rank_error(pool: RankPool) -> None:
+    with pytest.raises(RankError, match="boom on rank 0"):
+        pool.run(rank_raises)
+    assert pool.run(rank_and_sum, 0) == [(0, 1), (1, 1)]  # a fresh pool
+
+
+def test_rank_pool_kills_a_stuck_collective(pool: RankPool) -> None:
+    started = time.monotonic()
+    with pytest.raises(RankTimeout, match=r"ranks \[0\]"):
+        pool.run(rank_zero_waits_alone)
+    assert time.monotonic() - started < 30  # rank 1 answered: rank 0 gets a short grace
+    assert pool.run(rank_and_sum, 0) == [(0, 1), (1, 1)]
+
+
+# --- the bundled suite (slow: runs the kernels under the Triton interpreter) ----------------------
+
+SUM = ("ReduceOp.MAX", "ReduceOp.SUM")
+NO_PIN = ('            scores.scatter_(1, pin[r0:r1], float("inf"))\n', "")
+
+
+@pytest.mark.slow
+def test_bundled_suite_passes_on_the_baked_kernel(tmp_path: Path, tree: Path) -> None:
+    result = run_verify(BUNDLED, tree, interpret=True, pytest_args=["-q"])
+    assert result.exit_code == 0 and result.failed == 0 and result.passed > 300, result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change", [SUM, NO_PIN], ids=["reduce-sum", "no-pin"])
+def test_bundled_suite_fails_on_a_broken_kernel(tmp_path: Path, change: tuple[str, str]) -> None:
+    broken = make_tree(tmp_path / "tree", kernel=mutate(*change))
+    result = run_verify(BUNDLED, broken, interpret=True, pytest_args=["-q", "-x", "-k", "dcp"])
+    assert result.exit_code == 1 and result.failed >= 1, result
