@@ -132,3 +132,34 @@ def test_dcp2_check_on_0_32_0_offsets_by_one(cli: Callable[..., Result],
     assert _hunks(tmp_path / "c.json") == [
         (1, "applied", 1, 0), (2, "applied", 83, 0), (3, "applied", 100, 0),
         (4, "offset", 196, 1), (5, "offset", 221, 1), (6, "offset", 345, 1)]
+
+
+@pytest.mark.slow
+def test_dcp2_bakes_on_0_30_0_and_verifies(cli: Callable[..., Result], tmp_path: Path) -> None:
+    """The demo, end to end: bake the base release, then the bundled suite on the CPU
+    against the tree just baked (verify's default tree)."""
+    assert cli("apply", "dcp2", "--vllm", "0.30.0", "--out", tmp_path / "baked").exit_code == 0
+    junit = tmp_path / "verify.xml"
+    result = cli("verify", "dcp2", "--interpret", "--junit", junit)
+    assert result.exit_code == 0, result.output
+    text = junit.read_text()
+    assert 'failures="0"' in text and 'errors="0"' in text
+    assert 'tests="0"' not in text
+
+
+@pytest.mark.slow
+def test_a_broken_series_bakes_but_fails_verify(cli: Callable[..., Result], home: Path,
+                                                tmp_path: Path) -> None:
+    """A series whose DCP reduce sums instead of taking the maximum applies cleanly: only
+    verify can tell, and it must."""
+    broken = home / "launcher" / "broken"
+    shutil.copytree(home / "launcher" / "dcp2", broken)
+    diff = broken / "diffs" / DIFF
+    text = diff.read_bytes()
+    assert text.count(b"ReduceOp.MAX") == 1
+    diff.write_bytes(text.replace(b"ReduceOp.MAX", b"ReduceOp.SUM"))
+    out = tmp_path / "broken-baked"
+    assert cli("apply", "broken", "--vllm", "0.30.0", "--out", out).exit_code == 0
+    result = cli("verify", "broken", "--tree", out, "--interpret", "--", "-x", "-q",
+                 "-k", "dcp")
+    assert result.exit_code == 1, result.output
