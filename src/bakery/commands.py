@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bakery import sources
 from bakery.bake import Events, _display, bake, plan
@@ -147,7 +147,7 @@ def last_tree(series: str) -> Path | None:
 
 # --- list --------------------------------------------------------------------------------------
 
-def list_series(spec: str | None) -> list[dict[str, object]]:
+def list_series(spec: str | None) -> list[dict[str, Any]]:
     home = project_root()
     if spec:
         names = [spec]

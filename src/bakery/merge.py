@@ -223,7 +223,8 @@ def _defs(source: bytes) -> dict[str, ast.AST]:
 def _touched(defs: dict[str, ast.AST], ranges: list[tuple[int, int]]) -> list[str]:
     names = []
     for name, node in defs.items():
-        start = min([node.lineno, *[d.lineno for d in getattr(node, "decorator_list", [])]])
+        lineno: int = getattr(node, "lineno", 0)
+        start = min([lineno, *[d.lineno for d in getattr(node, "decorator_list", [])]])
         end = getattr(node, "end_lineno", None) or start
         if any(a <= end and start <= b for a, b in ranges):
             names.append(name)

@@ -105,7 +105,7 @@ def stale_ports(series: Series, cache: Cache, events: Events | None = None,
     """Ports whose committed diffs differ from what refresh writes for their own bake."""
     home = home or project_root()
     root_dir = home / "patches" / series.name
-    problems = []
+    problems: list[str] = []
     if not root_dir.is_dir():
         return problems
     for port in sorted(p for p in root_dir.iterdir() if p.is_dir()):
@@ -197,8 +197,8 @@ def refresh(series_spec: str, tree: Path, release_version: str | None = None,
     for path, ks in touched.items():
         final = _work(tree, path)
         if final is not None and _CONFLICT.search(final):
-            line = final[: _CONFLICT.search(final).start()].count(b"\n") + 1  # type: ignore[union-attr]
-            raise UsageError(f"{tree / path}:{line}: conflict markers are still in the file")
+            at = final[: _CONFLICT.search(final).start()].count(b"\n") + 1  # type: ignore[union-attr]
+            raise UsageError(f"{tree / path}:{at}: conflict markers are still in the file")
         prev = _show(tree, pristine_commit, path)
         for i, k in enumerate(ks):
             last = i == len(ks) - 1

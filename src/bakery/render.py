@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from rich.console import Console
 from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
@@ -86,7 +87,7 @@ def series_list(console: Console, rows: list[dict[str, object]]) -> None:
 
 def download_progress(console: Console) -> Callable[[int, int | None], None]:
     """A progress callback that shows a bar once a download starts."""
-    state: dict[str, object] = {}
+    state: dict[str, Any] = {}
 
     def update(done: int, total: int | None) -> None:
         if "p" not in state:

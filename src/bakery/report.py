@@ -7,6 +7,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bakery import __version__
 from bakery.engine import FileResult, Outcome, worst
@@ -46,7 +47,7 @@ class DiffResult:
 @dataclass
 class BakeReport:
     series_name: str
-    series_path: str
+    series_path: str | None
     status: str = "error"  # baked | conflict | error | checked
     error: str | None = None
     version: str | None = None
@@ -99,7 +100,7 @@ def write_json(path: Path, data: dict[str, object]) -> None:
     os.replace(tmp, path)
 
 
-def read_manifest(tree: Path) -> dict[str, object] | None:
+def read_manifest(tree: Path) -> dict[str, Any] | None:
     try:
         return json.loads((tree / MANIFEST).read_text())  # type: ignore[no-any-return]
     except (OSError, ValueError):
