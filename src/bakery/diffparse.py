@@ -85,11 +85,9 @@ class Hunk:
                 old_seen += 1
             if kind != "-":
                 new_seen += 1
-            if (kind == " " and old_seen == self.old_len and self.old_noeol) or (
-                kind == "-" and old_seen == self.old_len and self.old_noeol
-            ):
-                out.append(_NO_NEWLINE + "\n")
-            elif kind == "+" and new_seen == self.new_len and self.new_noeol:
+            old_end = kind in " -" and old_seen == self.old_len and self.old_noeol
+            new_end = kind == "+" and new_seen == self.new_len and self.new_noeol
+            if old_end or new_end:
                 out.append(_NO_NEWLINE + "\n")
         return "".join(out)
 
@@ -364,9 +362,7 @@ class _Parser:
                                    "contradicts an earlier line")
                 hdr[key] = int(mode, 8) & 0o777
                 return True
-        if line.startswith(_GIT_IGNORED):
-            return True
-        return False
+        return line.startswith(_GIT_IGNORED)
 
     def _git_names(self, hdr: dict[str, object]) -> tuple[str, str]:
         lineno = int(hdr["line"])  # type: ignore[call-overload]
@@ -399,7 +395,8 @@ class _Parser:
             fp.old_mode = hdr.get("old_mode")  # type: ignore[assignment]
             fp.new_mode = int(hdr["new_mode"])  # type: ignore[call-overload]
         else:
-            raise self.err(lineno, "git header with nothing to apply (no hunks, mode or file change)")
+            raise self.err(lineno,
+                           "git header with nothing to apply (no hunks, mode or file change)")
         return [fp]
 
     def _file(self, git_hdr: dict[str, object] | None) -> FilePatch:
@@ -441,7 +438,8 @@ class _Parser:
         if fp.is_new and (len(fp.hunks) != 1 or fp.hunks[0].old_len):
             raise self.err(fp.hunks[0].diff_line, "a new file must have one hunk starting at -0,0")
         if fp.is_delete and (len(fp.hunks) != 1 or fp.hunks[0].new_len):
-            raise self.err(fp.hunks[0].diff_line, "a deleted file must have one hunk ending at +0,0")
+            raise self.err(fp.hunks[0].diff_line,
+                           "a deleted file must have one hunk ending at +0,0")
 
     def _hunk(self, fp: FilePatch, index: int) -> Hunk:
         lineno = self.i + 1

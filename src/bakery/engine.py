@@ -186,9 +186,8 @@ def _matches(lines: list[str], eols: list[str], pat: list[str], pos: int,
         return False
     if noeol:
         return end == len(lines) and eols[-1] == ""
-    if pat and end == len(lines) and eols[-1] == "":
-        return False  # the diff says the line ends with a newline; the file's doesn't
-    return True
+    # the diff says the last line ends with a newline: the file's must too
+    return not (pat and end == len(lines) and eols[-1] == "")
 
 
 def _search(lines: list[str], eols: list[str], pat: list[str], expected: int, lo: int,

@@ -41,7 +41,8 @@ def clean_env() -> dict[str, str]:
 
 
 # --literal-pathspecs: a path from a diff is a name, never pathspec magic (":/x", "*").
-_BASE = ["--literal-pathspecs", "-c", "safe.directory=*", "-c", "core.autocrlf=false", "-c", "core.fileMode=true",
+_BASE = ["--literal-pathspecs", "-c", "safe.directory=*", "-c", "core.autocrlf=false",
+         "-c", "core.fileMode=true",
          "-c", "core.symlinks=true", "-c", "gc.auto=0", "-c", "init.defaultBranch=main",
          "-c", "commit.gpgSign=false", "-c", "core.quotePath=false"]
 

@@ -140,9 +140,9 @@ def make_fallback(series: Series, target: Pristine, cache: Cache, *, merge: bool
     release. A local tree is compared with the base only if the base is cached already: a
     bake of a local tree never goes to the network for it. --no-merge leaves it out."""
     base = None
-    if merge and series.base and target.version != series.base:
-        if target.sha256 is not None or cache.tree_entry(f"vllm-{series.base}") is not None:
-            base = sources.release(series.base, cache, progress)
+    if merge and series.base and target.version != series.base and (
+            target.sha256 is not None or cache.tree_entry(f"vllm-{series.base}") is not None):
+        base = sources.release(series.base, cache, progress)
     return Fallback(series, target, base, merge)
 
 

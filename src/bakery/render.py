@@ -6,9 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
-                           TransferSpeedColumn)
 from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
 from bakery.report import BakeReport
@@ -28,7 +27,8 @@ def bake_report(console: Console, report: BakeReport) -> None:
     console.print(f"[bold]{escape(report.series_name)}[/] on {escape(str(src))}{port}",
                   soft_wrap=True)
     for d in report.diffs:
-        console.print(f"[bold]{escape(d.name)}[/]  {_status(d.status.value)}  [dim]{d.sha256[:12]}[/]",
+        console.print(f"[bold]{escape(d.name)}[/]  {_status(d.status.value)}  "
+                      f"[dim]{d.sha256[:12]}[/]",
                       soft_wrap=True)
         for f in d.files:
             console.print(f"  {escape(f.path)}  {_status(f.status.value)}", soft_wrap=True)
@@ -39,8 +39,8 @@ def bake_report(console: Console, report: BakeReport) -> None:
             for h in f.hunks:
                 table.add_row(str(h.index), _status(h.status.value), str(h.line),
                               f"{h.offset:+d}" if h.offset else "0", str(h.fuzz),
-                              escape(h.reason or "") if not h.status.ok or h.status.value == "merged"
-                              else "")
+                              escape(h.reason or "")
+                              if not h.status.ok or h.status.value == "merged" else "")
             console.print(table)
     for d in report.diffs:
         for w in d.warnings:

@@ -188,7 +188,8 @@ def _safe_extract(archive: Path, dest: Path) -> Path:
                 tar.extractall(dest, filter="data")
             else:  # pragma: no cover - Python without PEP 706
                 for m in members:
-                    if not (m.isfile() or m.isdir()) or m.name.startswith("/") or ".." in m.name.split("/"):
+                    unsafe = m.name.startswith("/") or ".." in m.name.split("/")
+                    if not (m.isfile() or m.isdir()) or unsafe:
                         raise SourceError(f"{archive.name}: unsafe member {m.name!r}")
                 tar.extractall(dest)
     except (tarfile.TarError, OSError, zlib.error, EOFError) as e:
