@@ -190,7 +190,7 @@ def edited_files(tree: Path) -> list[str]:
 
 
 def verify(series_spec: str, *, tree: Path | None, interpret: bool, junit: Path | None,
-           pytest_args: list[str]) -> tuple[VerifyResult, list[str]]:
+           pytest_args: list[str], log: Path | None = None) -> tuple[VerifyResult, list[str]]:
     """Run the series' bundled tests against a baked tree: (result, files edited since
     the bake)."""
     from bakery.errors import VerifyError
@@ -207,5 +207,5 @@ def verify(series_spec: str, *, tree: Path | None, interpret: bool, junit: Path 
         raise VerifyError(f"--tree {tree}: no such folder")
     edited = edited_files(tree)
     result = run_verify(series.tests, tree, interpret=interpret, pytest_args=pytest_args,
-                        junit=junit)
+                        junit=junit, log=log)
     return result, edited

@@ -23,6 +23,7 @@ class Row:
     error: str | None = None
     diffs: list[dict[str, object]] = field(default_factory=list)
     verify: str | None = None  # passed | failed | None (not run)
+    verify_log: str | None = None
     seconds: float = 0.0
 
     @property
@@ -31,7 +32,8 @@ class Row:
 
     def to_json(self) -> dict[str, object]:
         return {"version": self.version, "status": self.status, "port": self.port,
-                "error": self.error, "verify": self.verify, "seconds": round(self.seconds, 2),
+                "error": self.error, "verify": self.verify, "verify_log": self.verify_log,
+                "seconds": round(self.seconds, 2),
                 "diffs": self.diffs}
 
 
@@ -66,8 +68,10 @@ def _one(series: str, version: str, out_root: str, verify: bool, interpret: bool
         row.status, row.port = report.status, report.port
         row.diffs = [d.to_json() for d in report.diffs]
         if verify and report.status == "baked":
+            log = out.with_name(out.name + ".verify.log")
             result, _ = commands.verify(series, tree=out, interpret=interpret, junit=None,
-                                        pytest_args=["-q"])
+                                        pytest_args=["-q"], log=log)
+            row.verify_log = str(log)
             row.verify = "passed" if result.exit_code == 0 else "failed"
     except commands.ReportedError as e:
         row.error = e.message
@@ -91,7 +95,7 @@ def run(series: str, versions: list[str], *, out_root: Path, jobs: int, verify: 
     rows = []
     for r in results:
         row = Row(str(r["version"]), str(r["status"]), r["port"], r["error"],  # type: ignore[arg-type]
-                  r["diffs"], r["verify"], float(r["seconds"]))  # type: ignore[arg-type]
+                  r["diffs"], r["verify"], r["verify_log"], float(r["seconds"]))  # type: ignore[arg-type]
         rows.append(row)
     return rows
 
@@ -159,7 +163,8 @@ def rows_from_reports(paths: list[Path]) -> tuple[str, list[Row]]:
             name = name or str(data.get("series"))
             for r in data["releases"]:
                 rows.append(Row(r["version"], r["status"], r.get("port"), r.get("error"),
-                                r.get("diffs", []), r.get("verify"), r.get("seconds", 0.0)))
+                                r.get("diffs", []), r.get("verify"), r.get("verify_log"),
+                                r.get("seconds", 0.0)))
         elif "series" in data and "vllm" in data:
             name = name or str(data["series"]["name"])
             verify = data.get("verify")

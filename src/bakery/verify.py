@@ -145,10 +145,12 @@ def run_verify(
     pytest_args: Sequence[str] = (),
     junit: Path | None = None,
     python: str | None = None,
+    log: Path | None = None,
 ) -> VerifyResult:
     """Run the tests in ``tests_dir`` against ``tree``; pytest prints as it goes.
 
-    ``pytest_args`` go to pytest before the tests folder. Raises
+    ``pytest_args`` go to pytest before the tests folder; with ``log``, pytest's output
+    goes to that file instead of the terminal (parallel matrix workers). Raises
     :class:`~bakery.errors.VerifyError` for bad input (no tests folder, no tree, no
     GPU without ``interpret``) and when pytest itself cannot run (usage or internal
     error, interrupted); a test that fails, or no test at all, is ``exit_code`` 1.
@@ -172,9 +174,13 @@ def run_verify(
         )
         started = time.monotonic()
         try:
-            code = subprocess.run(
-                command, env=verify_environment(tree, interpret=interpret), check=False
-            ).returncode
+            env = verify_environment(tree, interpret=interpret)
+            if log is None:
+                code = subprocess.run(command, env=env, check=False).returncode
+            else:
+                with open(log, "wb") as sink:
+                    code = subprocess.run(command, env=env, check=False, stdout=sink,
+                                          stderr=subprocess.STDOUT).returncode
         except OSError as exc:
             raise VerifyError(f"cannot start pytest: {exc}") from None
         elapsed = time.monotonic() - started
