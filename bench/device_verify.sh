@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Run on the device machine from the repo root, with wheels for platformdirs/unidiff/GitPython
+# in .whl/ and slim baked trees (vllm/ files the loader reads, plus .bakery/) in .devtrees/<release>/.
+# bakery verify (no --interpret) on the device's GPU, every release the series bakes on.
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
+nvidia-smi -L
+python3 -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "gpus", torch.cuda.device_count())'
+for v in 0.30.0 0.31.0 0.32.0 0.33.0 0.34.0; do
+  echo "=== bakery verify dcp2 --tree .devtrees/$v (vLLM $v, GPU)"
+  s=$(date +%s.%N)
+  python3 -m bakery verify dcp2 --tree .devtrees/$v --junit $OUT/junit-$v.xml -- -q -p no:randomly > $OUT/verify-$v.log 2>&1
+  rc=$?
+  e=$(date +%s.%N)
+  tail -6 $OUT/verify-$v.log
+  echo "exit $rc, wall $(python3 -c "print(round($e-$s,1))") s"
+done
+for v in 0.30.0 0.34.0; do
+  echo "=== DCP path vs single-rank path, vLLM $v (H200)"
+  timeout 150 python3 bench/dcp_timing.py --tree .devtrees/$v --reps 20 2>&1 | tail -6
+done
