@@ -340,7 +340,7 @@ def _populate_from_repo(pristine: Pristine, staging: Path) -> str:
     try:
         copy_tree(pristine.tree, staging, exclude={".git", side.name})
     finally:
-        worker.join()
+        _join_uninterrupted(worker)  # never remove staging under a clone still writing
     if isinstance(cloned[0], BaseException):
         raise cloned[0]
     os.rename(side / ".git", staging / ".git")
@@ -348,6 +348,18 @@ def _populate_from_repo(pristine: Pristine, staging: Path) -> str:
     if not _restat_index(staging, pristine.tree / ".git" / "index"):
         gitutil.git(staging, "read-tree", "HEAD")
     return cloned[0]
+
+
+def _join_uninterrupted(worker: threading.Thread) -> None:
+    """Join the thread; a Ctrl-C meanwhile (the clone takes milliseconds) is raised after."""
+    interrupted = False
+    while worker.is_alive():
+        try:
+            worker.join()
+        except KeyboardInterrupt:
+            interrupted = True
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 _STAT = struct.Struct(">10I")  # an index entry's ctime s/ns, mtime s/ns, dev, ino, mode, uid,

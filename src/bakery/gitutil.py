@@ -107,14 +107,6 @@ def init_commit_all(tree: Path, message: str) -> str:
     return head(tree)
 
 
-def commit_paths(tree: Path, paths: Sequence[str], message: str) -> str:
-    """Stage exactly these paths (added, changed or deleted) and commit."""
-    if paths:
-        git(tree, "add", "-A", "--", *paths)
-    git(tree, "commit", "-q", "--allow-empty", "-m", message)
-    return head(tree)
-
-
 def head(tree: Path) -> str:
     return git(tree, "rev-parse", "HEAD").strip()
 
