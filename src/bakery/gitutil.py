@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 from bakery.errors import BakeryError
