@@ -51,6 +51,14 @@ def _labels(diff: Diff | None, strip: int, root: str) -> tuple[str, str]:
     return ("a", "b") if strip == 1 else ("", "")
 
 
+def _series_labels(series_path: Path, home: Path, strip: int,
+                   root: str) -> dict[str, tuple[str, str]]:
+    """Header prefixes by diff name, from the series' own diffs (never from a port, so a
+    port whose headers drifted is rewritten with the series' prefixes)."""
+    own = load_series(str(series_path), home).load_diffs()
+    return {d.name: _labels(d, strip, root) for d in own}
+
+
 def _label(prefix: str, path: str, root: str) -> str:
     rel = path[len(root) + 1:] if root and path.startswith(root + "/") else path
     return f"{prefix}/{rel}" if prefix else rel
@@ -119,10 +127,11 @@ def stale_ports(series: Series, cache: Cache, events: Events | None = None,
             problems.append(f"{port.relative_to(home)}: does not apply to vLLM {port.name}")
             continue
         strip, root = int(pl.report.layout["strip"]), str(pl.report.layout["root"])  # type: ignore[call-overload]
+        labels = _series_labels(series.path, home, strip, root)
         for d, changes in zip(s.load_diffs(), changes_from_plan(pl, pristine), strict=True):
             ordered = {p: (p, b, a) for p, b, a in changes}
             text = render_diff([ordered[p] for p in _ordered(d, list(ordered))],
-                               _labels(d, strip, root), root)
+                               labels.get(d.name) or _labels(d, strip, root), root)
             if text != d.path.read_bytes():
                 problems.append(f"{d.path.relative_to(home)}: differs from what "
                                 "`bakery refresh` writes for its bake")
@@ -168,6 +177,7 @@ def refresh(series_spec: str, tree: Path, release_version: str | None = None,
     for d in diffs:
         d.resolve_paths(strip, root)
     names = [d.name for d in diffs]
+    labels = _series_labels(series.path, home, strip, root)
     baked = [str(d["name"]) for d in manifest.get("diffs", [])]  # type: ignore[union-attr]
     if baked != names:
         raise UsageError(f"--tree {tree}: baked from diffs {baked}, the series has {names}")
@@ -217,7 +227,7 @@ def refresh(series_spec: str, tree: Path, release_version: str | None = None,
         for d, changes in zip(diffs, per_diff, strict=True):
             ordered = {p: (p, b, a) for p, b, a in changes}
             text = render_diff([ordered[p] for p in _ordered(d, list(ordered))],
-                               _labels(d, strip, root), root)
+                               labels.get(d.name) or _labels(d, strip, root), root)
             if text:
                 (staging / d.name).write_bytes(text)
             else:
