@@ -473,6 +473,12 @@ def summary_lines(res: dict[str, Result]) -> list[str]:
     return lines
 
 
+def _gpu_section() -> str:
+    """The H200 figures, measured by hand on the device (bench/gpu.md)."""
+    gpu = ROOT / "bench" / "gpu.md"
+    return gpu.read_text() if gpu.is_file() else ""
+
+
 def write_markdown(res: dict[str, Result], m: Result) -> str:
     md = ["# bakery benchmarks", "",
           f"Measured by `make bench` (`bench/bench.py`) on {m['date']}.", "",
@@ -663,7 +669,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.report:
         saved = json.loads(RESULTS.read_text())
-        (ROOT / "BENCHMARKS.md").write_text(write_markdown(saved["results"], saved["machine"]))
+        (ROOT / "BENCHMARKS.md").write_text(write_markdown(saved["results"], saved["machine"])
+                                             + _gpu_section())
         print("\n".join(summary_lines(saved["results"])))
         return 0
     only = [s for s in args.only.split(",") if s]
@@ -697,7 +704,7 @@ def main() -> int:
     m["load"] = f"{load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end " \
         f"(sections run: {', '.join(only)})"
     RESULTS.write_text(json.dumps({"machine": m, "results": res}, indent=2))
-    (ROOT / "BENCHMARKS.md").write_text(write_markdown(res, m))
+    (ROOT / "BENCHMARKS.md").write_text(write_markdown(res, m) + _gpu_section())
     print("\n".join(summary_lines(res)))
     return 0
 
