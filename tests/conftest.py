@@ -87,7 +87,8 @@ def git(cwd: Path, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_ENV)
     proc = subprocess.run(["git", "-c", "init.defaultBranch=main", "-c", "core.autocrlf=false",
-                           *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
+                           "-c", "safe.directory=*", *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, f"git {' '.join(args)}: {proc.stderr}"
     return proc.stdout
 

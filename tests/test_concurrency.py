@@ -28,6 +28,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
+from .conftest import git as _git
+
 X_PY = "".join(f"{c}\n" for c in "abcdefghij")
 DIFF = "--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1,4 +1,4 @@\n a\n-b\n+B\n c\n d\n"
 
@@ -143,14 +145,6 @@ def _series(root: Path) -> Path:
     (series / "series.toml").write_text('strip = 1\nroot = ""\n')
     (series / "diffs" / "01-x.diff").write_text(DIFF)
     return series
-
-
-def _git(tree: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    proc = subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=tree, env=env,
-                          capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, f"git {args}: {proc.stderr}"
-    return proc.stdout
 
 
 def assert_baked(out: Path, version: str) -> str:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import git as _git
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 N_FILES = 1000
@@ -112,14 +114,6 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> Big:
 
 def _manifest(out: Path) -> dict[str, str]:
     return json.loads((out / ".bakery" / "manifest.json").read_text())  # type: ignore[no-any-return]
-
-
-def _git(tree: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    proc = subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=tree, env=env,
-                          capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, f"git {args}: {proc.stderr}"
-    return proc.stdout
 
 
 def assert_absent_or_complete(out: Path, head: str,

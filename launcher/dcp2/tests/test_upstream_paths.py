@@ -380,16 +380,17 @@ def test_deep_select_declined_uses_torch_topk(why, device, monkeypatch):
     assert_selects_top(out, ref_block_scores(logits, row_ks, row_ke, block_size), topk_blocks)
 
 
+#: (logits dtype, score dtype) pairs for 0.34.0's score_dtype.
+SCORE_DTYPE_PAIRS = [
+    (torch.float32, torch.float16),
+    (torch.float16, torch.float32),
+    (torch.float32, torch.bfloat16),
+    (torch.bfloat16, torch.float32),
+]
+
+
 @needs_score_dtype
-@pytest.mark.parametrize(
-    "logits_dtype, score_dtype",
-    [
-        (torch.float32, torch.float16),
-        (torch.float16, torch.float32),
-        (torch.float32, torch.bfloat16),
-        (torch.bfloat16, torch.float32),
-    ],
-)
+@pytest.mark.parametrize("logits_dtype, score_dtype", SCORE_DTYPE_PAIRS)
 @pytest.mark.parametrize("with_starts", [False, True])
 @torch.inference_mode()
 def test_score_dtype_torch_topk(logits_dtype, score_dtype, with_starts, device, interpret):
@@ -608,15 +609,7 @@ def test_dcp_never_takes_rocm_topk(row_repeat, reduce_rows, ranks, device):
 
 @needs_dcp
 @needs_score_dtype
-@pytest.mark.parametrize(
-    "logits_dtype, score_dtype",
-    [
-        (torch.float32, torch.float16),
-        (torch.float16, torch.float32),
-        (torch.float32, torch.bfloat16),
-        (torch.bfloat16, torch.float32),
-    ],
-)
+@pytest.mark.parametrize("logits_dtype, score_dtype", SCORE_DTYPE_PAIRS)
 @pytest.mark.parametrize("reduce_rows", [None, 3])
 @torch.inference_mode()
 def test_dcp_score_dtype(logits_dtype, score_dtype, reduce_rows, ranks, device, interpret):
