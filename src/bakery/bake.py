@@ -9,7 +9,6 @@ anything else (a conflict, an error, SIGINT/SIGTERM) removes the staging folder.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import errno
 import hashlib
 import os
@@ -470,13 +469,6 @@ def write_tree(pl: Plan, series: Series, pristine: Pristine, staging: Path,
         fh.write("/.bakery/\n")
 
 
-def _identity(who: str) -> bytes:
-    ident = gitutil.IDENTITY
-    when = datetime.datetime.strptime(ident[f"GIT_{who}_DATE"], "%Y-%m-%dT%H:%M:%S%z")
-    return (f"{ident[f'GIT_{who}_NAME']} <{ident[f'GIT_{who}_EMAIL']}> "
-            f"{int(when.timestamp())} {when.strftime('%z')}").encode()
-
-
 def _fast_import_path(rel: str) -> bytes:
     path = os.fsencode(rel)
     if b"\n" in path or path.startswith(b'"'):
@@ -495,7 +487,7 @@ def _commit_series(tree: Path, parent: str, messages: list[str],
     if not head.startswith("ref: refs/heads/"):
         raise BakeryError(f"{tree}: HEAD is not a branch")
     ref = head[5:].encode()
-    who = b"author %s\ncommitter %s\n" % (_identity("AUTHOR"), _identity("COMMITTER"))
+    who = b"author %s\ncommitter %s\n" % (gitutil.identity("AUTHOR"), gitutil.identity("COMMITTER"))
     stream = []
     for i, (message, changes) in enumerate(zip(messages, writes, strict=True), 1):
         msg = message.encode()

@@ -25,6 +25,15 @@ IDENTITY = {
 }
 
 
+def identity(who: str) -> bytes:
+    """The author or committer line's value ("name <email> seconds +zone") of IDENTITY."""
+    import datetime
+
+    when = datetime.datetime.strptime(IDENTITY[f"GIT_{who}_DATE"], "%Y-%m-%dT%H:%M:%S%z")
+    return (f"{IDENTITY[f'GIT_{who}_NAME']} <{IDENTITY[f'GIT_{who}_EMAIL']}> "
+            f"{int(when.timestamp())} {when.strftime('%z')}").encode()
+
+
 class GitError(BakeryError):
     pass
 

@@ -17,16 +17,12 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
 from bakery import gitutil
 from bakery.cache import Cache
 from bakery.errors import SourceError
-
-if TYPE_CHECKING:
-    import tarfile
 
 #: (bytes done, bytes total or None) while downloading.
 Progress = Callable[[int, int | None], None]
@@ -172,62 +168,20 @@ def _download(url: str, dest: Path, sha256: str, size: int | None,
         part.unlink(missing_ok=True)
 
 
-def _safe_extract(archive: Path, dest: Path) -> Path:
-    """Extract without members outside dest, links out of it, devices or ownership;
-    returns the single top folder."""
-    import tarfile
-    import zlib
+def _unpack(archive: Path | bytes, dest: Path, label: str, *, strip_top: bool = True) -> str:
+    """The archive unpacked into dest with its one commit (see unpack.py); the commit id."""
+    from bakery import unpack  # tarfile and threading: only a cold bake needs them
 
-    try:
-        with _open_tar(archive) as tar:
-            members = tar.getmembers()
-            tops = {m.name.split("/", 1)[0] for m in members}
-            if len(tops) != 1:
-                raise SourceError(f"{archive.name}: expected one top folder, found {len(tops)}")
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(dest, filter="data")
-            else:  # pragma: no cover - Python without PEP 706
-                for m in members:
-                    unsafe = m.name.startswith("/") or ".." in m.name.split("/")
-                    if not (m.isfile() or m.isdir()) or unsafe:
-                        raise SourceError(f"{archive.name}: unsafe member {m.name!r}")
-                tar.extractall(dest)
-    except (tarfile.TarError, OSError, zlib.error, EOFError) as e:
-        raise SourceError(f"{archive.name}: cannot extract: {e}") from None
-    top = dest / tops.pop()
-    if not top.is_dir() or top.is_symlink():
-        raise SourceError(f"{archive.name}: top member is not a folder")
-    return top
-
-
-#: A .tar.gz whose tar is at most this size is decompressed in memory (see _open_tar).
-_IN_MEMORY_TAR = 1 << 30
-
-
-def _open_tar(archive: Path) -> tarfile.TarFile:
-    """The archive, opened for listing then extracting. tarfile's gzip file lists the
-    members by decompressing it all, then seeks back and decompresses it all again; an
-    sdist (about 130 MB of tar) is decompressed once, into memory, instead."""
-    import io
-    import tarfile
-    import zlib
-
-    raw = archive.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        data = inflate.decompress(raw, _IN_MEMORY_TAR)
-        if inflate.eof and not inflate.unused_data and not inflate.unconsumed_tail:
-            return tarfile.open(fileobj=io.BytesIO(data), mode="r:")
-    return tarfile.open(archive, "r:*")
-
-
-def _commit_pristine(tree: Path, label: str) -> str:
-    """What gitutil.init_commit_all does, with the objects deflated at level 1: a third
-    less CPU than zlib's default for about the same size (the add is most of a cold bake)."""
-    gitutil.git(tree, "init", "-q")
-    gitutil.git(tree, "-c", "core.looseCompression=1", "add", "-A", "--", ".")
-    gitutil.git(tree, "commit", "-q", "--allow-empty", "-m", f"pristine {label}")
-    return gitutil.head(tree)
+    if isinstance(archive, Path):
+        name = archive.name
+        try:
+            data = archive.read_bytes()
+        except OSError as e:
+            raise SourceError(f"{name}: {e.strerror}") from None
+    else:
+        name, data = "git archive", archive
+    return unpack.unpack(data, dest, name=name, message=f"pristine {label}\n",
+                         strip_top=strip_top)
 
 
 def release(version: str, cache: Cache, progress: Progress | None = None) -> Pristine:
@@ -242,8 +196,9 @@ def release(version: str, cache: Cache, progress: Progress | None = None) -> Pri
         if not sdist.exists() or _sha256_file(sdist) != sha:
             _download(url, sdist, sha, size, progress)
         with cache.building(key) as tmp:
-            top = _safe_extract(sdist, tmp)
-            _commit_pristine(top, f"vLLM {version}")
+            top = tmp / "tree"
+            top.mkdir()
+            _unpack(sdist, top, f"vLLM {version}")
             entry = cache.commit_tree(key, top, {"source": url, "sha256": sha,
                                                   "version": version})
         return Pristine(entry.tree, version, url, sha, True)
@@ -286,8 +241,6 @@ def _git_source(spec: str, cache: Cache) -> Pristine:
         url, ref = spec, "HEAD"
     if not url:
         raise SourceError(f"git+{spec}: expected git+URL@REF")
-    import tarfile
-
     import git as gitpython  # GitPython, imported lazily: it is slow to import
 
     mirror_key = "git-" + hashlib.sha256(url.encode()).hexdigest()[:16]
@@ -324,13 +277,8 @@ def _git_source(spec: str, cache: Cache) -> Pristine:
                     cwd=mirror, capture_output=True, env=gitutil.clean_env(), check=False)
                 if archive.returncode:
                     raise SourceError(f"git+{spec}: git archive failed")
-                tar_path = tmp / "tree.tar"
-                tar_path.write_bytes(archive.stdout)
-                with tarfile.open(tar_path) as tar:
-                    tar.extractall(top, filter="data")
-                tar_path.unlink()
+                _unpack(archive.stdout, top, f"vLLM {url}@{commit}", strip_top=False)
                 version = _local_version(top)
-                _commit_pristine(top, f"vLLM {url}@{commit}")
                 entry = cache.commit_tree(key, top, {"source": f"{url}@{commit}",
                                                       "sha256": None, "version": version,
                                                       "commit": commit})

@@ -1,0 +1,276 @@
+"""Unpack a source archive (a release's sdist, a ``git archive``) into a new pristine tree
+and its git repository, in one pass over the archive.
+
+One thread inflates the gzip stream while this one reads the tar members from it, writes
+each file once, and hands its bytes to a pack (gitobjects.py): the commit, the pack and the
+index come out of the same pass, so the tree is never read back, hashed or deflated by git.
+
+Safety, as tarfile's "data" filter and stricter: a member's path stays inside the tree
+(no absolute path, no ``..``, no ``.git``), files are written with O_NOFOLLOW into folders
+bakery made, links are made last and only when every link resolves inside the tree (with
+the other links of the archive followed), a hard link becomes a copy of an earlier file,
+devices and fifos are refused, and modes are 644 or 755 (no setuid, no world-write).
+Any refusal is one SourceError line naming the archive and the member.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import tarfile
+import threading
+import zlib
+from pathlib import Path
+
+from bakery import gitobjects as go
+from bakery import gitutil
+from bakery.errors import SourceError
+
+_CHUNK = 1 << 20  # compressed bytes inflated at a time
+_LINK_DEPTH = 40  # links followed while resolving one path, as the kernel allows
+
+
+class _TarStream:
+    """A read-only stream of the archive's tar bytes. A .tar.gz is inflated by a thread
+    (zlib releases the GIL) while the caller parses what came before."""
+
+    def __init__(self, data: bytes) -> None:
+        self._chunks: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=64)
+        self._pos = 0
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        if data[:2] != b"\x1f\x8b":  # a plain tar (git archive)
+            self._cur, self._done = memoryview(data), True
+            return
+        self._cur, self._done = memoryview(b""), False
+        self._thread = threading.Thread(target=self._inflate, args=(data,), daemon=True,
+                                        name="bakery-inflate")
+        self._thread.start()
+
+    def _inflate(self, data: bytes) -> None:
+        try:
+            view = memoryview(data)
+            # gzip members one after another; what follows the last is ignored, as gzip
+            # and tar do (the archive's sha256 was checked before this)
+            while view[:2] == b"\x1f\x8b":
+                inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                while not inflate.eof:
+                    if not view:
+                        raise SourceError("the archive is cut short")
+                    chunk, view = view[:_CHUNK], view[_CHUNK:]
+                    out = inflate.decompress(chunk)
+                    if out and not self._put(out):
+                        return
+                if inflate.unused_data:
+                    view = memoryview(inflate.unused_data + bytes(view))
+            self._put(None)
+        except BaseException as e:  # handed to the reading thread
+            self._put(e)
+
+    def _put(self, item: bytes | BaseException | None) -> bool:
+        while not self._stop:
+            try:
+                self._chunks.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read(self, n: int = -1) -> bytes:
+        out: list[bytes | memoryview] = []
+        want = n if n >= 0 else 1 << 62
+        while want > 0:
+            if self._pos >= len(self._cur):
+                if self._done:
+                    break
+                item = self._chunks.get()
+                if item is None:
+                    self._done = True
+                    break
+                if isinstance(item, BaseException):
+                    self._done = True
+                    raise item
+                self._cur, self._pos = memoryview(item), 0
+            piece = self._cur[self._pos:self._pos + want]
+            self._pos += len(piece)
+            want -= len(piece)
+            out.append(piece)
+        return b"".join(out)
+
+    def close(self) -> None:
+        self._stop = True
+        if self._thread is not None:
+            self._thread.join()
+
+
+def _member_path(name: str, strip_top: bool, top: list[str]) -> str:
+    """The member's path inside the tree ("" for the top folder itself)."""
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if name.startswith("/") or ".." in parts:
+        raise ValueError("a path outside the tree")
+    if any(p.lower() == ".git" for p in parts):
+        raise ValueError("a .git folder inside the archive")
+    if strip_top:
+        if not parts:
+            raise ValueError("an empty name")
+        if not top:
+            top.append(parts[0])
+        elif parts[0] != top[0]:
+            raise ValueError(f"a second top folder (the first is {top[0]!r})")
+        parts = parts[1:]
+    return "/".join(parts)
+
+
+def _resolve(path: list[str], links: dict[str, str], depth: int = 0) -> list[str]:
+    """path (components from the tree's root) with every link of the archive followed;
+    raises ValueError if it leaves the tree."""
+    out: list[str] = []
+    for comp in path:
+        if comp in ("", "."):
+            continue
+        if comp == "..":
+            if not out:
+                raise ValueError("a link that leads outside the tree")
+            out.pop()
+            continue
+        out.append(comp)
+        target = links.get("/".join(out))
+        if target is not None:
+            if depth >= _LINK_DEPTH:
+                raise ValueError("a loop of links")
+            if target.startswith("/"):
+                raise ValueError("a link to an absolute path")
+            out = _resolve(out[:-1] + target.split("/"), links, depth + 1)
+    return out
+
+
+class _Tree:
+    """The tree being written, and what the repository needs of it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.pack = go.Pack()
+        self.entries: dict[str, go.IndexEntry] = {}
+        self.dirs: set[str] = {""}
+        self.links: dict[str, str] = {}
+
+    def mkdir(self, rel: str) -> None:
+        if rel in self.dirs:
+            return
+        if rel in self.entries or rel in self.links:
+            raise ValueError("a folder where the archive has a file")
+        parent = rel.rpartition("/")[0]
+        self.mkdir(parent)
+        os.mkdir(self.root / rel, 0o755)
+        self.dirs.add(rel)
+
+    def write(self, rel: str, data: bytes, executable: bool, mtime: int) -> None:
+        if rel in self.dirs or rel in self.links:
+            raise ValueError("a file where the archive has a folder or a link")
+        self.mkdir(rel.rpartition("/")[0])
+        path = self.root / rel
+        if rel in self.entries:
+            os.unlink(path)  # a later member of the same name wins, as with tar
+        mode = 0o755 if executable else 0o644
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if mtime >= 0:  # the archive's times: git's index then never sees a racy file
+                os.utime(fd, ns=(mtime * 10**9, mtime * 10**9))
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        oid = self.pack.add(go.OBJ_BLOB, data)
+        self.entries[rel] = go.IndexEntry(os.fsencode(rel), go.MODE_EXEC if executable
+                                          else go.MODE_FILE, oid, st)
+
+    def make_links(self) -> None:
+        for rel, target in sorted(self.links.items()):
+            _resolve(rel.split("/")[:-1] + target.split("/"), self.links)  # ValueError
+            if rel in self.dirs or rel in self.entries:
+                raise ValueError(f"{rel!r}: a link where the archive has a file or folder")
+            self.mkdir(rel.rpartition("/")[0])
+            path = self.root / rel
+            os.symlink(target, path)
+            oid = self.pack.add(go.OBJ_BLOB, os.fsencode(target))
+            self.entries[rel] = go.IndexEntry(os.fsencode(rel), go.MODE_LINK, oid,
+                                              os.lstat(path))
+
+
+def unpack(archive: bytes, dest: Path, *, name: str, message: str,
+           strip_top: bool = True) -> str:
+    """Unpack archive (.tar.gz or .tar bytes, ``name`` in errors) into dest, an empty
+    folder, without its top folder (strip_top): a repository whose one commit (bakery's
+    identity and date, ``message``) holds every file, with an index true to the files.
+    Returns the commit id."""
+    tree = _Tree(dest)
+    gitutil.git(dest, "init", "-q")
+    stream = _TarStream(archive)
+    top: list[str] = []
+    member = "?"
+    try:
+        with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
+            for m in tar:
+                member = m.name
+                rel = _member_path(m.name, strip_top, top)
+                if m.isdir():
+                    if rel:
+                        tree.mkdir(rel)
+                elif m.isreg():
+                    if not rel:
+                        raise ValueError("a file at the top")
+                    f = tar.extractfile(m)
+                    data = f.read() if f is not None else b""
+                    if len(data) != m.size:
+                        raise SourceError(f"{name}: the archive is cut short")
+                    tree.write(rel, data, bool(m.mode & 0o100), int(m.mtime))
+                elif m.issym():
+                    if not rel:
+                        raise ValueError("a link at the top")
+                    if m.linkname.startswith("/") or not m.linkname:
+                        raise ValueError("a link to an absolute path")
+                    if rel in tree.links or rel in tree.entries or rel in tree.dirs:
+                        raise ValueError("a link where the archive has a file or folder")
+                    tree.links[rel] = m.linkname
+                elif m.islnk():
+                    target = _member_path(m.linkname, strip_top, top)
+                    first = tree.entries.get(target)
+                    if first is None or first.mode == go.MODE_LINK:
+                        raise ValueError("a hard link to no earlier file of the archive")
+                    with open(tree.root / target, "rb") as fh:
+                        tree.write(rel, fh.read(), first.mode == go.MODE_EXEC, int(m.mtime))
+                else:
+                    raise ValueError("a device, fifo or other special file")
+        member = "?"
+        tree.make_links()
+    except ValueError as e:
+        raise SourceError(f"{name}: member {member!r}: {e}") from None
+    except (tarfile.TarError, zlib.error, EOFError) as e:
+        raise SourceError(f"{name}: cannot extract: {e}") from None
+    except SourceError as e:
+        raise SourceError(f"{name}: cannot extract: {e}" if not e.message.startswith(name)
+                          else e.message) from None
+    except OSError as e:
+        raise SourceError(f"{name}: cannot extract {member!r}: {e.strerror}") from None
+    finally:
+        stream.close()
+    if strip_top and not top:
+        raise SourceError(f"{name}: an empty archive")
+    return _commit(tree, dest, message)
+
+
+def _commit(tree: _Tree, dest: Path, message: str) -> str:
+    entries = list(tree.entries.values())
+    root = go.add_trees(tree.pack, ((e.path, e.mode, e.oid) for e in entries))
+    commit = go.add_commit(tree.pack, root, message, gitutil.identity("AUTHOR"),
+                           gitutil.identity("COMMITTER"))
+    git_dir = dest / ".git"
+    tree.pack.write(git_dir / "objects")
+    head = (git_dir / "HEAD").read_text().strip()
+    ref = head[5:] if head.startswith("ref: ") else "refs/heads/main"
+    (git_dir / ref).parent.mkdir(parents=True, exist_ok=True)
+    (git_dir / ref).write_text(commit.hex() + "\n")
+    go.write_index(git_dir / "index", entries)
+    return commit.hex()
