@@ -72,7 +72,7 @@ def main() -> None:
     _wrap(bake, "check_out", "check --out")
     _wrap(commands, "plan", "plan (in memory)")
     _wrap(bake, "plan", "plan (in memory)")
-    _wrap(bake, "copy_tree", "copy the files")
+    _wrap(bake, "copy_tree", "copy the files")  # bake.copy_tree is treecopy.copy_tree
     _wrap(bake, "_restat_index", "index from the cache")
     _wrap(bake, "_write_files", "write the changed files")
     _wrap(bake, "write_json", "manifest")

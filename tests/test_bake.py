@@ -11,11 +11,12 @@ import pytest
 
 from bakery import bake as bake_mod
 from bakery import gitutil
-from bakery.bake import bake, check_out, copy_tree, plan, remove_tree
+from bakery.bake import bake, check_out, plan, remove_tree
 from bakery.errors import BakeryError, UnsafePathError
 from bakery.report import read_manifest
 from bakery.series import load_series
 from bakery.sources import Pristine
+from bakery.treecopy import copy_tree
 
 from .conftest import Tiny, commits, git, make_series, tree_digest, udiff, write_files
 
@@ -200,6 +201,40 @@ def test_copy_tree_keeps_links_and_modes(tmp_path: Path) -> None:
     assert stat.S_IMODE((dst / "run.sh").stat().st_mode) == 0o755
     assert os.readlink(dst / "link") == "d/f"
     assert (dst / "d" / "loop").is_symlink()
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 3, 5])
+def test_copy_tree_in_parallel_is_an_exact_copy(tmp_path: Path, jobs: int,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cut into parts for several cp at once, the copy is the same as one cp's: every file,
+    link, empty folder, mode and time, and nothing from an excluded name."""
+    import bakery.treecopy as tc
+
+    monkeypatch.setattr(tc, "_SMALL", 10)  # split even this small tree
+    files: dict[str, str | tuple[str, int]] = {
+        f"big/sub{i}/f{j}.py": f"{i} {j}\n" for i in range(6) for j in range(9)}
+    files |= {"big/sub0/deep/er/x.sh": ("#!/bin/sh\n", 0o755), "top.txt": "t\n",
+              "small/a": "a\n", ".git/HEAD": "ref\n"}
+    src = write_files(tmp_path / "src", files)
+    (src / "big" / "empty").mkdir()
+    os.chmod(src / "big" / "sub1", 0o750)
+    os.symlink("../top.txt", src / "big" / "link")
+    os.utime(src / "big" / "sub2", ns=(10**18, 10**18))
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    copy_tree(src, dst, exclude={".git"}, jobs=jobs)
+
+    def state(root: Path) -> dict[str, tuple[int, int | str]]:
+        out: dict[str, tuple[int, int | str]] = {}
+        for p in root.rglob("*"):
+            st = p.lstat()
+            what = os.readlink(p) if p.is_symlink() else st.st_mtime_ns if p.is_dir() \
+                else p.read_text()
+            out[str(p.relative_to(root))] = (st.st_mode, what)
+        return out
+
+    want = {k: v for k, v in state(src).items() if not k.startswith(".git")}
+    assert state(dst) == want
 
 
 def test_writing_through_a_symlinked_folder_is_refused(tmp_path: Path, home: Path) -> None:

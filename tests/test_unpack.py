@@ -218,3 +218,64 @@ def test_any_tree_commits_as_git_add_does(tmp_path_factory: pytest.TempPathFacto
     commit = unpack(archive, dest, name="x", message="pristine vLLM 1.0.0\n")
     assert commit == _git_add_commit(archive, base / "ref")
     _check_repo(dest, commit)
+
+
+# --- tarstream: the same members as tarfile reads ------------------------------------------------
+
+def _tarfile_members(archive: bytes) -> list[tuple[str, str, int, int, str, bytes]]:
+    kinds = {tarfile.REGTYPE: "file", tarfile.AREGTYPE: "file", tarfile.DIRTYPE: "dir",
+             tarfile.SYMTYPE: "symlink", tarfile.LNKTYPE: "hardlink"}
+    out = []
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        for m in tar:
+            f = tar.extractfile(m) if m.isreg() else None
+            out.append((m.name, kinds.get(m.type, "other"), m.mode, int(m.mtime),
+                        m.linkname, f.read() if f else b""))
+    return out
+
+
+def _ours(archive: bytes) -> list[tuple[str, str, int, int, str, bytes]]:
+    from bakery import tarstream
+
+    stream = io.BytesIO(archive)
+    return [(m.name, m.kind, m.mode, m.mtime, m.linkname, m.data)
+            for m in tarstream.members(stream.read)]
+
+
+@pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT],
+                         ids=["pax", "gnu", "ustar"])
+def test_tarstream_reads_what_tarfile_reads(fmt: int) -> None:
+    members = [m for m in MEMBERS if len(m[0]) < 100 or fmt != tarfile.USTAR_FORMAT]
+    members.append(("vllm/f\u00fcr.py", b"non-ascii\n", 0o600))
+    members.append(("p/" + "q" * 60 + "/" + "r" * 60 + ".py", b"ustar's prefix\n", 0o644))
+    if fmt != tarfile.USTAR_FORMAT:  # names ustar cannot hold
+        members += [("d/" + "y" * 120 + ".py", b"long name, no long folder\n", 0o644),
+                    ("vllm/long-link", "->" + "z" * 120, 0o777)]
+    archive = _tar(members, gz=False, fmt=fmt)
+    assert _ours(archive) == _tarfile_members(archive)
+    assert len(_ours(archive)) == len(members)
+
+
+@settings(max_examples=40, deadline=None)
+@given(files=st.lists(st.tuples(st.lists(_names, min_size=1, max_size=6).map("/".join),
+                                st.binary(max_size=1500), st.integers(0, 0o777),
+                                st.integers(0, 2**33)), max_size=8),
+       fmt=st.sampled_from([tarfile.PAX_FORMAT, tarfile.GNU_FORMAT]))
+def test_tarstream_agrees_with_tarfile(files: list[tuple[str, bytes, int, int]],
+                                       fmt: int) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
+        for name, data, mode, mtime in files:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, mtime
+            tar.addfile(info, io.BytesIO(data))
+    assert _ours(buf.getvalue()) == _tarfile_members(buf.getvalue())
+
+
+def test_tarstream_refuses_a_bad_checksum() -> None:
+    from bakery import tarstream
+
+    archive = bytearray(_tar(MEMBERS[:3], gz=False))
+    archive[0] ^= 1  # the first header's name, under its checksum
+    with pytest.raises(tarstream.TarError, match="checksum"):
+        list(tarstream.members(io.BytesIO(bytes(archive)).read))

@@ -31,6 +31,7 @@ from bakery.merge import Fallback, diagnose
 from bakery.report import MANIFEST, BakeReport, DiffResult, read_manifest, write_json
 from bakery.series import Series, detect_layout
 from bakery.sources import Pristine
+from bakery.treecopy import copy_tree
 
 #: Called with (event, detail) as the bake proceeds; the CLI renders these.
 Events = Callable[[str, str], None]
@@ -270,28 +271,6 @@ def remove_tree(path: Path) -> None:
     except BaseException:  # interrupted: still leave nothing beside the tree
         _discard(trash)
         raise
-
-
-def copy_tree(src: Path, dst: Path, exclude: set[str] | None = None) -> None:
-    """Copy src's entries into the existing folder dst: links stay links (no loop is ever
-    followed), modes and times are kept, and copy-on-write is used where the filesystem
-    has it."""
-    names = [n for n in os.listdir(src) if n not in (exclude or set())]
-    if not names:
-        return
-    if shutil.which("cp"):
-        # gitutil.run: an interruption never leaves a cp writing into a folder being removed.
-        proc = gitutil.run(["cp", "-a", "--reflink=auto", "--no-preserve=ownership", "--",
-                            *[str(src / n) for n in names], str(dst)])
-        if proc.returncode == 0:
-            return
-        raise BakeryError(f"copying {src} failed: {proc.stderr.decode(errors='replace').strip()}")
-    for n in names:  # pragma: no cover - systems without GNU cp
-        s = src / n
-        if s.is_dir() and not s.is_symlink():
-            shutil.copytree(s, dst / n, symlinks=True)
-        else:
-            shutil.copy2(s, dst / n, follow_symlinks=False)
 
 
 def _populate(pristine: Pristine, staging: Path) -> str:

@@ -95,6 +95,29 @@ def run(cmd: list[str], *, cwd: Path | None = None, env: dict[str, str] | None =
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+def run_all(cmds: list[list[str]], *, cwd: Path | None = None
+            ) -> list[subprocess.CompletedProcess[bytes]]:
+    """run() for several commands at once (they run in parallel); on an interruption every
+    child is killed and waited for before the exception goes on."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        with signals_held():
+            for cmd in cmds:
+                procs.append(subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE))
+        done = []
+        for p in procs:
+            out, err = p.communicate()
+            done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+        return done
+    except BaseException:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+        raise
+
+
 def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True) -> str:
     cmd = ["git", *_BASE, *args]  # args may start with global options (--no-optional-locks)
     try:

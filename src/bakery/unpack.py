@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import os
 import queue
-import tarfile
 import threading
 import zlib
 from pathlib import Path
 
 from bakery import gitobjects as go
-from bakery import gitutil
+from bakery import gitutil, tarstream
 from bakery.errors import SourceError
 
 _CHUNK = 1 << 20  # compressed bytes inflated at a time
@@ -211,44 +210,39 @@ def unpack(archive: bytes, dest: Path, *, name: str, message: str,
     top: list[str] = []
     member = "?"
     try:
-        with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]
-            for m in tar:
-                member = m.name
-                rel = _member_path(m.name, strip_top, top)
-                if m.isdir():
-                    if rel:
-                        tree.mkdir(rel)
-                elif m.isreg():
-                    if not rel:
-                        raise ValueError("a file at the top")
-                    f = tar.extractfile(m)
-                    data = f.read() if f is not None else b""
-                    if len(data) != m.size:
-                        raise SourceError(f"{name}: the archive is cut short")
-                    tree.write(rel, data, bool(m.mode & 0o100), int(m.mtime))
-                elif m.issym():
-                    if not rel:
-                        raise ValueError("a link at the top")
-                    if m.linkname.startswith("/") or not m.linkname:
-                        raise ValueError("a link to an absolute path")
-                    if rel in tree.links or rel in tree.entries or rel in tree.dirs:
-                        raise ValueError("a link where the archive has a file or folder")
-                    tree.links[rel] = m.linkname
-                elif m.islnk():
-                    target = _member_path(m.linkname, strip_top, top)
-                    first = tree.entries.get(target)
-                    if first is None or first.mode == go.MODE_LINK:
-                        raise ValueError("a hard link to no earlier file of the archive")
-                    with open(tree.root / target, "rb") as fh:
-                        tree.write(rel, fh.read(), first.mode == go.MODE_EXEC, int(m.mtime))
-                else:
-                    raise ValueError("a device, fifo or other special file")
+        for m in tarstream.members(stream.read):
+            member = m.name
+            rel = _member_path(m.name, strip_top, top)
+            if m.kind == tarstream.DIR:
+                if rel:
+                    tree.mkdir(rel)
+            elif m.kind == tarstream.FILE:
+                if not rel:
+                    raise ValueError("a file at the top")
+                tree.write(rel, m.data, bool(m.mode & 0o100), m.mtime)
+            elif m.kind == tarstream.SYMLINK:
+                if not rel:
+                    raise ValueError("a link at the top")
+                if m.linkname.startswith("/") or not m.linkname:
+                    raise ValueError("a link to an absolute path")
+                if rel in tree.links or rel in tree.entries or rel in tree.dirs:
+                    raise ValueError("a link where the archive has a file or folder")
+                tree.links[rel] = m.linkname
+            elif m.kind == tarstream.HARDLINK:
+                target = _member_path(m.linkname, strip_top, top)
+                first = tree.entries.get(target)
+                if first is None or first.mode == go.MODE_LINK:
+                    raise ValueError("a hard link to no earlier file of the archive")
+                with open(tree.root / target, "rb") as fh:
+                    tree.write(rel, fh.read(), first.mode == go.MODE_EXEC, m.mtime)
+            else:
+                raise ValueError("a device, fifo or other special file")
         member = "?"
         tree.make_links()
+    except (tarstream.TarError, zlib.error) as e:
+        raise SourceError(f"{name}: cannot extract: {e}") from None
     except ValueError as e:
         raise SourceError(f"{name}: member {member!r}: {e}") from None
-    except (tarfile.TarError, zlib.error, EOFError) as e:
-        raise SourceError(f"{name}: cannot extract: {e}") from None
     except SourceError as e:
         raise SourceError(f"{name}: cannot extract: {e}" if not e.message.startswith(name)
                           else e.message) from None

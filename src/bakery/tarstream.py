@@ -1,0 +1,128 @@
+"""A streaming reader of tar archives: the members of a release's sdist, in order.
+
+Python's tarfile spends ~0.1 ms a member on its header (0.9 s of a 3 s cold bake for the
+8,000 members of a vLLM sdist); this reads the same formats at a fraction of it: POSIX
+ustar (with its name prefix), pax extended headers (path, linkpath, size, mtime; global
+headers too), GNU long names and links (``L``, ``K``) and base-256 numbers, with header
+checksums checked. tests/test_unpack.py holds it to tarfile's reading of the same archives.
+
+It only reads: what is safe to write is unpack.py's decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+FILE, DIR, SYMLINK, HARDLINK, OTHER = "file", "dir", "symlink", "hardlink", "other"
+_KINDS = {b"0": FILE, b"\0": FILE, b"7": FILE, b"5": DIR, b"2": SYMLINK, b"1": HARDLINK}
+_BLOCK = 512
+
+
+class TarError(ValueError):
+    """A damaged or cut-short archive."""
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str
+    kind: str
+    mode: int
+    mtime: int
+    linkname: str
+    data: bytes  # a file's content; empty for the other kinds
+
+
+def _number(field: bytes) -> int:
+    if field[:1] in (b"\x80", b"\xff"):  # GNU base-256
+        n = int.from_bytes(field[1:], "big")
+        return n - (1 << (8 * len(field) - 1)) if field[0] == 0xFF else n
+    text = field.split(b"\0", 1)[0].strip(b" ")
+    try:
+        return int(text, 8) if text else 0
+    except ValueError:
+        raise TarError(f"a header field is not a number: {text[:20]!r}") from None
+
+
+def _text(field: bytes) -> str:
+    return field.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+
+
+def _pax(data: bytes) -> dict[str, str]:
+    """Records "LENGTH KEY=VALUE\\n"; values are UTF-8."""
+    out: dict[str, str] = {}
+    pos = 0
+    while pos < len(data) and data[pos] != 0:
+        space = data.find(b" ", pos)
+        try:
+            length = int(data[pos:space])
+        except ValueError:
+            raise TarError("a damaged pax header") from None
+        record = data[space + 1:pos + length]
+        if length <= 0 or not record.endswith(b"\n") or b"=" not in record:
+            raise TarError("a damaged pax header")
+        key, _, value = record[:-1].partition(b"=")
+        out[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
+        pos += length
+    return out
+
+
+def members(read: Callable[[int], bytes]) -> Iterator[Member]:
+    """The archive's members, read(n) giving its bytes in order."""
+    global_pax: dict[str, str] = {}
+    pax: dict[str, str] = {}
+    long_name: str | None = None
+    long_link: str | None = None
+
+    def exactly(n: int) -> bytes:
+        data = read(n)
+        if len(data) != n:
+            raise TarError("the archive is cut short")
+        return data
+
+    while True:
+        block = read(_BLOCK)
+        if not block or block == bytes(_BLOCK):
+            return  # the end (the zero blocks, or none as some writers leave it)
+        if len(block) != _BLOCK:
+            raise TarError("the archive is cut short")
+        stored = _number(block[148:156])
+        if stored != sum(block[:148]) + sum(block[156:]) + 8 * 32:
+            signed = sum(b - 256 if b > 127 else b for b in block[:148] + block[156:]) + 256
+            if stored != signed:  # some old tars summed signed chars
+                raise TarError("a header with a bad checksum (not a tar archive?)")
+        kind = block[156:157]
+        size = _number(block[124:136])
+        if kind in (b"x", b"g", b"L", b"K"):
+            data = exactly(size)
+            exactly(-size % _BLOCK)
+            if kind == b"x":
+                pax.update(_pax(data))
+            elif kind == b"g":
+                global_pax.update(_pax(data))
+            elif kind == b"L":
+                long_name = _text(data)
+            else:
+                long_link = _text(data)
+            continue
+        fields = {**global_pax, **pax}
+        what = _KINDS.get(kind, OTHER)
+        name = fields.get("path") or long_name or _text(block[0:100])
+        if "path" not in fields and long_name is None and block[257:263] == b"ustar\x00":
+            prefix = _text(block[345:500])
+            if prefix:
+                name = f"{prefix}/{name}"
+        if what == FILE and kind != b"0" and name.endswith("/"):
+            what = DIR  # an old tar's folder
+        if what == DIR:
+            name = name.rstrip("/")
+        if "size" in fields:
+            size = int(fields["size"])
+        data = b""
+        if what in (FILE, OTHER) and size:
+            data = exactly(size)
+            exactly(-size % _BLOCK)
+        mtime = int(float(fields["mtime"])) if "mtime" in fields else _number(block[136:148])
+        linkname = fields.get("linkpath") or long_link or _text(block[157:257])
+        yield Member(name, what, _number(block[100:108]), mtime, linkname, data)
+        pax, long_name, long_link = {}, None, None
