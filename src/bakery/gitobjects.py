@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import threading
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -74,12 +75,14 @@ class Pack:
         self._pieces: list[bytes | memoryview] = []
         self._entries: dict[bytes, tuple[int, int]] = {}  # id -> (offset, crc32)
         self._offset = 12
+        self._lock = threading.Lock()  # add() is called from several threads
 
     def __contains__(self, oid: bytes) -> bool:
         return oid in self._entries
 
     def add(self, kind: int, data: bytes | memoryview, oid: bytes | None = None) -> bytes:
-        """Add an object (once: the same content is stored once); returns its id."""
+        """Add an object (once: the same content is stored once); returns its id. The
+        hashing runs unlocked (hashlib and zlib release the GIL on large buffers)."""
         view = memoryview(data).cast("B")
         oid = oid or object_id(kind, view)
         if oid in self._entries:
@@ -90,9 +93,11 @@ class Pack:
         for p in pieces:
             crc = zlib.crc32(p, crc)
             size += len(p)
-        self._entries[oid] = (self._offset, crc)
-        self._offset += size
-        self._pieces += pieces
+        with self._lock:
+            if oid not in self._entries:
+                self._entries[oid] = (self._offset, crc)
+                self._offset += size
+                self._pieces += pieces
         return oid
 
     def write(self, objects_dir: Path) -> str:

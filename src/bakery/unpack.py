@@ -19,6 +19,7 @@ import os
 import queue
 import threading
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from bakery import gitobjects as go
@@ -27,6 +28,7 @@ from bakery.errors import SourceError
 
 _CHUNK = 1 << 20  # compressed bytes inflated at a time
 _LINK_DEPTH = 40  # links followed while resolving one path, as the kernel allows
+_WRITERS = min(os.cpu_count() or 1, 4)  # threads writing files
 
 
 class _TarStream:
@@ -144,7 +146,9 @@ def _resolve(path: list[str], links: dict[str, str], depth: int = 0) -> list[str
 
 
 class _Tree:
-    """The tree being written, and what the repository needs of it."""
+    """The tree being written, and what the repository needs of it. This thread checks
+    each member and makes the folders; writer threads write the files and hash them (the
+    kernel's work of making 7,000 files runs on every core)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -152,11 +156,14 @@ class _Tree:
         self.entries: dict[str, go.IndexEntry] = {}
         self.dirs: set[str] = {""}
         self.links: dict[str, str] = {}
+        #: file -> (content, executable, its write)
+        self.files: dict[str, tuple[bytes, bool, Future[go.IndexEntry]]] = {}
+        self._pool = ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="bakery-write")
 
     def mkdir(self, rel: str) -> None:
         if rel in self.dirs:
             return
-        if rel in self.entries or rel in self.links:
+        if rel in self.files or rel in self.links:
             raise ValueError("a folder where the archive has a file")
         parent = rel.rpartition("/")[0]
         self.mkdir(parent)
@@ -167,11 +174,17 @@ class _Tree:
         if rel in self.dirs or rel in self.links:
             raise ValueError("a file where the archive has a folder or a link")
         self.mkdir(rel.rpartition("/")[0])
+        earlier = self.files.get(rel)
+        if earlier is not None:  # a later member of the same name wins, as with tar
+            earlier[2].result()
+            os.unlink(self.root / rel)
+        job = self._pool.submit(self._write, rel, data, executable, mtime)
+        self.files[rel] = (data, executable, job)
+
+    def _write(self, rel: str, data: bytes, executable: bool, mtime: int) -> go.IndexEntry:
         path = self.root / rel
-        if rel in self.entries:
-            os.unlink(path)  # a later member of the same name wins, as with tar
-        mode = 0o755 if executable else 0o644
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                     0o755 if executable else 0o644)
         try:
             view = memoryview(data)
             while view:
@@ -182,13 +195,21 @@ class _Tree:
         finally:
             os.close(fd)
         oid = self.pack.add(go.OBJ_BLOB, data)
-        self.entries[rel] = go.IndexEntry(os.fsencode(rel), go.MODE_EXEC if executable
-                                          else go.MODE_FILE, oid, st)
+        return go.IndexEntry(os.fsencode(rel), go.MODE_EXEC if executable else go.MODE_FILE,
+                             oid, st)
+
+    def finish_files(self) -> None:
+        """Wait for every write; the first failure is raised (OSError)."""
+        for rel, (_, _, job) in self.files.items():
+            self.entries[rel] = job.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
     def make_links(self) -> None:
         for rel, target in sorted(self.links.items()):
             _resolve(rel.split("/")[:-1] + target.split("/"), self.links)  # ValueError
-            if rel in self.dirs or rel in self.entries:
+            if rel in self.dirs or rel in self.files:
                 raise ValueError(f"{rel!r}: a link where the archive has a file or folder")
             self.mkdir(rel.rpartition("/")[0])
             path = self.root / rel
@@ -225,19 +246,18 @@ def unpack(archive: bytes, dest: Path, *, name: str, message: str,
                     raise ValueError("a link at the top")
                 if m.linkname.startswith("/") or not m.linkname:
                     raise ValueError("a link to an absolute path")
-                if rel in tree.links or rel in tree.entries or rel in tree.dirs:
+                if rel in tree.links or rel in tree.files or rel in tree.dirs:
                     raise ValueError("a link where the archive has a file or folder")
                 tree.links[rel] = m.linkname
             elif m.kind == tarstream.HARDLINK:
-                target = _member_path(m.linkname, strip_top, top)
-                first = tree.entries.get(target)
-                if first is None or first.mode == go.MODE_LINK:
+                first = tree.files.get(_member_path(m.linkname, strip_top, top))
+                if first is None:
                     raise ValueError("a hard link to no earlier file of the archive")
-                with open(tree.root / target, "rb") as fh:
-                    tree.write(rel, fh.read(), first.mode == go.MODE_EXEC, m.mtime)
+                tree.write(rel, first[0], first[1], m.mtime)
             else:
                 raise ValueError("a device, fifo or other special file")
         member = "?"
+        tree.finish_files()
         tree.make_links()
     except (tarstream.TarError, zlib.error) as e:
         raise SourceError(f"{name}: cannot extract: {e}") from None
@@ -250,6 +270,7 @@ def unpack(archive: bytes, dest: Path, *, name: str, message: str,
         raise SourceError(f"{name}: cannot extract {member!r}: {e.strerror}") from None
     finally:
         stream.close()
+        tree.close()
     if strip_top and not top:
         raise SourceError(f"{name}: an empty archive")
     return _commit(tree, dest, message)
