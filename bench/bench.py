@@ -294,8 +294,22 @@ def bench_cold(runs: int) -> Result:
         return timed([BAKERY, "apply", SERIES, "--vllm", BASE, "--out", str(out)], env(cache))
 
     times = alternate(runs, {"floor": floor, "bakery": bakery})
+    parts = []
+    for i in range(runs):
+        cache = fresh("cold", f"phases-cache-{i}")
+        out = fresh("cold", f"phases-{i}")
+        os.sync()
+        parts.append(json.loads(run([PY, str(HERE / "phases.py"), SERIES, BASE, str(out)],
+                                    env(cache)).stdout))
+    keys = sorted({k for p in parts for k in p["parts"]})
     return {"times": {k: stats(v) for k, v in times.items()}, "url": url,
-            "ratio": _ratio(times, "bakery", "floor")}
+            "ratio": _ratio(times, "bakery", "floor"),
+            "imports": statistics.median(p["imports"] for p in parts),
+            "apply_in_process": statistics.median(p["apply"] for p in parts),
+            "phases": {k: statistics.median(p["parts"].get(k, 0.0) for p in parts)
+                       for k in keys},
+            "files": sum(1 for _ in (CACHE / "trees" / f"vllm-{BASE}").rglob("*")
+                         if ".git" not in _.parts and not _.is_dir())}
 
 
 def bench_matrix(runs: int) -> Result:
@@ -498,7 +512,8 @@ def write_markdown(res: dict[str, Result], m: Result) -> str:
     if hist:
         md += [f"Against the code at `{hist['rev']}` (`--baseline-rev`), today's warm bake "
                f"takes {hist['ratio']:.2f} of its time (history rows above).", ""]
-    md += _md_phases(res.get("warm"), _python_start(res))
+    md += _md_phases(res.get("warm"), _python_start(res), "warm")
+    md += _md_phases(res.get("cold"), _python_start(res), "cold")
     md += _md_startup(res.get("startup"))
     md += _md_verify(res.get("verify"), _python_start(res))
     md += _md_scale(res.get("scale"))
@@ -527,15 +542,17 @@ def _python_start(res: dict[str, Result]) -> float | None:
         return None
 
 
-def _md_phases(r: Result | None, start: float | None) -> list[str]:
+def _md_phases(r: Result | None, start: float | None, kind: str) -> list[str]:
     if not r or "phases" not in r:
         return []
     phases: dict[str, float] = r["phases"]
     total = float(r["apply_in_process"])
-    md = ["## Where a warm bake goes", "",
-          f"One `bakery apply {SERIES} --vllm {BASE}` ({r['files']} files) run in one process "
-          "with timers around its parts (`bench/phases.py`, median of the runs; git "
-          "subprocesses by subcommand). Process start and imports are measured apart.", "",
+    cache = "an empty cache" if kind == "cold" else "the release cached"
+    md = [f"## Where a {kind} bake goes", "",
+          f"One `bakery apply {SERIES} --vllm {BASE}` ({r['files']} files, {cache}) run in "
+          "one process with timers around its parts (`bench/phases.py`, median of the runs; "
+          "git subprocesses by subcommand; a part's time excludes the timed parts it calls). "
+          "Process start and imports are measured apart.", "",
           "| part | ms |", "|---|---:|"]
     if start is not None:
         md.append(f"| process start (`python -c pass`) | {start * 1000:.0f} |")

@@ -1,5 +1,6 @@
-"""Where a warm bake's time goes: run one ``bakery apply`` in this process with timers
-wrapped around its parts, and print them as JSON.
+"""Where a bake's time goes: run one ``bakery apply`` in this process with timers
+wrapped around its parts, and print them as JSON. With an empty cache
+(``BAKERY_CACHE_DIR``) it is a cold bake, and the download and unpack are timed too.
 
     python bench/phases.py SERIES VERSION OUT
 
@@ -22,6 +23,8 @@ T0 = time.perf_counter()
 from bakery import bake, cli, commands, gitutil, sources  # noqa: E402,F401 - what apply imports
 
 T_IMPORTS = time.perf_counter() - T0
+
+from bakery import unpack  # noqa: E402 - only a cold bake imports it
 
 acc: dict[str, float] = {}
 _local = threading.local()
@@ -67,8 +70,10 @@ def main() -> None:
     _wrap(commands.sources, "resolve", "resolve (cache lookup)")
     _wrap(sources, "index_files", "cold: read the index")
     _wrap(sources, "_download", "cold: download + sha256")
-    _wrap(sources, "_safe_extract", "cold: extract")
-    _wrap(sources, "_commit_pristine", "cold: pristine commit (git add, commit)")
+    _wrap(sources, "_unpack", "cold: inflate, read the tar, check members, make folders")
+    _wrap(unpack._Tree, "finish_files", "cold: wait for the writer threads")
+    _wrap(unpack._Tree, "make_links", "cold: links")
+    _wrap(unpack, "_commit", "cold: trees, commit, pack and index written")
     _wrap(bake, "check_out", "check --out")
     _wrap(commands, "plan", "plan (in memory)")
     _wrap(bake, "plan", "plan (in memory)")

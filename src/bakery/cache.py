@@ -6,7 +6,9 @@ Layout under the user's cache folder (``BAKERY_CACHE_DIR`` overrides it)::
     locks/KEY.lock    one lock per entry: concurrent bakes lock, then look again
     sdists/           vllm-X.tar.gz, sha256-checked against the index
     git/              bare mirrors of git+URL sources
-    trees/KEY/        an extracted tree whose .git holds the pristine commit
+    trees/KEY/        an extracted tree whose .git holds the pristine commit: one pack of
+                      stored (uncompressed) objects and an index with the files' stat data,
+                      written by unpack.py in the pass that extracts the files
     trees/KEY.json    written last: the entry is complete (source, sha256, commit)
 
 Entries are built in a temporary folder beside their final place and renamed into it.

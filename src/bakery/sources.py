@@ -1,8 +1,9 @@
 """Pristine vLLM trees: a release from the package index, a local path, or ``git+URL@REF``.
 
 Releases and git refs are cached (see cache.py) as an extracted tree holding a git repo
-with one deterministic commit, so a bake copies files and clones history without
-extracting, adding or hashing the tree again. Local paths are read and never changed.
+with one deterministic commit, both written in one pass over the archive (unpack.py), so a
+bake copies files and clones history without extracting, adding or hashing the tree
+again. Local paths are read and never changed.
 """
 
 from __future__ import annotations
