@@ -7,7 +7,6 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
 from bakery.report import BakeReport
@@ -91,6 +90,15 @@ def download_progress(console: Console) -> Callable[[int, int | None], None]:
 
     def update(done: int, total: int | None) -> None:
         if "p" not in state:
+            # imported here: rich.progress costs every start ~7 ms, only downloads use it
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TransferSpeedColumn,
+            )
+
             p = Progress(TextColumn("downloading"), BarColumn(), DownloadColumn(),
                          TransferSpeedColumn(), console=console, transient=True)
             p.start()
