@@ -280,3 +280,26 @@ def test_bake_module_has_no_print(capsys: pytest.CaptureFixture[str], tiny: Tiny
     bake(load_series("demo"), local(tiny.src), tmp_path / "out")
     assert capsys.readouterr() == ("", "")
     assert bake_mod.__doc__
+
+
+def test_copy_jobs_follow_set_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A matrix worker copies with its share of the cores: set_jobs(1) means one cp."""
+    import bakery.treecopy as tc
+
+    monkeypatch.setattr(tc, "_SMALL", 10)
+    monkeypatch.setattr(tc, "_jobs", None)
+    src = write_files(tmp_path / "src", {f"d{i}/f{j}": "x" for i in range(4) for j in range(5)})
+    seen: list[int] = []
+    real = gitutil.run_all
+
+    def counting(cmds: list[list[str]], **kw: object) -> object:
+        seen.append(len(cmds))
+        return real(cmds, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tc.gitutil, "run_all", counting)
+    for n, name in ((3, "a"), (1, "b")):
+        tc.set_jobs(n)
+        (tmp_path / name).mkdir()
+        copy_tree(src, tmp_path / name)
+        assert tree_digest(tmp_path / name) == tree_digest(src)
+    assert seen == [3, 1]
