@@ -710,7 +710,7 @@ def main() -> int:
         if name not in only:
             continue
         log(f"== {name}")
-        runs = args.runs if name in ("warm", "cold", "startup", "scale") \
+        runs = args.runs if name in ("warm", "cold", "startup", "scale", "matrix") \
             else max(3, args.runs // 2)
         if name == "verify":
             runs = 3

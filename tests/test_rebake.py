@@ -200,3 +200,22 @@ def test_summarize_joins_job_reports(cli: Cli, drifted: str, tmp_path: Path) -> 
     bad.write_text("{}")
     r = cli("summarize", bad)
     assert r.exit_code == 2 and "not a bakery report" in r.output
+
+
+def test_matrix_workers_share_the_cores_for_copies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy in a matrix worker takes the cores over the bakes in progress."""
+    import multiprocessing
+
+    from bakery import matrix, treecopy
+
+    monkeypatch.setattr(treecopy, "_jobs", None)
+    monkeypatch.setattr(matrix, "_busy", None)
+    monkeypatch.setattr(matrix.os, "cpu_count", lambda: 4)
+    busy = multiprocessing.Value("i", 0)
+    matrix._worker_init(busy)
+    seen = []
+    for n in (2, 1, 3):
+        busy.value = n
+        assert treecopy._jobs is not None
+        seen.append(treecopy._jobs())
+    assert seen == [2, 4, 1]

@@ -9,9 +9,11 @@ import xml.etree.ElementTree as ET
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.version import Version
 
+from bakery import treecopy
 from bakery.errors import BakeryError
 
 
@@ -54,9 +56,32 @@ def summarize(diff: dict[str, object]) -> str:
     return ", ".join(f"{counts[s]} {s}" for s in order if s in counts) or "-"
 
 
+_busy: Any = None  # in a worker: the count of bakes in progress, shared by the workers
+
+
+def _worker_init(busy: Any) -> None:
+    global _busy
+    _busy = busy
+    cores = os.cpu_count() or 1
+    treecopy.set_jobs(lambda: max(cores // max(busy.value, 1), 1))
+
+
 def _one(series: str, version: str, out_root: str, verify: bool, interpret: bool,
          home: str) -> dict[str, object]:
     """Runs in a worker process: bake one release, verify it if asked."""
+    if _busy is None:
+        return _one_bake(series, version, out_root, verify, interpret, home)
+    with _busy.get_lock():
+        _busy.value += 1
+    try:
+        return _one_bake(series, version, out_root, verify, interpret, home)
+    finally:
+        with _busy.get_lock():
+            _busy.value -= 1
+
+
+def _one_bake(series: str, version: str, out_root: str, verify: bool, interpret: bool,
+              home: str) -> dict[str, object]:
     os.environ["BAKERY_HOME"] = home
     from bakery import commands
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from bakery import gitutil
@@ -22,13 +23,14 @@ _PARTS_PER_JOB = 4
 #: Below this many entries one cp is as fast (starting processes costs more).
 _SMALL = 2000
 #: cp processes per copy: one per core, unless set_jobs says otherwise.
-_jobs: int | None = None
+_jobs: Callable[[], int] | None = None
 
 
-def set_jobs(n: int) -> None:
-    """The cp processes a copy may use (a matrix worker shares the cores with the others)."""
+def set_jobs(jobs: int | Callable[[], int]) -> None:
+    """The cp processes a copy may use, or a function that says it when the copy starts
+    (a matrix worker shares the cores with the other workers still baking)."""
     global _jobs
-    _jobs = max(n, 1)
+    _jobs = jobs if callable(jobs) else (lambda: max(jobs, 1))
 
 
 def _count(path: str) -> int:
@@ -82,7 +84,7 @@ def copy_tree(src: Path, dst: Path, exclude: set[str] | None = None,
                 shutil.copy2(s, dst / n, follow_symlinks=False)
         return
     cp = ["cp", "-a", "--reflink=auto", "--no-preserve=ownership"]
-    jobs = jobs or _jobs or min(os.cpu_count() or 1, 8)
+    jobs = jobs or (_jobs() if _jobs is not None else min(os.cpu_count() or 1, 8))
     total = sum(_count(str(src / n)) + 1 if (src / n).is_dir() else 1 for n in names) \
         if jobs > 1 else 0
     if jobs == 1 or total < _SMALL:
