@@ -26,8 +26,9 @@ lint: setup
 	$(BIN)/ruff check src tests launcher bench
 	$(BIN)/mypy
 
+# make bench BASELINE=<rev>: also time the warm bake of the code at <rev> (history rows)
 bench: setup
-	$(BIN)/python bench/bench.py
+	$(BIN)/python bench/bench.py $(if $(BASELINE),--baseline-rev $(BASELINE))
 
 matrix: setup
 	$(BAKERY) matrix dcp2 --since 0.30.0 --verify --markdown build/matrix.md --json build/matrix.json
