@@ -33,40 +33,54 @@ def set_jobs(jobs: int | Callable[[], int]) -> None:
     _jobs = jobs if callable(jobs) else (lambda: max(jobs, 1))
 
 
-def _count(path: str) -> int:
-    """Entries under a folder (d_type only: no stat)."""
-    n = 0
-    stack = [path]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as it:
-                for e in it:
-                    n += 1
-                    if e.is_dir(follow_symlinks=False):
-                        stack.append(e.path)
-        except OSError:
-            continue  # cp reports it
-    return n
+class _Walk:
+    """One walk of the tree (d_type only: no stat): the count of entries under each
+    folder."""
 
+    def __init__(self, src: Path, names: list[str]) -> None:
+        self.src = src
+        self.names = names
+        self.size: dict[str, int] = {}
+        subdirs: dict[str, list[str]] = {}
+        flat: dict[str, int] = {}
+        stack = [n for n in names if (src / n).is_dir() and not (src / n).is_symlink()]
+        order = []
+        while stack:
+            rel = stack.pop()
+            order.append(rel)
+            subs: list[str] = []
+            n = 0
+            try:
+                with os.scandir(src / rel) as it:
+                    for e in it:
+                        n += 1
+                        if e.is_dir(follow_symlinks=False):
+                            subs.append(f"{rel}/{e.name}")
+            except OSError:
+                pass  # cp reports it
+            subdirs[rel], flat[rel] = subs, n
+            stack += subs
+        for rel in reversed(order):  # a folder after the folders in it
+            self.size[rel] = 1 + flat[rel] + sum(self.size[d] - 1 for d in subdirs[rel])
 
-def _parts(src: Path, names: list[str], share: int) -> tuple[list[str], list[tuple[int, str]]]:
-    """(folders to make first, (entries, path) parts to copy), paths relative to src."""
-    folders: list[str] = []
-    parts: list[tuple[int, str]] = []
-    todo = [(n, os.path.join(src, n)) for n in names]
-    while todo:
-        rel, full = todo.pop()
-        if os.path.isdir(full) and not os.path.islink(full):
-            n = _count(full) + 1
-            if n > share:
+    def total(self) -> int:
+        return sum(self.size.get(n, 1) for n in self.names)
+
+    def parts(self, share: int) -> tuple[list[str], list[tuple[int, str]]]:
+        """(folders to make first, (entries, path) parts to copy): a folder larger than
+        share is made, and its entries become parts (or are cut again)."""
+        folders: list[str] = []
+        parts: list[tuple[int, str]] = []
+        todo = list(self.names)
+        while todo:
+            rel = todo.pop()
+            n = self.size.get(rel, 1)
+            if n > share and rel in self.size:
                 folders.append(rel)
-                with os.scandir(full) as it:
-                    todo += [(f"{rel}/{e.name}", e.path) for e in it]
-                continue
-            parts.append((n, rel))
-        else:
-            parts.append((1, rel))
-    return sorted(folders), parts
+                todo += [f"{rel}/{name}" for name in os.listdir(self.src / rel)]
+            else:
+                parts.append((n, rel))
+        return sorted(folders), parts
 
 
 def copy_tree(src: Path, dst: Path, exclude: set[str] | None = None,
@@ -85,12 +99,12 @@ def copy_tree(src: Path, dst: Path, exclude: set[str] | None = None,
         return
     cp = ["cp", "-a", "--reflink=auto", "--no-preserve=ownership"]
     jobs = jobs or (_jobs() if _jobs is not None else min(os.cpu_count() or 1, 8))
-    total = sum(_count(str(src / n)) + 1 if (src / n).is_dir() else 1 for n in names) \
-        if jobs > 1 else 0
-    if jobs == 1 or total < _SMALL:
+    walk = _Walk(src, names) if jobs > 1 else None
+    total = walk.total() if walk is not None else 0
+    if walk is None or total < _SMALL:
         cmds = [[*cp, "--", *[str(src / n) for n in names], str(dst)]]
     else:
-        folders, parts = _parts(src, names, max(total // (jobs * _PARTS_PER_JOB), 1))
+        folders, parts = walk.parts(max(total // (jobs * _PARTS_PER_JOB), 1))
         for rel in folders:  # made here, so that no two cp race to make one
             os.mkdir(dst / rel)
         groups: list[list[str]] = [[] for _ in range(jobs)]
