@@ -28,6 +28,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
+from bakery.cache import FORMAT
+
 from .conftest import git as _git
 
 X_PY = "".join(f"{c}\n" for c in "abcdefghij")
@@ -316,6 +318,13 @@ def _half_built(tree: Path) -> None:
     (tree / "vllm" / "x.py").unlink()
 
 
+def _older_format(tree: Path) -> None:
+    marker = tree.with_name(tree.name + ".json")
+    meta = json.loads(marker.read_text())
+    del meta["format"]  # as bakery before the one-pass unpack wrote it
+    marker.write_text(json.dumps(meta))
+
+
 def _no_git(tree: Path) -> None:
     import shutil
 
@@ -323,7 +332,8 @@ def _no_git(tree: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", [_edit_file, _same_size_same_mtime, _new_file, _deleted_file,
-                                    _moved_head, _broken_marker, _half_built, _no_git],
+                                    _moved_head, _broken_marker, _half_built, _no_git,
+                                    _older_format],
                          ids=lambda f: f.__name__.strip("_"))
 def test_damaged_cached_tree_is_rebuilt(baked_once: tuple[Path, Path, str], index: Index,
                                         tmp_path: Path, damage: object) -> None:
@@ -335,6 +345,8 @@ def test_damaged_cached_tree_is_rebuilt(baked_once: tuple[Path, Path, str], inde
     assert index.downloads["vllm-9.9.0.tar.gz"] == 1  # the sdist was still good
     assert not (tmp_path / "again" / "vllm" / "planted.py").exists()
     assert cache_debris(cache) == []
+    meta = json.loads((cache / "trees" / "vllm-9.9.0.json").read_text())
+    assert meta["format"] == FORMAT  # rebuilt where it was damaged or of an older format
 
 
 # --- what the index serves ------------------------------------------------------------------------

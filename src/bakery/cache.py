@@ -9,11 +9,12 @@ Layout under the user's cache folder (``BAKERY_CACHE_DIR`` overrides it)::
     trees/KEY/        an extracted tree whose .git holds the pristine commit: one pack of
                       stored (uncompressed) objects and an index with the files' stat data,
                       written by unpack.py in the pass that extracts the files
-    trees/KEY.json    written last: the entry is complete (source, sha256, commit)
+    trees/KEY.json    written last: the entry is complete (source, sha256, commit, format)
 
 Entries are built in a temporary folder beside their final place and renamed into it.
 A damaged entry (files changed since extraction: ``git status`` is not clean, or its
-HEAD is not the recorded commit) is removed and built again.
+HEAD is not the recorded commit) is removed and built again, and so is an entry of an
+older ``FORMAT`` (the same release must give the same pristine commit on every machine).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ from filelock import FileLock
 
 from bakery import gitutil
 from bakery.errors import SourceError
+
+#: The way entries are built. 2: unpack.py (every file of the archive in the commit, one
+#: pack); 1 was `git add` (files the archive's .gitignore names were left out).
+FORMAT = "2"
 
 _README = """This folder is bakery's cache of vLLM source distributions and pristine trees.
 It is safe to delete; bakery downloads and extracts again what it needs.
@@ -95,8 +100,8 @@ class Cache:
             return None
         try:
             meta = json.loads(marker.read_text())
-            intact = (tree.is_dir() and gitutil.head(tree) == meta["commit"]
-                      and not gitutil.dirty(tree))
+            intact = (meta.get("format") == FORMAT and tree.is_dir()
+                      and gitutil.head(tree) == meta["commit"] and not gitutil.dirty(tree))
         except (OSError, ValueError, KeyError, gitutil.GitError):
             intact = False
         if not intact:
@@ -127,7 +132,7 @@ class Cache:
         if final.exists():
             shutil.rmtree(final)
         os.replace(built, final)
-        meta = {**meta, "commit": gitutil.head(final)}
+        meta = {**meta, "commit": gitutil.head(final), "format": FORMAT}
         marker = trees / f"{key}.json"
         tmp = marker.with_suffix(f".json.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
