@@ -4,7 +4,9 @@ manifest, and nothing half-written when something goes wrong."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -94,6 +96,64 @@ def test_cached_release_is_cloned_not_changed(tiny: Tiny, tmp_path: Path) -> Non
     report2 = bake(load_series("demo"), local(other, "9.9.9"), tmp_path / "out2")
     assert commits(tmp_path / "out2") == log
     assert report2.head == report.head
+
+
+def _fsck_ok(tree: Path) -> None:
+    git(tree, "fsck", "--full", "--strict", "--no-dangling")
+    assert gitutil.dirty(tree) == []
+
+
+def test_cached_history_is_linked_not_cloned(tiny: Tiny, tmp_path: Path) -> None:
+    """The baked repository is made from the cached one's files, with no git process:
+    its objects are hard links (git never rewrites an object file), its branch and HEAD
+    those of the cache, and git finds it whole (fsck) and clean (status)."""
+    pristine = cached(tiny.src, "9.9.9")
+    git(tiny.src, "gc", "-q")  # a pack and packed-refs, as well as loose files
+    out = tmp_path / "out"
+    bake(load_series("demo"), pristine, out)
+    _fsck_ok(out)
+    assert git(out, "symbolic-ref", "HEAD").strip() == "refs/heads/main"
+    assert git(out, "config", "--get", "core.bare").strip() == "false"
+    packs = list((tiny.src / ".git" / "objects" / "pack").glob("*.pack"))
+    assert packs
+    for p in packs:
+        assert (out / ".git" / "objects" / "pack" / p.name).stat().st_ino == p.stat().st_ino
+
+
+@pytest.mark.parametrize("form", ["detached", "alternates"])
+def test_cache_repository_of_another_form_is_cloned_by_git(tiny: Tiny, tmp_path: Path,
+                                                           form: str) -> None:
+    pristine = cached(tiny.src, "9.9.9")
+    head = gitutil.head(tiny.src)
+    if form == "detached":
+        git(tiny.src, "checkout", "-q", "--detach")
+    else:
+        other = tmp_path / "elsewhere"
+        git(tmp_path, "clone", "-q", "--bare", str(tiny.src), str(other))
+        (tiny.src / ".git" / "objects" / "info").mkdir(exist_ok=True)
+        (tiny.src / ".git" / "objects" / "info" / "alternates").write_text(
+            str(other / "objects") + "\n")
+    out = tmp_path / "out"
+    report = bake(load_series("demo"), pristine, out)
+    assert report.pristine_commit == head
+    assert commits(out)[0][0] == head
+    _fsck_ok(out)
+
+
+def test_out_on_another_file_system(tiny: Tiny, tmp_path: Path) -> None:
+    """Hard links cannot cross file systems: the cached objects are copied instead."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("no second file system to bake onto")
+    pristine = cached(tiny.src, "9.9.9")
+    out = Path(tempfile.mkdtemp(dir=shm)) / "out"
+    try:
+        report = bake(load_series("demo"), pristine, out)
+        assert report.status == "baked"
+        _fsck_ok(out)
+        assert commits(out)[0][0] == gitutil.head(tiny.src)
+    finally:
+        shutil.rmtree(out.parent)
 
 
 def test_conflict_leaves_nothing_and_no_staging(tiny: Tiny, tmp_path: Path) -> None:

@@ -342,11 +342,49 @@ def test_damaged_cached_tree_is_rebuilt(baked_once: tuple[Path, Path, str], inde
     result = bake_cli(series, "9.9.0", tmp_path / "again")
     assert result.exit_code == 0, result.stderr
     assert assert_baked(tmp_path / "again", "9.9.0") == head  # the very same bake
+    if damage in (_edit_file, _same_size_same_mtime, _new_file, _deleted_file):
+        # found by the look for changed files that ran while the tree was copied: the
+        # copy was thrown away and the bake done again from a new entry
+        assert "had changed files; it is extracted again" in result.stderr
     assert index.downloads["vllm-9.9.0.tar.gz"] == 1  # the sdist was still good
     assert not (tmp_path / "again" / "vllm" / "planted.py").exists()
     assert cache_debris(cache) == []
     meta = json.loads((cache / "trees" / "vllm-9.9.0.json").read_text())
     assert meta["format"] == FORMAT  # rebuilt where it was damaged or of an older format
+
+
+def test_a_restored_cache_is_made_fast_again(baked_once: tuple[Path, Path, str],
+                                             tmp_path: Path) -> None:
+    """A cache copied or restored (a CI cache) has new inodes and ctimes: the first bake
+    from it has git read every file to find it unchanged, and writes the index back, so
+    the next bake's look is quick again (the index's stat data are the files')."""
+    import shutil
+
+    cache, series, head = baked_once
+    tree = cache / "trees" / "vllm-9.9.0"
+    moved = tmp_path / "restored"
+    shutil.copytree(cache, moved, symlinks=True)
+    shutil.rmtree(cache)
+    os.rename(moved, cache)
+
+    def stale(root: Path) -> list[str]:
+        listing = _git(root, "ls-files", "--debug")
+        stale, name = [], ""
+        for line in listing.splitlines():
+            if not line.startswith(" "):
+                name = line
+            elif line.strip().startswith("dev:"):
+                ino = int(line.split("ino:")[1].split()[0])
+                if ino != (root / name).lstat().st_ino & 0xFFFFFFFF:
+                    stale.append(name)
+        return stale
+
+    assert stale(tree)  # the copy's files are not the ones the index recorded
+    result = bake_cli(series, "9.9.0", tmp_path / "again")
+    assert result.exit_code == 0, result.stderr
+    assert "extracted again" not in result.stderr  # unchanged, so not rebuilt
+    assert assert_baked(tmp_path / "again", "9.9.0") == head
+    assert stale(tree) == []
 
 
 # --- what the index serves ------------------------------------------------------------------------

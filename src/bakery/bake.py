@@ -17,7 +17,6 @@ import shutil
 import stat
 import struct
 import tempfile
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -297,47 +296,62 @@ def _populate(pristine: Pristine, staging: Path) -> str:
 
 
 def _populate_from_repo(pristine: Pristine, staging: Path) -> str:
-    """The cached repository cloned (objects hardlinked) while its files are copied, then
-    its own index given the copies' stat data: the copy is the only read of the tree, and
-    no git command hashes it again (a read-tree index has no stat data, so the first
-    commit or status would read every file)."""
+    """The cached repository's history given to the copy of its files: its objects linked
+    (copied across file systems), its HEAD and branch written, its index given the copies'
+    stat data. The copy is the only read of the tree, no git command hashes it again, and
+    no git process runs (a read-tree index has no stat data: the first commit or status
+    would read every file). A repository in another form is cloned by git instead."""
+    copy_tree(pristine.tree, staging, exclude={".git"})
+    pristine.confirm()  # the cache's look for changed files ran during the copy
+    src = pristine.tree / ".git"
+    head = gitutil.read_head(src)
+    if head is None or (src / "objects" / "info" / "alternates").exists() \
+            or (src / "shallow").exists() or (src / "commondir").exists():
+        return _clone_with_git(pristine, staging)
+    ref, commit = head
+    dst = staging / ".git"
+    _link_tree(src / "objects", dst / "objects")
+    for sub in ("refs/heads", "refs/tags", "info"):
+        (dst / sub).mkdir(parents=True, exist_ok=True)
+    (dst / ref).parent.mkdir(parents=True, exist_ok=True)
+    (dst / ref).write_text(commit + "\n")
+    (dst / "HEAD").write_text(f"ref: {ref}\n")
+    (dst / "config").write_text(_CONFIG)
+    if not _restat_index(staging, src / "index"):
+        gitutil.git(staging, "read-tree", "HEAD")
+    return commit
+
+
+#: A new repository's config, as git init writes it on Linux.
+_CONFIG = ("[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
+           "\tlogallrefupdates = true\n")
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """Hard-link every file under src into dst (git never changes an object file in
+    place; git clone does the same), copying where a link cannot be made."""
+    for root, _dirs, files in os.walk(src):
+        here = dst / os.path.relpath(root, src)
+        here.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            try:
+                os.link(os.path.join(root, name), here / name)
+            except OSError:  # another file system, or links not allowed
+                shutil.copy2(os.path.join(root, name), here / name)
+
+
+def _clone_with_git(pristine: Pristine, staging: Path) -> str:
     side = Path(tempfile.mkdtemp(prefix=".bakery-clone-", dir=staging))
-    cloned: list[str | BaseException] = []
-
-    def clone() -> None:
-        try:
-            gitutil.git(side, "clone", "--quiet", "--local", "--no-checkout",
-                        str(pristine.tree), ".")
-            gitutil.git(side, "remote", "remove", "origin")
-            cloned.append(gitutil.head(side))
-        except BaseException as e:  # re-raised in the bake's thread
-            cloned.append(e)
-
-    worker = threading.Thread(target=clone, name="bakery-clone", daemon=True)
-    worker.start()
     try:
-        copy_tree(pristine.tree, staging, exclude={".git", side.name})
+        # a plain path (not --local): objects are hard-linked, copied across file systems
+        gitutil.git(side, "clone", "--quiet", "--no-checkout", str(pristine.tree), ".")
+        gitutil.git(side, "remote", "remove", "origin")
+        os.rename(side / ".git", staging / ".git")
     finally:
-        _join_uninterrupted(worker)  # never remove staging under a clone still writing
-    if isinstance(cloned[0], BaseException):
-        raise cloned[0]
-    os.rename(side / ".git", staging / ".git")
-    side.rmdir()
+        shutil.rmtree(side, ignore_errors=True)
     if not _restat_index(staging, pristine.tree / ".git" / "index"):
         gitutil.git(staging, "read-tree", "HEAD")
-    return cloned[0]
-
-
-def _join_uninterrupted(worker: threading.Thread) -> None:
-    """Join the thread; a Ctrl-C meanwhile (the clone takes milliseconds) is raised after."""
-    interrupted = False
-    while worker.is_alive():
-        try:
-            worker.join()
-        except KeyboardInterrupt:
-            interrupted = True
-    if interrupted:
-        raise KeyboardInterrupt
+    return gitutil.head(staging)
 
 
 _STAT = struct.Struct(">10I")  # an index entry's ctime s/ns, mtime s/ns, dev, ino, mode, uid,

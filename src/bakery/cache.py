@@ -59,6 +59,17 @@ def discard(folder: Path) -> None:
 class Entry:
     tree: Path
     meta: dict[str, str]
+    #: tree_entry(defer=True): the ``git status`` still running; see Cache.confirm.
+    check: gitutil.Pending | None = None
+
+
+class CacheChanged(SourceError):
+    """A cache entry turned out damaged after a bake began reading it (see confirm)."""
+
+
+def _head(tree: Path) -> str:
+    read = gitutil.read_head(tree / ".git")
+    return read[1] if read is not None else gitutil.head(tree)
 
 
 class Cache:
@@ -89,8 +100,11 @@ class Cache:
         with FileLock(str(self.path("locks") / f"{key}.lock")):
             yield
 
-    def tree_entry(self, key: str) -> Entry | None:
-        """The complete, intact entry for key, or None (a damaged one is removed)."""
+    def tree_entry(self, key: str, *, defer: bool = False) -> Entry | None:
+        """The complete, intact entry for key, or None (a damaged one is removed). With
+        defer, the look for changed files (``git status``, the slow part) is started and
+        left running in entry.check: the caller reads the tree meanwhile, then calls
+        confirm() before it trusts what it read."""
         trees = self.path("trees")
         marker = trees / f"{key}.json"
         tree = trees / key
@@ -100,8 +114,12 @@ class Cache:
             return None
         try:
             meta = json.loads(marker.read_text())
-            intact = (meta.get("format") == FORMAT and tree.is_dir()
-                      and gitutil.head(tree) == meta["commit"] and not gitutil.dirty(tree))
+            intact = meta.get("format") == FORMAT and tree.is_dir() and _head(tree) == meta[
+                "commit"]
+            if intact and defer:
+                return Entry(tree, meta, gitutil.Pending(tree, *gitutil.status_args(
+                    refresh=True)))
+            intact = intact and not gitutil.dirty(tree, refresh=True)
         except (OSError, ValueError, KeyError, gitutil.GitError):
             intact = False
         if not intact:
@@ -109,6 +127,20 @@ class Cache:
             shutil.rmtree(tree, ignore_errors=True)
             return None
         return Entry(tree, meta)
+
+    def confirm(self, key: str, entry: Entry) -> None:
+        """Wait for a deferred entry's look for changed files; if the tree was changed
+        (somebody edited the cache), the entry is removed and CacheChanged raised: what
+        was read from it must be read again from a new entry."""
+        if entry.check is None:
+            return
+        code, out = entry.check.result()
+        if code == 0 and not out.strip():
+            return
+        with self.lock(key):
+            self.tree_entry(key)  # looks again, now waiting: removes the damaged entry
+        raise CacheChanged(f"the cached tree {entry.tree} had changed files; it is "
+                           "extracted again")
 
     @contextmanager
     def building(self, key: str) -> Iterator[Path]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from bakery import sources
 from bakery.bake import Events, _display, bake, plan
-from bakery.cache import Cache
+from bakery.cache import Cache, CacheChanged
 from bakery.errors import BakeryError, UsageError
 from bakery.report import BakeReport
 from bakery.series import Series, load_series, project_root
@@ -34,11 +34,12 @@ class ReportedError(BakeryError):
 
 
 def _pristine(series: Series, spec: str | None, cache: Cache, allow_dirty: bool,
-              progress: Progress | None) -> Pristine:
+              progress: Progress | None, defer_check: bool = False) -> Pristine:
     spec = spec or series.base
     if not spec:
         raise UsageError(f"series {series.name} names no base release: pass --vllm")
-    return sources.resolve(spec, cache, allow_dirty=allow_dirty, progress=progress)
+    return sources.resolve(spec, cache, allow_dirty=allow_dirty, progress=progress,
+                           defer_check=defer_check)
 
 
 def port_dir(series: Series, version: str | None, home: Path | None = None) -> Path | None:
@@ -49,13 +50,13 @@ def port_dir(series: Series, version: str | None, home: Path | None = None) -> P
 
 
 def _prepare(series_spec: str, vllm: str | None, *, allow_dirty: bool, use_port: bool,
-             progress: Progress | None, cache: Cache | None = None
-             ) -> tuple[Series, Pristine, Cache]:
+             progress: Progress | None, cache: Cache | None = None,
+             defer_check: bool = False) -> tuple[Series, Pristine, Cache]:
     series = load_series(series_spec)
     cache = cache or Cache()
     try:
         series.load_diffs()  # a bad diff is reported before any download
-        pristine = _pristine(series, vllm, cache, allow_dirty, progress)
+        pristine = _pristine(series, vllm, cache, allow_dirty, progress, defer_check)
         port = port_dir(series, pristine.version) if use_port else None
         if port is not None:
             series.use_port(port)
@@ -78,8 +79,26 @@ def apply(series_spec: str, *, vllm: str | None = None, out: Path | None = None,
           use_port: bool = True, merge: bool = True, force: bool = False,
           events: Events | None = None, progress: Progress | None = None,
           cache: Cache | None = None) -> BakeReport:
-    series, pristine, cache = _prepare(series_spec, vllm, allow_dirty=allow_dirty,
-                                       use_port=use_port, progress=progress, cache=cache)
+    # A cached tree is checked for changes (git status) while the bake copies it; if it
+    # had changed, the entry is extracted again and the bake done again, once.
+    for again in (False, True):
+        series, pristine, cache = _prepare(series_spec, vllm, allow_dirty=allow_dirty,
+                                           use_port=use_port, progress=progress, cache=cache,
+                                           defer_check=not again)
+        try:
+            return _apply(series, pristine, cache, out, fuzz=fuzz, keep_failed=keep_failed,
+                          merge=merge, force=force, events=events, progress=progress)
+        except CacheChanged as e:
+            if events:
+                events("detected", e.message)
+        finally:
+            pristine.close()
+    raise AssertionError("unreachable: the second pass does not defer its check")
+
+
+def _apply(series: Series, pristine: Pristine, cache: Cache, out: Path | None, *, fuzz: int,
+           keep_failed: bool, merge: bool, force: bool, events: Events | None,
+           progress: Progress | None) -> BakeReport:
     if out is None:
         label = pristine.version or Path(pristine.source).name or "tree"
         out = project_root() / "build" / f"{series.name}-{label}"
@@ -87,6 +106,9 @@ def apply(series_spec: str, *, vllm: str | None = None, out: Path | None = None,
         report = bake(series, pristine, out, fuzz=fuzz, keep_failed=keep_failed, force=force,
                       fallback=_fallback(series, pristine, cache, merge, progress),
                       events=events)
+        pristine.confirm()  # a conflict copies nothing: the check is waited for here
+    except CacheChanged:
+        raise
     except BakeryError as e:
         raise ReportedError(e, BakeReport(series.name, _display(series.path),
                                           error=e.message, version=pristine.version,

@@ -147,7 +147,73 @@ def is_repo(path: Path) -> bool:
     return (path / ".git").exists()
 
 
-def dirty(path: Path) -> list[str]:
-    """Uncommitted changes, without refreshing the index: a source checkout is only read."""
-    out = git(path, "--no-optional-locks", "status", "--porcelain", "--untracked-files=normal")
+class Pending:
+    """A git command started in the background (it runs while bakery does other work);
+    result() waits for it, cancel() kills it if nobody waits."""
+
+    def __init__(self, cwd: Path, *args: str) -> None:
+        self.cwd, self.args = cwd, args
+        with signals_held():
+            try:
+                self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+                    ["git", *_BASE, *args], cwd=cwd, env=clean_env(),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            except FileNotFoundError:
+                raise GitError("git is not installed (bakery needs it on PATH)") from None
+
+    def result(self) -> tuple[int, str]:
+        """(exit code, standard output)."""
+        proc = self._proc
+        if proc is None:
+            raise GitError(f"`git {' '.join(self.args[:3])}` was cancelled")
+        try:
+            out, _ = proc.communicate()
+        except BaseException:
+            self.cancel()
+            raise
+        return proc.returncode, out.decode("utf-8", errors="surrogateescape")
+
+    def cancel(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.returncode is None:
+            proc.kill()
+            proc.communicate()
+
+
+def read_head(git_dir: Path) -> tuple[str, str] | None:
+    """(the branch HEAD names, its commit id) read from the files of a repository, with no
+    git process; None where HEAD is detached or the ref is not plainly stored (ask git)."""
+    try:
+        head = (git_dir / "HEAD").read_text().strip()
+        if not head.startswith("ref: refs/heads/"):
+            return None
+        ref = head[5:]
+        loose = git_dir / ref
+        if loose.is_file():
+            commit = loose.read_text().strip()
+        else:
+            packed = (git_dir / "packed-refs").read_text().splitlines()
+            found = [line.split(" ", 1)[0] for line in packed
+                     if line.endswith(" " + ref) and not line.startswith("#")]
+            if len(found) != 1:
+                return None
+            commit = found[0]
+    except (OSError, UnicodeDecodeError):
+        return None
+    if len(commit) != 40 or not all(c in "0123456789abcdef" for c in commit):
+        return None
+    return ref, commit
+
+
+def status_args(*, refresh: bool) -> list[str]:
+    lock = [] if refresh else ["--no-optional-locks"]
+    return [*lock, "status", "--porcelain", "--untracked-files=normal"]
+
+
+def dirty(path: Path, *, refresh: bool = False) -> list[str]:
+    """Uncommitted changes. A source checkout is only read (its index is not refreshed);
+    with refresh (a repository bakery owns), git writes back the stat data it had to
+    read files to confirm, so that the next look is fast again (a cache restored by a CI
+    job, or copied, has new inodes and ctimes: every file would be hashed each time)."""
+    out = git(path, *status_args(refresh=refresh))
     return [line for line in out.splitlines() if line.strip()]

@@ -16,13 +16,13 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
 from bakery import gitutil
-from bakery.cache import Cache
+from bakery.cache import Cache, Entry
 from bakery.errors import SourceError
 
 #: (bytes done, bytes total or None) while downloading.
@@ -45,6 +45,22 @@ class Pristine:
     repo: bool = False
     #: Set for an installed package folder: it is copied to <tree>/vllm.
     package_dir: Path | None = None
+    #: resolve(defer_check=True) of a cached tree: its look for changed files, running.
+    pending: tuple[Cache, str, Entry] | None = field(default=None, repr=False, compare=False)
+
+    def confirm(self) -> None:
+        """Wait for the cached tree's look for changed files (a no-op for other trees);
+        raises cache.CacheChanged if the tree had been changed."""
+        if self.pending is not None:
+            cache, key, entry = self.pending
+            self.pending = None
+            cache.confirm(key, entry)
+
+    def close(self) -> None:
+        """Stop a look that nobody waited for (the bake failed before its copy)."""
+        if self.pending is not None and self.pending[2].check is not None:
+            self.pending[2].check.cancel()
+        self.pending = None
 
     def file(self, rel: str) -> Path:
         if self.package_dir is not None:
@@ -69,14 +85,16 @@ def is_version(spec: str) -> bool:
 
 
 def resolve(spec: str, cache: Cache, *, allow_dirty: bool = False,
-            progress: Progress | None = None) -> Pristine:
+            progress: Progress | None = None, defer_check: bool = False) -> Pristine:
+    """The pristine tree spec names. defer_check: a cached tree's look for changed files
+    runs on while the caller copies it (Pristine.confirm, then Pristine.close)."""
     if spec.startswith("git+"):
-        return _git_source(spec[4:], cache)
+        return _git_source(spec[4:], cache, defer_check)
     path = Path(spec).expanduser()
     if path.exists():
         return _local_source(path, allow_dirty)
     if is_version(spec):
-        return release(spec, cache, progress)
+        return release(spec, cache, progress, defer_check)
     raise SourceError(f"--vllm {spec!r}: not a release version, an existing path, or git+URL@REF")
 
 
@@ -185,13 +203,15 @@ def _unpack(archive: Path | bytes, dest: Path, label: str, *, strip_top: bool = 
                          strip_top=strip_top)
 
 
-def release(version: str, cache: Cache, progress: Progress | None = None) -> Pristine:
+def release(version: str, cache: Cache, progress: Progress | None = None,
+            defer_check: bool = False) -> Pristine:
     """A release's source distribution, downloaded once, hash-checked and extracted once."""
     key = f"vllm-{version}"
     with cache.lock(key):
-        entry = cache.tree_entry(key)
+        entry = cache.tree_entry(key, defer=defer_check)
         if entry is not None:
-            return Pristine(entry.tree, version, entry.meta["source"], entry.meta["sha256"], True)
+            return Pristine(entry.tree, version, entry.meta["source"], entry.meta["sha256"], True,
+                            pending=(cache, key, entry) if entry.check else None)
         url, sha, size = _sdist_entry(version)
         sdist = cache.path("sdists") / f"vllm-{version}.tar.gz"
         if not sdist.exists() or _sha256_file(sdist) != sha:
@@ -236,7 +256,7 @@ def _local_source(path: Path, allow_dirty: bool) -> Pristine:
     return Pristine(path, _local_version(path), str(path), None)
 
 
-def _git_source(spec: str, cache: Cache) -> Pristine:
+def _git_source(spec: str, cache: Cache, defer_check: bool = False) -> Pristine:
     url, sep, ref = spec.rpartition("@")
     if not sep or not url or "/" in ref and ref.startswith("/"):
         url, ref = spec, "HEAD"
@@ -268,7 +288,7 @@ def _git_source(spec: str, cache: Cache) -> Pristine:
             raise SourceError(f"git+{spec}: {e}") from None
     key = f"{mirror_key}-{commit[:16]}"
     with cache.lock(key):
-        entry = cache.tree_entry(key)
+        entry = cache.tree_entry(key, defer=defer_check)
         if entry is None:
             with cache.building(key) as tmp:
                 top = tmp / "tree"
@@ -283,4 +303,5 @@ def _git_source(spec: str, cache: Cache) -> Pristine:
                 entry = cache.commit_tree(key, top, {"source": f"{url}@{commit}",
                                                       "sha256": None, "version": version,
                                                       "commit": commit})
-    return Pristine(entry.tree, entry.meta.get("version"), entry.meta["source"], None, True)
+    return Pristine(entry.tree, entry.meta.get("version"), entry.meta["source"], None, True,
+                    pending=(cache, key, entry) if entry.check else None)
