@@ -77,6 +77,8 @@ def main() -> None:
     _wrap(bake, "check_out", "check --out")
     _wrap(commands, "plan", "plan (in memory)")
     _wrap(bake, "plan", "plan (in memory)")
+    _wrap(gitutil.Pending, "result", "git status (wait: it ran during the copy)")
+    _wrap(bake, "_link_tree", "history: link the cached objects")
     _wrap(bake, "copy_tree", "copy the files")  # bake.copy_tree is treecopy.copy_tree
     _wrap(bake, "_restat_index", "index from the cache")
     _wrap(bake, "_write_files", "write the changed files")
