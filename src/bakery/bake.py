@@ -549,7 +549,16 @@ def bake(series: Series, pristine: Pristine, out: Path, *, fuzz: int = 0,
     pl = plan(series, pristine, fuzz=fuzz, fallback=fallback, events=events)
     report = pl.report
     failed_out = out.with_name(out.name + ".failed")
+    base = fallback.base if fallback is not None else None
+
+    def confirm() -> None:
+        """The cached trees read (target, base) were unchanged (cache.CacheChanged if not)."""
+        pristine.confirm()
+        if base is not None:
+            base.confirm()
+
     if not report.ok:
+        confirm()
         report.status = "conflict"
         remove_tree(out)
         if keep_failed:
@@ -562,6 +571,7 @@ def bake(series: Series, pristine: Pristine, out: Path, *, fuzz: int = 0,
         if events:
             events("write", f"Writing {_display(out)}")
         write_tree(pl, series, pristine, staging)
+        confirm()  # before the tree takes its place
         report.status = "baked"
         report.out = _display(out)
         write_json(staging / MANIFEST, report.manifest())

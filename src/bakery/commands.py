@@ -68,10 +68,11 @@ def _prepare(series_spec: str, vllm: str | None, *, allow_dirty: bool, use_port:
 
 
 def _fallback(series: Series, pristine: Pristine, cache: Cache, merge: bool,
-              progress: Progress | None) -> Fallback:
+              progress: Progress | None, defer_check: bool = False) -> Fallback:
     from bakery.merge import make_fallback
 
-    return make_fallback(series, pristine, cache, merge=merge, progress=progress)
+    return make_fallback(series, pristine, cache, merge=merge, progress=progress,
+                         defer_check=defer_check)
 
 
 def apply(series_spec: str, *, vllm: str | None = None, out: Path | None = None,
@@ -87,7 +88,8 @@ def apply(series_spec: str, *, vllm: str | None = None, out: Path | None = None,
                                            defer_check=not again)
         try:
             return _apply(series, pristine, cache, out, fuzz=fuzz, keep_failed=keep_failed,
-                          merge=merge, force=force, events=events, progress=progress)
+                          merge=merge, force=force, events=events, progress=progress,
+                          defer_check=not again)
         except CacheChanged as e:
             if events:
                 events("detected", e.message)
@@ -98,15 +100,16 @@ def apply(series_spec: str, *, vllm: str | None = None, out: Path | None = None,
 
 def _apply(series: Series, pristine: Pristine, cache: Cache, out: Path | None, *, fuzz: int,
            keep_failed: bool, merge: bool, force: bool, events: Events | None,
-           progress: Progress | None) -> BakeReport:
+           progress: Progress | None, defer_check: bool) -> BakeReport:
     if out is None:
         label = pristine.version or Path(pristine.source).name or "tree"
         out = project_root() / "build" / f"{series.name}-{label}"
+    base: Pristine | None = None
     try:
+        fallback = _fallback(series, pristine, cache, merge, progress, defer_check)
+        base = fallback.base
         report = bake(series, pristine, out, fuzz=fuzz, keep_failed=keep_failed, force=force,
-                      fallback=_fallback(series, pristine, cache, merge, progress),
-                      events=events)
-        pristine.confirm()  # a conflict copies nothing: the check is waited for here
+                      fallback=fallback, events=events)  # it confirms both trees
     except CacheChanged:
         raise
     except BakeryError as e:
@@ -114,6 +117,9 @@ def _apply(series: Series, pristine: Pristine, cache: Cache, out: Path | None, *
                                           error=e.message, version=pristine.version,
                                           source=pristine.source, sha256=pristine.sha256)) \
             from None
+    finally:
+        if base is not None:
+            base.close()
     if report.status == "baked":
         _remember(series.name, out)
     return report

@@ -115,6 +115,9 @@ def run(series: str, versions: list[str], *, out_root: Path, jobs: int, verify: 
     if jobs <= 1 or len(versions) == 1:
         results = [_one(*a) for a in args]
     else:
+        # imported before the workers fork, so that each does not import them again
+        from bakery import commands, merge  # noqa: F401
+
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             results = list(pool.map(_one, *zip(*args, strict=True)))
     rows = []

@@ -135,14 +135,15 @@ class Fallback:
 
 
 def make_fallback(series: Series, target: Pristine, cache: Cache, *, merge: bool = True,
-                  progress: Progress | None = None) -> Fallback:
+                  progress: Progress | None = None, defer_check: bool = False) -> Fallback:
     """The base release takes part when the series names one and the target is another
     release. A local tree is compared with the base only if the base is cached already: a
-    bake of a local tree never goes to the network for it. --no-merge leaves it out."""
+    bake of a local tree never goes to the network for it. --no-merge leaves it out.
+    defer_check: see sources.resolve (the caller confirms and closes fallback.base)."""
     base = None
     if merge and series.base and target.version != series.base and (
             target.sha256 is not None or cache.tree_entry(f"vllm-{series.base}") is not None):
-        base = sources.release(series.base, cache, progress)
+        base = sources.release(series.base, cache, progress, defer_check)
     return Fallback(series, target, base, merge)
 
 
