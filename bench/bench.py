@@ -48,12 +48,12 @@ SIZES = [1000, 2000, 5000, 10000, 20000, 50000]
 #: A section's results, as they go to results.json.
 Result = dict[str, Any]
 
-SECTIONS = ["startup", "warm", "warm-disk", "cold", "matrix", "matrix-disk", "verify", "scale",
-            "history"]
+SECTIONS = ["startup", "warm", "warm-memory", "warm-disk", "cold", "matrix", "matrix-disk",
+            "verify", "scale", "history"]
 
 #: (bakery / baseline) targets: at most for time ratios, at least for the matrix speed-up.
-TARGETS = {"warm": ("<=", 1.2), "warm-disk": ("<=", 1.2), "cold": ("<=", 1.2),
-           "matrix": (">=", 1.6), "matrix-disk": (">=", 1.6)}
+TARGETS = {"warm": ("<=", 1.2), "warm-memory": ("<=", 1.2), "warm-disk": ("<=", 1.2),
+           "cold": ("<=", 1.2), "matrix": (">=", 1.6), "matrix-disk": (">=", 1.6)}
 
 #: Writing 3 here empties the kernel's page cache (root only): the "-disk" sections read
 #: the cached trees (and Python's own files) from the disk, as the first bake after a
@@ -371,6 +371,47 @@ def bench_matrix(runs: int, drop: bool = False) -> Result:
             "ratio": _ratio(times, "one by one", "matrix --jobs 2")}
 
 
+def bench_warm_memory(runs: int) -> Result:
+    """The warm bake with the cache, the pristine copy and the outputs on tmpfs: no disk
+    and no ext4 allocator in the way, only what each side costs in CPU and system calls
+    (the steadiest of the three warm figures)."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shutil.disk_usage(shm).free < 2 * 10**9:
+        return {"skipped": "no tmpfs with 2 GB free at /dev/shm"}
+    warm_up([BASE])
+    top = shm / f"bakery-bench-{os.getpid()}"
+    try:
+        cache = top / "cache"
+        (cache / "trees").mkdir(parents=True)
+        for name in (f"vllm-{BASE}", f"vllm-{BASE}.json"):
+            run(["cp", "-a", str(CACHE / "trees" / name), str(cache / "trees" / name)])
+        pristine = top / "pristine"
+        run(["cp", "-a", str(pristine_copy(BASE)), str(pristine)])
+        patch = " && ".join(f"patch -s -p1 -d \"$1/vllm\" -i {d}" for d in series_diffs(BASE))
+
+        def out(name: str) -> Path:
+            d = top / "runs" / name
+            shutil.rmtree(d, ignore_errors=True)
+            d.parent.mkdir(parents=True, exist_ok=True)
+            return d
+
+        def floor(i: int) -> float:
+            return timed(["sh", "-c", f"cp -r \"$0\" \"$1\" && {patch}", str(pristine),
+                          str(out(f"floor-{i}"))])
+
+        def bakery(i: int) -> float:
+            return timed([BAKERY, "apply", SERIES, "--vllm", BASE, "--out",
+                          str(out(f"bakery-{i}"))], env(cache))
+
+        bakery(-1)  # the copied entry's first check writes its index back (not timed)
+        times = alternate(runs, {"floor": floor, "bakery": bakery})
+        same = _same_files(top / "runs" / "floor-0", top / "runs" / "bakery-0")
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    return {"times": {k: stats(v) for k, v in times.items()}, "same_files": same,
+            "ratio": _ratio(times, "bakery", "floor")}
+
+
 def bench_warm_disk(runs: int) -> Result:
     return bench_warm(runs, drop=True)
 
@@ -502,6 +543,8 @@ def summary_lines(res: dict[str, Result]) -> list[str]:
     lines = []
     labels = {"warm": ("warm bake dcp2 0.30.0, files in the page cache", "floor", "bakery",
                        "cp -r + patch"),
+              "warm-memory": ("warm bake dcp2 0.30.0, all on tmpfs (in memory)", "floor",
+                              "bakery", "cp -r + patch"),
               "warm-disk": ("warm bake dcp2 0.30.0, page cache dropped (read from disk)",
                             "floor", "bakery", "cp -r + patch"),
               "cold": ("cold bake dcp2 0.30.0", "floor", "bakery", "curl + tar"),
@@ -566,7 +609,8 @@ def write_markdown(res: dict[str, Result], m: Result) -> str:
 def _md_times(res: dict[str, Result]) -> list[str]:
     md = ["## Runs", "", "| benchmark | variant | median s | min s | max s | CPU s (median) "
           "| runs |", "|---|---|---:|---:|---:|---:|---|"]
-    for name in ("warm", "warm-disk", "cold", "matrix", "matrix-disk", "verify", "history"):
+    for name in ("warm", "warm-memory", "warm-disk", "cold", "matrix", "matrix-disk", "verify",
+                 "history"):
         r = res.get(name)
         if not r or "times" not in r:
             continue
@@ -667,8 +711,11 @@ NOTES = """## How to read these figures
   and GNU `patch -p1`. bakery's warm bake also checks the cache entry (`git status`),
   links the cached repository's objects, gives the copies an index, makes one commit per
   diff and writes the manifest, in a Python process that first imports typer and rich.
-- "files in the page cache" runs one after another with everything in memory: the copy
-  is memcpy and file creation, and Python's fixed cost weighs most. "page cache dropped"
+- "files in the page cache" runs one after another on ext4 with the files read from
+  memory: the copy is memcpy and file creation, and Python's fixed cost weighs most; the
+  ext4 noise described below makes its median unsteady. "all on tmpfs" puts the cache,
+  the pristine copy and the outputs in memory (/dev/shm): no disk and no allocator, only
+  each side's CPU and system calls, the steadiest of the three. "page cache dropped"
   empties the kernel's page cache before each run (`/proc/sys/vm/drop_caches`, root
   only), so both sides read the tree (and Python its modules) from the disk, as the first
   bake after a reboot or on a fresh CI runner does.
@@ -716,16 +763,29 @@ NOTES = """## How to read these figures
 
 ## What is left
 
-- About 0.1 s of every command is Python start and imports (typer, rich, bakery); see
-  "Process start". On this machine `cp -r` of vLLM takes 0.15 to 1 s, so that fixed cost
-  decides whether a warm bake is under 1.2x; on a slower disk (the issue measured `cp -r`
-  at 2.9 s) it is a few percent.
-- A cold bake writes the tree twice (the cache, then the bake) where the floor writes it
-  once, and the inflate, tar reading, hashing and pack writing that `tar xzf` does not do
-  share two cores with the file writes. A cache of packs only (no extracted tree) would
-  write the tree once per cold bake, but every warm bake would then write files from the
-  pack, measured here at 0.56 s against 0.44 s for the parallel copy: warm bakes are the
-  common case, so the cache keeps its tree.
+- The warm bake's fixed cost: about 170 ms that `cp -r` does not pay (Python start and
+  imports of typer, rich and bakery about 100 ms, see "Process start"; the index from the
+  cache 25 ms; the series commit, `git fast-import` and `git update-index`, 12 ms;
+  parsing, plan, report and exit the rest). It decides the ratio when the copy itself is
+  cheap: all in memory `cp -r` takes 0.10 s and bakery 0.28 s (2.7x, MISSED). Where the
+  copy costs what it costs on disk, the parallel copy pays for it: page cache dropped,
+  bakery takes 0.85 of the floor (met), and on a disk like the issue's (`cp -r` 2.9 s)
+  the fixed cost is a few percent. The "files in the page cache" median (1.03x here) is
+  unsteady (the floor ran 0.24 to 0.87 s): the fastest runs (1.70x) and the tmpfs figure
+  are the ones to trust there.
+- A cold bake writes the tree twice (the cache, then the bake) and a pack, where the floor
+  writes it once, and the inflate, tar reading, hashing and pack writing that `tar xzf`
+  does not do share two cores with the file writes. A cache of packs only (no extracted
+  tree) would write the tree once per cold bake, but every warm bake would then write
+  files from the pack, measured here at 0.56 s against 0.44 s for the parallel copy: warm
+  bakes are the common case, so the cache keeps its tree.
+- The matrix on two cores: a single bake already copies with both cores, so five bakes
+  side by side only gain what is not copying (process starts, imports, git, the index):
+  1.43x in the page cache, 1.48x from disk (target 1.6x, MISSED). The CPU columns show
+  the bound: the matrix spends 3.4 CPU seconds, 1.7 s of wall on two cores at best.
+- Not done on purpose: hard-linked baked trees (0.05 s, but an editor that writes in place,
+  as vim does for a file with several links, would change the cache and every other bake
+  of the release); a daemon that keeps Python warm.
 """
 
 
@@ -763,8 +823,8 @@ def main() -> int:
         if name not in only:
             continue
         log(f"== {name}")
-        runs = args.runs if name in ("warm", "warm-disk", "cold", "startup", "scale", "matrix",
-                                     "matrix-disk") \
+        runs = args.runs if name in ("warm", "warm-memory", "warm-disk", "cold", "startup",
+                                     "scale", "matrix", "matrix-disk") \
             else max(3, args.runs // 2)
         if name == "verify":
             runs = 3
