@@ -221,14 +221,14 @@ def series_diffs(version: str) -> list[Path]:
 
 def bench_startup(runs: int) -> Result:
     cmds = {"python -c pass": [PY, "-c", "pass"],
-            "python -c 'import bakery.cli'": [PY, "-c", "import bakery.cli"],
+            "python -c 'import bakery.cli.app'": [PY, "-c", "import bakery.cli.app"],
             "bakery --version": [BAKERY, "--version"],
             "bakery --help": [BAKERY, "--help"]}
     def runner(cmd: list[str]) -> Callable[[int], float]:
         return lambda i: timed(cmd)
 
     times = alternate(runs * 2, {k: runner(c) for k, c in cmds.items()})
-    top = run([PY, "-X", "importtime", "-c", "import bakery.cli, bakery.commands"]).stderr
+    top = run([PY, "-X", "importtime", "-c", "import bakery.cli.app, bakery.commands.bake"]).stderr
     rows = []
     for line in top.decode().splitlines()[1:]:
         parts = [p.strip() for p in line.split("|")]
@@ -282,7 +282,7 @@ def bench_history(runs: int, rev: str) -> Result:
         archive = run(["git", "archive", rev, "src"]).stdout
         subprocess.run(["tar", "x", "-C", str(src)], input=archive, check=True)
     old = [PY, "-c", f"import sys; sys.path.insert(0, {str(src / 'src')!r}); "
-           "from bakery.cli import main; main()"]
+           "from bakery.cli.app import main; main()"]
     warm_up([BASE])
 
     def bake(cmd: list[str], tag: str) -> Callable[[int], float]:
@@ -643,7 +643,7 @@ def _md_phases(r: Result | None, start: float | None, kind: str) -> list[str]:
     if start is not None:
         md.append(f"| process start (`python -c pass`) | {start * 1000:.0f} |")
     imports = float(r["imports"])
-    md.append(f"| imports (bakery.cli, commands, bake, sources) | {imports * 1000:.0f} |")
+    md.append(f"| imports (bakery.cli.app, commands, bake, sources) | {imports * 1000:.0f} |")
     for k, v in sorted(phases.items(), key=lambda kv: -kv[1]):
         md.append(f"| {k} | {v * 1000:.1f} |")
     md.append(f"| **the bake, in process** | **{total * 1000:.0f}** |")
@@ -656,7 +656,8 @@ def _md_startup(r: Result | None) -> list[str]:
     md = ["## Process start", "", "| command | median ms |", "|---|---:|"]
     for k, s in r["times"].items():
         md.append(f"| `{k}` | {s['median'] * 1000:.0f} |")
-    md += ["", "Heaviest imports of `bakery.cli` + `bakery.commands` (`python -X importtime`, "
+    md += ["", "Heaviest imports of `bakery.cli.app` + `bakery.commands.bake` "
+           "(`python -X importtime`, "
            "cumulative):", "", "| module | ms |", "|---|---:|"]
     for row in r["imports_us"]:
         md.append(f"| {row['module']} | {row['cumulative_us'] / 1000:.1f} |")

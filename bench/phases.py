@@ -20,11 +20,16 @@ from pathlib import Path
 from typing import Any
 
 T0 = time.perf_counter()
-from bakery import bake, cli, commands, gitutil, sources  # noqa: E402,F401 - what apply imports
+# what apply imports
+from bakery.bake import tree as bake  # noqa: E402
+from bakery.cli import app as cli  # noqa: E402,F401
+from bakery.commands import bake as commands  # noqa: E402
+from bakery.git import cmd as gitutil  # noqa: E402
+from bakery.sources import resolve as sources  # noqa: E402
 
 T_IMPORTS = time.perf_counter() - T0
 
-from bakery import unpack  # noqa: E402 - only a cold bake imports it
+from bakery.sources import unpack  # noqa: E402 - only a cold bake imports it
 
 acc: dict[str, float] = {}
 _local = threading.local()

@@ -28,7 +28,7 @@ SAMPLES = Path(__file__).resolve().parent / "samples"
 TEST_CACHE = Path(os.environ.get("BAKERY_TEST_CACHE")
                   or Path.home() / ".cache" / "bakery-tests").expanduser()
 
-# rich sizes consoles made at import from COLUMNS: fix it before bakery.cli is imported.
+# rich sizes consoles made at import from COLUMNS: fix it before bakery.cli.app is imported.
 os.environ["COLUMNS"] = "200"
 
 GIT_ENV = {
@@ -227,7 +227,7 @@ def gnu_patch(tree: Path, diff: Path | bytes, *extra: str) -> subprocess.Complet
 @pytest.fixture
 def cli() -> Callable[..., Result]:
     """Run bakery's CLI in-process with a fixed terminal width."""
-    from bakery.cli import app
+    from bakery.cli.app import app
 
     runner = CliRunner()
 

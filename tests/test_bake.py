@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from bakery import bake as bake_mod
-from bakery import gitutil
-from bakery.bake import bake, check_out, plan, remove_tree
+from bakery.bake import tree as bake_mod
+from bakery.bake.report import read_manifest
+from bakery.bake.tree import bake, check_out, plan, remove_tree
+from bakery.bake.treecopy import copy_tree
 from bakery.errors import BakeryError, UnsafePathError
-from bakery.report import read_manifest
-from bakery.series import load_series
-from bakery.sources import Pristine
-from bakery.treecopy import copy_tree
+from bakery.git import cmd as gitutil
+from bakery.patch.series import load_series
+from bakery.sources.resolve import Pristine
 
 from .conftest import Tiny, commits, git, make_series, tree_digest, udiff, write_files
 
@@ -268,7 +268,7 @@ def test_copy_tree_in_parallel_is_an_exact_copy(tmp_path: Path, jobs: int,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Cut into parts for several cp at once, the copy is the same as one cp's: every file,
     link, empty folder, mode and time, and nothing from an excluded name."""
-    import bakery.treecopy as tc
+    import bakery.bake.treecopy as tc
 
     monkeypatch.setattr(tc, "_SMALL", 10)  # split even this small tree
     files: dict[str, str | tuple[str, int]] = {
@@ -344,7 +344,7 @@ def test_bake_module_has_no_print(capsys: pytest.CaptureFixture[str], tiny: Tiny
 
 def test_copy_jobs_follow_set_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A matrix worker copies with its share of the cores: set_jobs(1) means one cp."""
-    import bakery.treecopy as tc
+    import bakery.bake.treecopy as tc
 
     monkeypatch.setattr(tc, "_SMALL", 10)
     monkeypatch.setattr(tc, "_jobs", None)

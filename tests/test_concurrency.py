@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from bakery.cache import FORMAT
+from bakery.sources.cache import FORMAT
 
 from .conftest import git as _git
 
@@ -160,7 +160,7 @@ def assert_baked(out: Path, version: str) -> str:
 
 
 def bake_cli(series: Path, version: str, out: Path) -> Result:
-    from bakery.cli import app
+    from bakery.cli.app import app
 
     return CliRunner().invoke(app, ["apply", str(series), "--vllm", version, "--out", str(out)],
                               env={"COLUMNS": "200"}, catch_exceptions=False)

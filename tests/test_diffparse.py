@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import unidiff
 
-from bakery.diffparse import DEV_NULL, read_diff
 from bakery.errors import DiffError, UnsafePathError
+from bakery.patch.parse import DEV_NULL, read_diff
 
 from .conftest import PROJECT, SAMPLES
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bakery.diffparse import FilePatch, read_diff
-from bakery.engine import FileResult, Outcome, apply_file, split_lines, worst
+from bakery.patch.engine import FileResult, Outcome, apply_file, split_lines, worst
+from bakery.patch.parse import FilePatch, read_diff
 
 from .conftest import SAMPLES, gnu_patch, needs_patch
 

@@ -102,7 +102,7 @@ def make_series(root: Path, diffs: dict[str, bytes], toml: bool = True) -> Path:
 
 
 def bake(root: Path, series: Path, tree: Path) -> Result:
-    from bakery.cli import app
+    from bakery.cli.app import app
 
     return CliRunner().invoke(
         app, ["apply", str(series), "--vllm", str(tree), "--out", str(root / "out"),
@@ -347,8 +347,8 @@ def _huge_cases() -> dict[str, tuple[bytes, int | None, str]]:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", list(_huge_cases()))
 def test_huge_inputs_refused_in_bounded_time(name: str, tmp_path: Path) -> None:
-    from bakery.diffparse import read_diff
     from bakery.errors import DiffError
+    from bakery.patch.parse import read_diff
 
     data, line, message = _huge_cases()[name]
     path = tmp_path / "01-huge.diff"
@@ -377,8 +377,8 @@ def test_huge_line_through_cli(tmp_path: Path) -> None:
 @pytest.mark.timeout(60)
 def test_big_but_valid_diff_applies(tmp_path: Path) -> None:
     """20 000 hunks against a 60 000-line file: linear enough to finish quickly."""
-    from bakery.diffparse import read_diff
-    from bakery.engine import apply_file
+    from bakery.patch.engine import apply_file
+    from bakery.patch.parse import read_diff
 
     n = 20_000
     old = [f"line {i}" for i in range(3 * n)]
@@ -410,7 +410,7 @@ def test_out_never_inside_the_pristine_tree_or_over_files(where: str, tmp_path: 
     series = make_series(tmp_path, {"01-x.diff": (HOSTILE / "diffs" / "ok-two-files.diff")
                                     .read_bytes()})
     before = snapshot(tmp_path, set())
-    from bakery.cli import app
+    from bakery.cli.app import app
 
     result = CliRunner().invoke(app, ["apply", str(series), "--vllm", str(tree), "--out",
                                       str(tmp_path / where)],

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import Result
 
-from bakery import gitutil
-from bakery.cache import Cache
+from bakery.git import cmd as gitutil
+from bakery.sources.cache import Cache
 
 from .conftest import PROJECT, TEST_CACHE, commits, gnu_patch, needs_patch, tree_digest
 

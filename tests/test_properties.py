@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from bakery.diffparse import read_diff
-from bakery.engine import apply_file
 from bakery.errors import BakeryError, DiffError
+from bakery.patch.engine import apply_file
+from bakery.patch.parse import read_diff
 
 PROPS = settings(max_examples=200, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow])

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import Result
 
-from bakery import gitutil
-from bakery.cache import Cache
+from bakery.git import cmd as gitutil
+from bakery.sources.cache import Cache
 
 from .conftest import make_series, udiff, write_files
 
@@ -206,7 +206,8 @@ def test_matrix_workers_share_the_cores_for_copies(monkeypatch: pytest.MonkeyPat
     """A copy in a matrix worker takes the cores over the bakes in progress."""
     import multiprocessing
 
-    from bakery import matrix, treecopy
+    from bakery.bake import treecopy
+    from bakery.commands import matrix
 
     monkeypatch.setattr(treecopy, "_jobs", None)
     monkeypatch.setattr(matrix, "_busy", None)

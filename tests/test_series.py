@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bakery.errors import SeriesError
-from bakery.series import detect_layout, load_series, ordered_diffs, project_root
+from bakery.patch.series import detect_layout, load_series, ordered_diffs, project_root
 
 from .conftest import PROJECT, make_series, write_files
 

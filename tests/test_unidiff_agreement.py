@@ -11,7 +11,7 @@ import unidiff
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bakery.diffparse import read_diff
+from bakery.patch.parse import read_diff
 
 ROOT = Path(__file__).resolve().parents[1]
 SERIES_DIFFS = sorted((ROOT / "launcher").glob("*/diffs/*.diff")) + sorted(

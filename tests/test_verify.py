@@ -20,7 +20,7 @@ import pytest
 from bakery.errors import BakeryError, VerifyError
 from bakery.testing import loader
 from bakery.testing.dist import RankError, RankPool, RankTimeout
-from bakery.verify import pytest_command, run_verify
+from bakery.testing.runner import pytest_command, run_verify
 
 from .conftest import PROJECT, write_files
 
@@ -207,7 +207,7 @@ def test_run_verify_refuses_bad_input(tmp_path: Path, tree: Path,
     with pytest.raises(VerifyError, match="pytest stopped: usage error") as info:
         run_verify(tests, tree, interpret=True, pytest_args=["--no-such-option"])
     assert isinstance(info.value, BakeryError) and info.value.exit_code == 2
-    monkeypatch.setattr("bakery.verify._cuda_available", lambda: False)
+    monkeypatch.setattr("bakery.testing.runner._cuda_available", lambda: False)
     with pytest.raises(VerifyError, match="--interpret"):
         run_verify(tests, tree, interpret=False)
 

@@ -21,7 +21,7 @@ def _done() -> None:
 signal.signal(signal.SIGTERM, _interrupted)
 try:
     try:
-        from bakery.cli import main
+        from bakery.cli.app import main
 
         main()
     finally:

@@ -21,14 +21,14 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from bakery import gitutil
-from bakery.bake import Plan, plan
-from bakery.cache import Cache
-from bakery.diffparse import Diff
+from bakery.bake.report import MANIFEST, read_manifest
+from bakery.bake.tree import Plan, plan
 from bakery.errors import BakeryError, UsageError
-from bakery.report import MANIFEST, read_manifest
-from bakery.series import Series, load_series, ordered_diffs, project_root
-from bakery.sources import Pristine, release
+from bakery.git import cmd as gitutil
+from bakery.patch.parse import Diff
+from bakery.patch.series import Series, load_series, ordered_diffs, project_root
+from bakery.sources.cache import Cache
+from bakery.sources.resolve import Pristine, release
 
 Events = Callable[[str, str], None]
 #: (path, before, after) for each file a diff changes; None is "absent".

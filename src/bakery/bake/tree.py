@@ -21,16 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bakery import gitutil
-from bakery.cache import discard as _discard
-from bakery.diffparse import Diff, FilePatch
-from bakery.engine import apply_file
+from bakery.bake.merge import Fallback, diagnose
+from bakery.bake.report import MANIFEST, BakeReport, DiffResult, read_manifest, write_json
+from bakery.bake.treecopy import copy_tree
 from bakery.errors import BakeryError, UnsafePathError
-from bakery.merge import Fallback, diagnose
-from bakery.report import MANIFEST, BakeReport, DiffResult, read_manifest, write_json
-from bakery.series import Series, detect_layout
-from bakery.sources import Pristine
-from bakery.treecopy import copy_tree
+from bakery.git import cmd as gitutil
+from bakery.patch.engine import apply_file
+from bakery.patch.parse import Diff, FilePatch
+from bakery.patch.series import Series, detect_layout
+from bakery.sources.cache import discard as _discard
+from bakery.sources.resolve import Pristine
 
 #: Called with (event, detail) as the bake proceeds; the CLI renders these.
 Events = Callable[[str, str], None]

@@ -10,17 +10,17 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bakery import sources
-from bakery.bake import Events, _display, bake, plan
-from bakery.cache import Cache, CacheChanged
+from bakery.bake.report import BakeReport
+from bakery.bake.tree import Events, _display, bake, plan
 from bakery.errors import BakeryError, UsageError
-from bakery.report import BakeReport
-from bakery.series import Series, load_series, project_root
-from bakery.sources import Pristine, Progress
+from bakery.patch.series import Series, load_series, project_root
+from bakery.sources import resolve as sources
+from bakery.sources.cache import Cache, CacheChanged
+from bakery.sources.resolve import Pristine, Progress
 
 if TYPE_CHECKING:
-    from bakery.merge import Fallback
-    from bakery.verify import VerifyResult
+    from bakery.bake.merge import Fallback
+    from bakery.testing.runner import VerifyResult
 
 
 class ReportedError(BakeryError):
@@ -69,7 +69,7 @@ def _prepare(series_spec: str, vllm: str | None, *, allow_dirty: bool, use_port:
 
 def _fallback(series: Series, pristine: Pristine, cache: Cache, merge: bool,
               progress: Progress | None, defer_check: bool = False) -> Fallback:
-    from bakery.merge import make_fallback
+    from bakery.bake.merge import make_fallback
 
     return make_fallback(series, pristine, cache, merge=merge, progress=progress,
                          defer_check=defer_check)
@@ -141,7 +141,7 @@ def check(series_spec: str, *, vllm: str | None = None, fuzz: int = 0,
 
 
 def up_to_date(series_spec: str, events: Events | None = None) -> list[str]:
-    from bakery import refresh
+    from bakery.bake import refresh
 
     return refresh.stale_ports(load_series(series_spec), Cache(), events=events)
 
@@ -159,7 +159,7 @@ def _remember(series: str, out: Path) -> None:
     except ValueError:
         data = {}
     data[series] = str(out.absolute())
-    from bakery.report import write_json
+    from bakery.bake.report import write_json
 
     write_json(path, data)
 
@@ -204,7 +204,7 @@ def edited_files(tree: Path) -> list[str]:
     refresh a port); the tree's other files are the pristine release's."""
     import hashlib
 
-    from bakery.report import read_manifest
+    from bakery.bake.report import read_manifest
 
     manifest = read_manifest(tree) or {}
     files = manifest.get("files") or {}
@@ -222,7 +222,7 @@ def verify(series_spec: str, *, tree: Path | None, interpret: bool, junit: Path 
     """Run the series' bundled tests against a baked tree: (result, files edited since
     the bake)."""
     from bakery.errors import VerifyError
-    from bakery.verify import run_verify
+    from bakery.testing.runner import run_verify
 
     series = load_series(series_spec)
     if series.tests is None:

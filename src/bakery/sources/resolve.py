@@ -21,9 +21,9 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from bakery import gitutil
-from bakery.cache import Cache, Entry
 from bakery.errors import SourceError
+from bakery.git import cmd as gitutil
+from bakery.sources.cache import Cache, Entry
 
 #: (bytes done, bytes total or None) while downloading.
 Progress = Callable[[int, int | None], None]
@@ -189,7 +189,7 @@ def _download(url: str, dest: Path, sha256: str, size: int | None,
 
 def _unpack(archive: Path | bytes, dest: Path, label: str, *, strip_top: bool = True) -> str:
     """The archive unpacked into dest with its one commit (see unpack.py); the commit id."""
-    from bakery import unpack  # tarfile and threading: only a cold bake needs them
+    from bakery.sources import unpack  # tarfile and threading: only a cold bake needs them
 
     if isinstance(archive, Path):
         name = archive.name

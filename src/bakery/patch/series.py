@@ -16,8 +16,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bakery.diffparse import Diff, read_diff
 from bakery.errors import SeriesError
+from bakery.patch.parse import Diff, read_diff
 
 if sys.version_info >= (3, 11):
     import tomllib

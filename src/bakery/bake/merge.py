@@ -20,12 +20,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from bakery import gitutil, sources
-from bakery.cache import Cache
-from bakery.diffparse import Diff, FilePatch
-from bakery.engine import FileResult, HunkResult, Outcome, apply_file
-from bakery.series import Series, detect_layout, load_series
-from bakery.sources import Pristine, Progress
+from bakery.git import cmd as gitutil
+from bakery.patch.engine import FileResult, HunkResult, Outcome, apply_file
+from bakery.patch.parse import Diff, FilePatch
+from bakery.patch.series import Series, detect_layout, load_series
+from bakery.sources import resolve as sources
+from bakery.sources.cache import Cache
+from bakery.sources.resolve import Pristine, Progress
 
 
 def merge_file(current: bytes, base: bytes, other: bytes) -> tuple[bytes, int]:

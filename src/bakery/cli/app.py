@@ -17,9 +17,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from bakery import __version__, render
+from bakery import __version__
+from bakery.bake.report import BakeReport, write_json
+from bakery.cli import render
 from bakery.errors import BakeryError
-from bakery.report import BakeReport, write_json
 
 app = typer.Typer(
     name="bakery",
@@ -90,7 +91,7 @@ def apply(
         "--force", help="Replace a baked tree at --out even if it has local changes.")] = False,
 ) -> None:
     """Apply a series to a pristine vLLM tree, into a new baked tree."""
-    from bakery import commands
+    from bakery.commands import bake as commands
 
     report = _run_bake(lambda: commands.apply(
         series, vllm=vllm, out=out, fuzz=fuzz, keep_failed=keep_failed,
@@ -114,7 +115,7 @@ def check(
         "their own bake (for CI).")] = False,
 ) -> None:
     """The same run as apply, without writing a tree."""
-    from bakery import commands
+    from bakery.commands import bake as commands
 
     report = _run_bake(lambda: commands.check(
         series, vllm=vllm, fuzz=fuzz, allow_dirty=allow_dirty, use_port=not no_port,
@@ -134,7 +135,7 @@ def check(
 
 
 def _run_bake(fn: object, json_file: Path | None) -> BakeReport:
-    from bakery.commands import ReportedError
+    from bakery.commands.bake import ReportedError
 
     try:
         report = fn()  # type: ignore[operator]
@@ -155,7 +156,7 @@ def list_(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """The series, their diffs, the files they touch, and their base release."""
-    from bakery import commands
+    from bakery.commands import bake as commands
 
     try:
         rows = commands.list_series(series)
@@ -179,7 +180,7 @@ def verify(
 ) -> None:
     """Run the series' bundled tests against a baked tree's own code. Arguments after --
     go to pytest."""
-    from bakery import commands
+    from bakery.commands import bake as commands
 
     try:
         result, edited = commands.verify(series, tree=tree, interpret=interpret, junit=junit,
@@ -213,8 +214,8 @@ def matrix(
         "--allow-fail", help="Exit 0 even when a release fails.")] = False,
 ) -> None:
     """Bake (and verify) a series on many vLLM releases, in parallel."""
-    from bakery import matrix as mx
-    from bakery.series import load_series, project_root
+    from bakery.commands import matrix as mx
+    from bakery.patch.series import load_series, project_root
 
     try:
         s = load_series(series)
@@ -250,7 +251,7 @@ def refresh(
 ) -> None:
     """Turn an edited baked tree back into the series' diffs, as a port in
     patches/<series>/<release>/."""
-    from bakery import refresh as refresh_mod
+    from bakery.bake import refresh as refresh_mod
 
     try:
         port, notes = refresh_mod.refresh(series, tree, release, events=_events)
@@ -267,7 +268,7 @@ def summarize(
     markdown: Annotated[Path | None, typer.Option("--markdown")] = None,
 ) -> None:
     """Join JSON reports (one per CI job) into one Markdown summary."""
-    from bakery import matrix as mx
+    from bakery.commands import matrix as mx
 
     try:
         name, rows = mx.rows_from_reports(reports)

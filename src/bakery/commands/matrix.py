@@ -13,7 +13,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from bakery import treecopy
+from bakery.bake import treecopy
 from bakery.errors import BakeryError
 
 
@@ -40,7 +40,7 @@ class Row:
 
 
 def select_versions(since: str, include_pre: bool = False) -> list[str]:
-    from bakery.sources import release_versions
+    from bakery.sources.resolve import release_versions
 
     floor = Version(since)
     return [str(v) for v in release_versions(include_pre) if v >= floor]
@@ -83,7 +83,7 @@ def _one(series: str, version: str, out_root: str, verify: bool, interpret: bool
 def _one_bake(series: str, version: str, out_root: str, verify: bool, interpret: bool,
               home: str) -> dict[str, object]:
     os.environ["BAKERY_HOME"] = home
-    from bakery import commands
+    from bakery.commands import bake as commands
 
     start = time.monotonic()
     out = Path(out_root) / f"{Path(series).name}-{version}"
@@ -116,7 +116,7 @@ def run(series: str, versions: list[str], *, out_root: Path, jobs: int, verify: 
         results = [_one(*a) for a in args]
     else:
         # imported before the workers fork, so that each does not import them again
-        from bakery import commands, merge  # noqa: F401
+        from bakery.bake import merge  # noqa: F401
 
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             results = list(pool.map(_one, *zip(*args, strict=True)))
@@ -206,6 +206,6 @@ def rows_from_reports(paths: list[Path]) -> tuple[str, list[Row]]:
 
 
 def _is_version(v: str) -> bool:
-    from bakery.sources import is_version
+    from bakery.sources.resolve import is_version
 
     return is_version(v)

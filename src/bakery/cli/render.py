@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from bakery.report import BakeReport
+from bakery.bake.report import BakeReport
 
 _STYLE = {"applied": "green", "offset": "cyan", "fuzz": "yellow", "merged": "magenta",
           "already-applied": "yellow", "failed": "bold red"}
@@ -113,7 +113,7 @@ def download_progress(console: Console) -> Callable[[int, int | None], None]:
 
 
 def matrix_grid(console: Console, series: str, rows: list) -> None:  # type: ignore[type-arg]
-    from bakery.matrix import diff_names, summarize
+    from bakery.commands.matrix import diff_names, summarize
 
     names = diff_names(rows)
     table = Table(title=escape(f"{series}: releases x diffs"), title_justify="left")
@@ -141,7 +141,7 @@ def matrix_grid(console: Console, series: str, rows: list) -> None:  # type: ign
 
 def verify_summary(console: Console, result: object, edited: list[str]) -> None:
     """After pytest's own output: where the code came from, edits since the bake, counts."""
-    r = result  # bakery.verify.VerifyResult
+    r = result  # bakery.testing.runner.VerifyResult
     if edited:
         console.print("[yellow]the tree was edited since it was baked; these files differ "
                       "from the bake's manifest:[/]")

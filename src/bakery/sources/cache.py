@@ -32,8 +32,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from bakery import gitutil
 from bakery.errors import SourceError
+from bakery.git import cmd as gitutil
 
 #: The way entries are built. 2: unpack.py (every file of the archive in the commit, one
 #: pack); 1 was `git add` (files the archive's .gitignore names were left out).

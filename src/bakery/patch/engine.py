@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from bakery.diffparse import FilePatch, Hunk
+from bakery.patch.parse import FilePatch, Hunk
 
 
 class Outcome(str, Enum):

@@ -22,9 +22,10 @@ import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from bakery import gitobjects as go
-from bakery import gitutil, tarstream
 from bakery.errors import SourceError
+from bakery.git import cmd as gitutil
+from bakery.git import objects as go
+from bakery.sources import tarstream
 
 _CHUNK = 1 << 20  # compressed bytes inflated at a time
 _LINK_DEPTH = 40  # links followed while resolving one path, as the kernel allows

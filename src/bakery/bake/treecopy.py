@@ -15,8 +15,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from bakery import gitutil
 from bakery.errors import BakeryError
+from bakery.git import cmd as gitutil
 
 #: A part is at most 1/_PARTS_PER_JOB of a job's share of the files.
 _PARTS_PER_JOB = 4

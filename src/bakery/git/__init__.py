@@ -1,0 +1,2 @@
+"""Git, in one home: every git process starts in ``cmd`` (one environment policy), and every
+git format bakery writes itself (objects, packs, the index) is in ``objects``."""
