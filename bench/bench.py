@@ -48,12 +48,28 @@ SIZES = [1000, 2000, 5000, 10000, 20000, 50000]
 #: A section's results, as they go to results.json.
 Result = dict[str, Any]
 
-SECTIONS = ["startup", "warm", "warm-memory", "warm-disk", "cold", "matrix", "matrix-disk",
-            "verify", "scale", "history"]
+SECTIONS = [
+    "startup",
+    "warm",
+    "warm-memory",
+    "warm-disk",
+    "cold",
+    "matrix",
+    "matrix-disk",
+    "verify",
+    "scale",
+    "history",
+]
 
 #: (bakery / baseline) targets: at most for time ratios, at least for the matrix speed-up.
-TARGETS = {"warm": ("<=", 1.2), "warm-memory": ("<=", 1.2), "warm-disk": ("<=", 1.2),
-           "cold": ("<=", 1.2), "matrix": (">=", 1.6), "matrix-disk": (">=", 1.6)}
+TARGETS = {
+    "warm": ("<=", 1.2),
+    "warm-memory": ("<=", 1.2),
+    "warm-disk": ("<=", 1.2),
+    "cold": ("<=", 1.2),
+    "matrix": (">=", 1.6),
+    "matrix-disk": (">=", 1.6),
+}
 
 #: Writing 3 here empties the kernel's page cache (root only): the "-disk" sections read
 #: the cached trees (and Python's own files) from the disk, as the first bake after a
@@ -72,16 +88,23 @@ def drop_caches() -> None:
 
 # --- running and timing ------------------------------------------------------------------------
 
+
 def env(cache: Path = CACHE, **extra: str) -> dict[str, str]:
     """The environment of every bakery run: the benchmark's cache, the real index unless
     extra names another."""
     e = {k: v for k, v in os.environ.items() if k != "BAKERY_INDEX_URL"}
-    return {**e, "BAKERY_CACHE_DIR": str(cache), "BAKERY_HOME": str(ROOT), "COLUMNS": "100",
-            **extra}
+    return {
+        **e,
+        "BAKERY_CACHE_DIR": str(cache),
+        "BAKERY_HOME": str(ROOT),
+        "COLUMNS": "100",
+        **extra,
+    }
 
 
-def run(cmd: list[str], e: dict[str, str] | None = None, check: bool = True,
-        cwd: Path = ROOT) -> subprocess.CompletedProcess[bytes]:
+def run(
+    cmd: list[str], e: dict[str, str] | None = None, check: bool = True, cwd: Path = ROOT
+) -> subprocess.CompletedProcess[bytes]:
     proc = subprocess.run(cmd, env=e or env(), cwd=cwd, capture_output=True, check=False)
     if check and proc.returncode != 0:
         out = (proc.stderr or proc.stdout).decode(errors="replace")[-2000:]
@@ -119,7 +142,7 @@ def alternate(runs: int, variants: dict[str, Callable[[int], float]]) -> dict[st
     names = list(variants)
     times = {n: Samples() for n in names}
     for i in range(runs):
-        order = names[i % len(names):] + names[:i % len(names)]
+        order = names[i % len(names) :] + names[: i % len(names)]
         for n in order:
             cpu = _children_cpu()
             times[n].append(variants[n](i))
@@ -128,8 +151,12 @@ def alternate(runs: int, variants: dict[str, Callable[[int], float]]) -> dict[st
 
 
 def stats(xs: list[float]) -> Result:
-    out: Result = {"median": statistics.median(xs), "min": min(xs), "max": max(xs),
-                   "runs": [round(x, 4) for x in xs]}
+    out: Result = {
+        "median": statistics.median(xs),
+        "min": min(xs),
+        "max": max(xs),
+        "runs": [round(x, 4) for x in xs],
+    }
     if isinstance(xs, Samples):
         out["cpu_median"] = statistics.median(xs.cpu)
     return out
@@ -148,6 +175,7 @@ def log(msg: str) -> None:
 
 
 # --- the machine -------------------------------------------------------------------------------
+
 
 def _mount_of(path: Path) -> tuple[str, str, str]:
     best = ("?", "?", "?")
@@ -174,17 +202,31 @@ def machine() -> Result:
             model = line.split(":", 1)[1].strip()
             break
     fstype, dev, opts = _mount_of(WORK)
-    mem = next((int(line.split()[1]) // 1024 for line in
-                Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")), 0)
-    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "nproc": len(os.sched_getaffinity(0)), "cpu": model, "memory_mib": mem,
-            "filesystem": f"{fstype} on {dev} ({opts})", "kernel": platform.release(),
-            "python": platform.python_version(), "git": _version(["git", "--version"]),
-            "cp": _version(["cp", "--version"]), "patch": _version(["patch", "--version"]),
-            "tar": _version(["tar", "--version"])}
+    mem = next(
+        (
+            int(line.split()[1]) // 1024
+            for line in Path("/proc/meminfo").read_text().splitlines()
+            if line.startswith("MemTotal")
+        ),
+        0,
+    )
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu": model,
+        "memory_mib": mem,
+        "filesystem": f"{fstype} on {dev} ({opts})",
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "git": _version(["git", "--version"]),
+        "cp": _version(["cp", "--version"]),
+        "patch": _version(["patch", "--version"]),
+        "tar": _version(["tar", "--version"]),
+    }
 
 
 # --- preparation (untimed) ---------------------------------------------------------------------
+
 
 def warm_up(versions: list[str]) -> None:
     """Put the releases in the benchmark cache (a first bake of each, not timed)."""
@@ -204,8 +246,9 @@ def pristine_copy(version: str) -> Path:
 
 
 def sdist_url(version: str) -> str:
-    req = urllib.request.Request("https://pypi.org/simple/vllm/",
-                                 headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    req = urllib.request.Request(
+        "https://pypi.org/simple/vllm/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
     with urllib.request.urlopen(req, timeout=60) as resp:
         files = json.loads(resp.read())["files"]
     return next(f["url"] for f in files if f["filename"] == f"vllm-{version}.tar.gz")
@@ -219,11 +262,15 @@ def series_diffs(version: str) -> list[Path]:
 
 # --- the sections --------------------------------------------------------------------------------
 
+
 def bench_startup(runs: int) -> Result:
-    cmds = {"python -c pass": [PY, "-c", "pass"],
-            "python -c 'import bakery.cli.app'": [PY, "-c", "import bakery.cli.app"],
-            "bakery --version": [BAKERY, "--version"],
-            "bakery --help": [BAKERY, "--help"]}
+    cmds = {
+        "python -c pass": [PY, "-c", "pass"],
+        "python -c 'import bakery.cli.app'": [PY, "-c", "import bakery.cli.app"],
+        "bakery --version": [BAKERY, "--version"],
+        "bakery --help": [BAKERY, "--help"],
+    }
+
     def runner(cmd: list[str]) -> Callable[[int], float]:
         return lambda i: timed(cmd)
 
@@ -234,10 +281,13 @@ def bench_startup(runs: int) -> Result:
         parts = [p.strip() for p in line.split("|")]
         if len(parts) == 3 and parts[2] and not parts[2].startswith(" "):
             rows.append((int(parts[1]), parts[2]))
-    heavy = sorted((r for r in rows if "." not in r[1] or r[1].startswith("bakery.")),
-                   reverse=True)[:8]
-    return {"times": {k: stats(v) for k, v in times.items()},
-            "imports_us": [{"module": m, "cumulative_us": us} for us, m in heavy]}
+    heavy = sorted(
+        (r for r in rows if "." not in r[1] or r[1].startswith("bakery.")), reverse=True
+    )[:8]
+    return {
+        "times": {k: stats(v) for k, v in times.items()},
+        "imports_us": [{"module": m, "cumulative_us": us} for us, m in heavy],
+    }
 
 
 def bench_warm(runs: int, drop: bool = False) -> Result:
@@ -246,12 +296,13 @@ def bench_warm(runs: int, drop: bool = False) -> Result:
     warm_up([BASE])
     pristine = pristine_copy(BASE)
     diffs = series_diffs(BASE)
-    patch = " && ".join(f"patch -s -p1 -d \"$1/vllm\" -i {d}" for d in diffs)
+    patch = " && ".join(f'patch -s -p1 -d "$1/vllm" -i {d}' for d in diffs)
 
     def floor(i: int) -> float:
         out = fresh("warm", f"floor-{i}")
-        return timed(["sh", "-c", f"cp -r \"$0\" \"$1\" && {patch}", str(pristine), str(out)],
-                     drop=drop)
+        return timed(
+            ["sh", "-c", f'cp -r "$0" "$1" && {patch}', str(pristine), str(out)], drop=drop
+        )
 
     def bakery(i: int) -> float:
         out = fresh("warm", f"bakery-{i}")
@@ -260,18 +311,31 @@ def bench_warm(runs: int, drop: bool = False) -> Result:
     times = alternate(runs, {"floor": floor, "bakery": bakery})
     same = _same_files(RUNS_DIR / "warm" / "floor-0", RUNS_DIR / "warm" / "bakery-0")
     if drop:
-        return {"times": {k: stats(v) for k, v in times.items()}, "same_files": same,
-                "ratio": _ratio(times, "bakery", "floor")}
-    parts = [json.loads(run([PY, str(HERE / "phases.py"), SERIES, BASE,
-                             str(fresh("warm", f"phases-{i}"))]).stdout) for i in range(runs)]
+        return {
+            "times": {k: stats(v) for k, v in times.items()},
+            "same_files": same,
+            "ratio": _ratio(times, "bakery", "floor"),
+        }
+    parts = [
+        json.loads(
+            run(
+                [PY, str(HERE / "phases.py"), SERIES, BASE, str(fresh("warm", f"phases-{i}"))]
+            ).stdout
+        )
+        for i in range(runs)
+    ]
     keys = sorted({k for p in parts for k in p["parts"]})
     phases = {k: statistics.median(p["parts"].get(k, 0.0) for p in parts) for k in keys}
     nfiles = sum(1 for p in pristine.rglob("*") if not p.is_dir())
-    return {"times": {k: stats(v) for k, v in times.items()}, "same_files": same,
-            "files": nfiles, "ratio": _ratio(times, "bakery", "floor"),
-            "imports": statistics.median(p["imports"] for p in parts),
-            "apply_in_process": statistics.median(p["apply"] for p in parts),
-            "phases": phases}
+    return {
+        "times": {k: stats(v) for k, v in times.items()},
+        "same_files": same,
+        "files": nfiles,
+        "ratio": _ratio(times, "bakery", "floor"),
+        "imports": statistics.median(p["imports"] for p in parts),
+        "apply_in_process": statistics.median(p["apply"] for p in parts),
+        "phases": phases,
+    }
 
 
 def bench_history(runs: int, rev: str) -> Result:
@@ -281,23 +345,33 @@ def bench_history(runs: int, rev: str) -> Result:
         src.mkdir(parents=True, exist_ok=True)
         archive = run(["git", "archive", rev, "src"]).stdout
         subprocess.run(["tar", "x", "-C", str(src)], input=archive, check=True)
-    old = [PY, "-c", f"import sys; sys.path.insert(0, {str(src / 'src')!r}); "
-           "from bakery.cli.app import main; main()"]
+    old = [
+        PY,
+        "-c",
+        f"import sys; sys.path.insert(0, {str(src / 'src')!r}); "
+        "from bakery.cli.app import main; main()",
+    ]
     warm_up([BASE])
 
     def bake(cmd: list[str], tag: str) -> Callable[[int], float]:
-        return lambda i: timed([*cmd, "apply", SERIES, "--vllm", BASE, "--out",
-                                str(fresh("history", f"{tag}-{i}"))])
+        return lambda i: timed(
+            [*cmd, "apply", SERIES, "--vllm", BASE, "--out", str(fresh("history", f"{tag}-{i}"))]
+        )
 
     times = alternate(runs, {rev: bake(old, "old"), "today": bake([BAKERY], "new")})
-    return {"rev": rev, "times": {k: stats(v) for k, v in times.items()},
-            "ratio": _ratio(times, "today", rev)}
+    return {
+        "rev": rev,
+        "times": {k: stats(v) for k, v in times.items()},
+        "ratio": _ratio(times, "today", rev),
+    }
 
 
 def _same_files(a: Path, b: Path) -> bool:
     """The floor's tree and bakery's hold the same files (bakery adds .git and .bakery)."""
-    proc = subprocess.run(["diff", "-rq", "-x", ".git", "-x", ".bakery", "-x", "*.orig",
-                           str(a), str(b)], capture_output=True)
+    proc = subprocess.run(
+        ["diff", "-rq", "-x", ".git", "-x", ".bakery", "-x", "*.orig", str(a), str(b)],
+        capture_output=True,
+    )
     return proc.returncode == 0
 
 
@@ -310,8 +384,15 @@ def bench_cold(runs: int) -> Result:
 
     def floor(i: int) -> float:
         out = fresh("cold", f"floor-{i}")
-        return timed(["sh", "-c", "mkdir -p \"$1\" && curl -sSf -o \"$1.tar.gz\" \"$0\" && "
-                      "tar xzf \"$1.tar.gz\" -C \"$1\"", url, str(out)])
+        return timed(
+            [
+                "sh",
+                "-c",
+                'mkdir -p "$1" && curl -sSf -o "$1.tar.gz" "$0" && tar xzf "$1.tar.gz" -C "$1"',
+                url,
+                str(out),
+            ]
+        )
 
     def bakery(i: int) -> float:
         cache = fresh("cold", f"cache-{i}")
@@ -324,17 +405,25 @@ def bench_cold(runs: int) -> Result:
         cache = fresh("cold", f"phases-cache-{i}")
         out = fresh("cold", f"phases-{i}")
         os.sync()
-        parts.append(json.loads(run([PY, str(HERE / "phases.py"), SERIES, BASE, str(out)],
-                                    env(cache)).stdout))
+        parts.append(
+            json.loads(
+                run([PY, str(HERE / "phases.py"), SERIES, BASE, str(out)], env(cache)).stdout
+            )
+        )
     keys = sorted({k for p in parts for k in p["parts"]})
-    return {"times": {k: stats(v) for k, v in times.items()}, "url": url,
-            "ratio": _ratio(times, "bakery", "floor"),
-            "imports": statistics.median(p["imports"] for p in parts),
-            "apply_in_process": statistics.median(p["apply"] for p in parts),
-            "phases": {k: statistics.median(p["parts"].get(k, 0.0) for p in parts)
-                       for k in keys},
-            "files": sum(1 for _ in (CACHE / "trees" / f"vllm-{BASE}").rglob("*")
-                         if ".git" not in _.parts and not _.is_dir())}
+    return {
+        "times": {k: stats(v) for k, v in times.items()},
+        "url": url,
+        "ratio": _ratio(times, "bakery", "floor"),
+        "imports": statistics.median(p["imports"] for p in parts),
+        "apply_in_process": statistics.median(p["apply"] for p in parts),
+        "phases": {k: statistics.median(p["parts"].get(k, 0.0) for p in parts) for k in keys},
+        "files": sum(
+            1
+            for _ in (CACHE / "trees" / f"vllm-{BASE}").rglob("*")
+            if ".git" not in _.parts and not _.is_dir()
+        ),
+    }
 
 
 def bench_matrix(runs: int, drop: bool = False) -> Result:
@@ -358,8 +447,21 @@ def bench_matrix(runs: int, drop: bool = False) -> Result:
         out = fresh("matrix", f"matrix-{i}")
         report = out.with_suffix(".json")
         vs = [a for v in MATRIX for a in ("--vllm", v)]
-        t = timed([BAKERY, "matrix", SERIES, *vs, "--jobs", "2", "--out", str(out),
-                   "--json", str(report)], drop=drop)
+        t = timed(
+            [
+                BAKERY,
+                "matrix",
+                SERIES,
+                *vs,
+                "--jobs",
+                "2",
+                "--out",
+                str(out),
+                "--json",
+                str(report),
+            ],
+            drop=drop,
+        )
         rows = json.loads(report.read_text())["releases"]
         bad = [r["version"] for r in rows if r["status"] != "baked"]
         if bad:
@@ -367,8 +469,10 @@ def bench_matrix(runs: int, drop: bool = False) -> Result:
         return t
 
     times = alternate(runs, {"one by one": one_by_one, "matrix --jobs 2": matrix})
-    return {"times": {k: stats(v) for k, v in times.items()},
-            "ratio": _ratio(times, "one by one", "matrix --jobs 2")}
+    return {
+        "times": {k: stats(v) for k, v in times.items()},
+        "ratio": _ratio(times, "one by one", "matrix --jobs 2"),
+    }
 
 
 def bench_warm_memory(runs: int) -> Result:
@@ -387,7 +491,7 @@ def bench_warm_memory(runs: int) -> Result:
             run(["cp", "-a", str(CACHE / "trees" / name), str(cache / "trees" / name)])
         pristine = top / "pristine"
         run(["cp", "-a", str(pristine_copy(BASE)), str(pristine)])
-        patch = " && ".join(f"patch -s -p1 -d \"$1/vllm\" -i {d}" for d in series_diffs(BASE))
+        patch = " && ".join(f'patch -s -p1 -d "$1/vllm" -i {d}' for d in series_diffs(BASE))
 
         def out(name: str) -> Path:
             d = top / "runs" / name
@@ -396,20 +500,26 @@ def bench_warm_memory(runs: int) -> Result:
             return d
 
         def floor(i: int) -> float:
-            return timed(["sh", "-c", f"cp -r \"$0\" \"$1\" && {patch}", str(pristine),
-                          str(out(f"floor-{i}"))])
+            return timed(
+                ["sh", "-c", f'cp -r "$0" "$1" && {patch}', str(pristine), str(out(f"floor-{i}"))]
+            )
 
         def bakery(i: int) -> float:
-            return timed([BAKERY, "apply", SERIES, "--vllm", BASE, "--out",
-                          str(out(f"bakery-{i}"))], env(cache))
+            return timed(
+                [BAKERY, "apply", SERIES, "--vllm", BASE, "--out", str(out(f"bakery-{i}"))],
+                env(cache),
+            )
 
         bakery(-1)  # the copied entry's first check writes its index back (not timed)
         times = alternate(runs, {"floor": floor, "bakery": bakery})
         same = _same_files(top / "runs" / "floor-0", top / "runs" / "bakery-0")
     finally:
         shutil.rmtree(top, ignore_errors=True)
-    return {"times": {k: stats(v) for k, v in times.items()}, "same_files": same,
-            "ratio": _ratio(times, "bakery", "floor")}
+    return {
+        "times": {k: stats(v) for k, v in times.items()},
+        "same_files": same,
+        "ratio": _ratio(times, "bakery", "floor"),
+    }
 
 
 def bench_warm_disk(runs: int) -> Result:
@@ -426,8 +536,7 @@ def bench_verify(runs: int) -> Result:
         return {"skipped": "`bakery verify` (src/bakery/verify.py) does not exist yet"}
     warm_up([BASE])
     tree = RUNS_DIR / "warmup" / BASE
-    cmd = [BAKERY, "verify", SERIES, "--tree", str(tree), "--interpret", "--",
-           "--durations=0"]
+    cmd = [BAKERY, "verify", SERIES, "--tree", str(tree), "--interpret", "--", "--durations=0"]
     walls: list[float] = []
     durations: list[dict[str, float]] = []
     for _ in range(runs):
@@ -445,11 +554,17 @@ def bench_verify(runs: int) -> Result:
     for mods in ("pytest", "numpy", "torch", "triton", "pytest, numpy, torch, triton"):
         t = [timed([PY, "-c", f"import {mods}"]) for _ in range(runs)]
         imports[f"import {mods}"] = statistics.median(t)
-    phases = {k: statistics.median(d.get(k, 0.0) for d in durations)
-              for k in ("setup", "call", "teardown")}
-    return {"times": {"bakery verify --interpret": stats(walls)}, "imports": imports,
-            "durations": phases, "summary": durations[-1].get("summary", ""),
-            "slowest": durations[-1].get("slowest", "")}
+    phases = {
+        k: statistics.median(d.get(k, 0.0) for d in durations)
+        for k in ("setup", "call", "teardown")
+    }
+    return {
+        "times": {"bakery verify --interpret": stats(walls)},
+        "imports": imports,
+        "durations": phases,
+        "summary": durations[-1].get("summary", ""),
+        "slowest": durations[-1].get("slowest", ""),
+    }
 
 
 def _durations(text: str) -> Result:
@@ -458,8 +573,7 @@ def _durations(text: str) -> Result:
     slowest = ""
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) >= 3 and parts[0].endswith("s") and parts[1] in ("setup", "call",
-                                                                        "teardown"):
+        if len(parts) >= 3 and parts[0].endswith("s") and parts[1] in ("setup", "call", "teardown"):
             try:
                 secs = float(parts[0][:-1])
             except ValueError:
@@ -489,21 +603,51 @@ def bench_scale(runs: int, sizes: list[str] | list[int]) -> Result:
                 with tarfile.open(sdist) as tar:
                     tar.extractall(plain.parent, filter="data")
             for k, s in series.items():  # cache the release, check the series applies
-                run([BAKERY, "apply", str(s), "--vllm", v, "--out",
-                     str(fresh("scale", f"warmup-{n}-{k}"))], e)
+                run(
+                    [
+                        BAKERY,
+                        "apply",
+                        str(s),
+                        "--vllm",
+                        v,
+                        "--out",
+                        str(fresh("scale", f"warmup-{n}-{k}")),
+                    ],
+                    e,
+                )
 
             def floor(i: int, n: int = n, plain: Path = plain) -> float:
                 return timed(["cp", "-r", str(plain), str(fresh("scale", f"cp-{n}-{i}"))])
 
             def bake(i: int, k: int, n: int = n, v: str = v) -> float:
-                return timed([BAKERY, "apply", str(series[k]), "--vllm", v, "--out",
-                              str(fresh("scale", f"bake{k}-{n}-{i}"))], e)
+                return timed(
+                    [
+                        BAKERY,
+                        "apply",
+                        str(series[k]),
+                        "--vllm",
+                        v,
+                        "--out",
+                        str(fresh("scale", f"bake{k}-{n}-{i}")),
+                    ],
+                    e,
+                )
 
-            times = alternate(runs, {"cp -r (floor)": floor,
-                                     "bakery, 1 diff": lambda i: bake(i, 1),
-                                     "bakery, 20 diffs": lambda i: bake(i, 20)})
-            rows.append({"files": n, **{k: statistics.median(v) for k, v in times.items()},
-                         "min": {k: min(v) for k, v in times.items()}})
+            times = alternate(
+                runs,
+                {
+                    "cp -r (floor)": floor,
+                    "bakery, 1 diff": lambda i: bake(i, 1),
+                    "bakery, 20 diffs": lambda i: bake(i, 20),
+                },
+            )
+            rows.append(
+                {
+                    "files": n,
+                    **{k: statistics.median(v) for k, v in times.items()},
+                    "min": {k: min(v) for k, v in times.items()},
+                }
+            )
     _plot(rows, HERE / "scale.png", runs)
     return {"rows": rows, "runs": runs}
 
@@ -518,8 +662,11 @@ def _plot(rows: list[Result], path: Path, runs: int) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     xs = [r["files"] for r in rows]
-    for key, style in (("cp -r (floor)", "k--o"), ("bakery, 1 diff", "C0-o"),
-                       ("bakery, 20 diffs", "C1-s")):
+    for key, style in (
+        ("cp -r (floor)", "k--o"),
+        ("bakery, 1 diff", "C0-o"),
+        ("bakery, 20 diffs", "C1-s"),
+    ):
         ax.plot(xs, [r["min"][key] for r in rows], style, label=key)
     ax.set_xlabel("files in the tree")
     ax.set_ylabel(f"seconds (whole process, fastest of {runs} runs)")
@@ -533,6 +680,7 @@ def _plot(rows: list[Result], path: Path, runs: int) -> None:
 
 # --- the report --------------------------------------------------------------------------------
 
+
 def _met(name: str, ratio: float) -> str:
     op, target = TARGETS[name]
     ok = ratio <= target if op == "<=" else ratio >= target
@@ -541,17 +689,39 @@ def _met(name: str, ratio: float) -> str:
 
 def summary_lines(res: dict[str, Result]) -> list[str]:
     lines = []
-    labels = {"warm": ("warm bake dcp2 0.30.0, files in the page cache", "floor", "bakery",
-                       "cp -r + patch"),
-              "warm-memory": ("warm bake dcp2 0.30.0, all on tmpfs (in memory)", "floor",
-                              "bakery", "cp -r + patch"),
-              "warm-disk": ("warm bake dcp2 0.30.0, page cache dropped (read from disk)",
-                            "floor", "bakery", "cp -r + patch"),
-              "cold": ("cold bake dcp2 0.30.0", "floor", "bakery", "curl + tar"),
-              "matrix": ("matrix of 5 releases, files in the page cache", "one by one",
-                         "matrix --jobs 2", "5 bakes one after another"),
-              "matrix-disk": ("matrix of 5 releases, page cache dropped", "one by one",
-                              "matrix --jobs 2", "5 bakes one after another")}
+    labels = {
+        "warm": (
+            "warm bake dcp2 0.30.0, files in the page cache",
+            "floor",
+            "bakery",
+            "cp -r + patch",
+        ),
+        "warm-memory": (
+            "warm bake dcp2 0.30.0, all on tmpfs (in memory)",
+            "floor",
+            "bakery",
+            "cp -r + patch",
+        ),
+        "warm-disk": (
+            "warm bake dcp2 0.30.0, page cache dropped (read from disk)",
+            "floor",
+            "bakery",
+            "cp -r + patch",
+        ),
+        "cold": ("cold bake dcp2 0.30.0", "floor", "bakery", "curl + tar"),
+        "matrix": (
+            "matrix of 5 releases, files in the page cache",
+            "one by one",
+            "matrix --jobs 2",
+            "5 bakes one after another",
+        ),
+        "matrix-disk": (
+            "matrix of 5 releases, page cache dropped",
+            "one by one",
+            "matrix --jobs 2",
+            "5 bakes one after another",
+        ),
+    }
     for name, (title, base, ours, base_label) in labels.items():
         r = res.get(name)
         if not r:
@@ -565,10 +735,12 @@ def summary_lines(res: dict[str, Result]) -> list[str]:
         low = t[ours]["min"] / t[base]["min"]
         if name.startswith("matrix"):
             low = 1 / low
-        lines.append(f"{title}: bakery {t[ours]['median']:.3f} s, {base_label} "
-                     f"{t[base]['median']:.3f} s, {what} {r['ratio']:.2f}x "
-                     f"(target {op} {target}x: {_met(name, r['ratio'])}; "
-                     f"fastest runs: {low:.2f}x)")
+        lines.append(
+            f"{title}: bakery {t[ours]['median']:.3f} s, {base_label} "
+            f"{t[base]['median']:.3f} s, {what} {r['ratio']:.2f}x "
+            f"(target {op} {target}x: {_met(name, r['ratio'])}; "
+            f"fastest runs: {low:.2f}x)"
+        )
     return lines
 
 
@@ -579,24 +751,37 @@ def _gpu_section() -> str:
 
 
 def write_markdown(res: dict[str, Result], m: Result) -> str:
-    md = ["# bakery benchmarks", "",
-          f"Measured by `make bench` (`bench/bench.py`) on {m['date']}.", "",
-          "| machine | |", "|---|---|",
-          f"| CPUs (nproc) | {m['nproc']} × {m['cpu']} |",
-          f"| memory | {m['memory_mib']} MiB |",
-          f"| filesystem of build/ | {m['filesystem']} |",
-          f"| kernel | {m['kernel']} |",
-          f"| load average (1 min) | {m.get('load', '?')} |",
-          f"| tools | Python {m['python']}, {m['git']}, {m['cp']}, {m['patch']}, {m['tar']} |",
-          "", "## Targets", "", *[f"- {line}" for line in summary_lines(res)], "",
-          "Each figure is the median of several whole-process runs (all runs listed below), "
-          "baselines and bakery alternating, `sync` before each run, a fresh output folder "
-          "each time, the benchmark cache in `build/bench-cache`.", ""]
+    md = [
+        "# bakery benchmarks",
+        "",
+        f"Measured by `make bench` (`bench/bench.py`) on {m['date']}.",
+        "",
+        "| machine | |",
+        "|---|---|",
+        f"| CPUs (nproc) | {m['nproc']} × {m['cpu']} |",
+        f"| memory | {m['memory_mib']} MiB |",
+        f"| filesystem of build/ | {m['filesystem']} |",
+        f"| kernel | {m['kernel']} |",
+        f"| load average (1 min) | {m.get('load', '?')} |",
+        f"| tools | Python {m['python']}, {m['git']}, {m['cp']}, {m['patch']}, {m['tar']} |",
+        "",
+        "## Targets",
+        "",
+        *[f"- {line}" for line in summary_lines(res)],
+        "",
+        "Each figure is the median of several whole-process runs (all runs listed below), "
+        "baselines and bakery alternating, `sync` before each run, a fresh output folder "
+        "each time, the benchmark cache in `build/bench-cache`.",
+        "",
+    ]
     md += _md_times(res)
     hist = res.get("history")
     if hist:
-        md += [f"Against the code at `{hist['rev']}` (`--baseline-rev`), today's warm bake "
-               f"takes {hist['ratio']:.2f} of its time (history rows above).", ""]
+        md += [
+            f"Against the code at `{hist['rev']}` (`--baseline-rev`), today's warm bake "
+            f"takes {hist['ratio']:.2f} of its time (history rows above).",
+            "",
+        ]
     md += _md_phases(res.get("warm"), _python_start(res), "warm")
     md += _md_phases(res.get("cold"), _python_start(res), "cold")
     md += _md_startup(res.get("startup"))
@@ -607,17 +792,31 @@ def write_markdown(res: dict[str, Result], m: Result) -> str:
 
 
 def _md_times(res: dict[str, Result]) -> list[str]:
-    md = ["## Runs", "", "| benchmark | variant | median s | min s | max s | CPU s (median) "
-          "| runs |", "|---|---|---:|---:|---:|---:|---|"]
-    for name in ("warm", "warm-memory", "warm-disk", "cold", "matrix", "matrix-disk", "verify",
-                 "history"):
+    md = [
+        "## Runs",
+        "",
+        "| benchmark | variant | median s | min s | max s | CPU s (median) | runs |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for name in (
+        "warm",
+        "warm-memory",
+        "warm-disk",
+        "cold",
+        "matrix",
+        "matrix-disk",
+        "verify",
+        "history",
+    ):
         r = res.get(name)
         if not r or "times" not in r:
             continue
         for variant, s in r["times"].items():
             cpu = f"{s['cpu_median']:.3f}" if "cpu_median" in s else "-"
-            md.append(f"| {name} | {variant} | {s['median']:.3f} | {s['min']:.3f} | "
-                      f"{s['max']:.3f} | {cpu} | {', '.join(f'{x:.2f}' for x in s['runs'])} |")
+            md.append(
+                f"| {name} | {variant} | {s['median']:.3f} | {s['min']:.3f} | "
+                f"{s['max']:.3f} | {cpu} | {', '.join(f'{x:.2f}' for x in s['runs'])} |"
+            )
     return [*md, ""]
 
 
@@ -634,12 +833,17 @@ def _md_phases(r: Result | None, start: float | None, kind: str) -> list[str]:
     phases: dict[str, float] = r["phases"]
     total = float(r["apply_in_process"])
     cache = "an empty cache" if kind == "cold" else "the release cached"
-    md = [f"## Where a {kind} bake goes", "",
-          f"One `bakery apply {SERIES} --vllm {BASE}` ({r['files']} files, {cache}) run in "
-          "one process with timers around its parts (`bench/phases.py`, median of the runs; "
-          "git subprocesses by subcommand; a part's time excludes the timed parts it calls). "
-          "Process start and imports are measured apart.", "",
-          "| part | ms |", "|---|---:|"]
+    md = [
+        f"## Where a {kind} bake goes",
+        "",
+        f"One `bakery apply {SERIES} --vllm {BASE}` ({r['files']} files, {cache}) run in "
+        "one process with timers around its parts (`bench/phases.py`, median of the runs; "
+        "git subprocesses by subcommand; a part's time excludes the timed parts it calls). "
+        "Process start and imports are measured apart.",
+        "",
+        "| part | ms |",
+        "|---|---:|",
+    ]
     if start is not None:
         md.append(f"| process start (`python -c pass`) | {start * 1000:.0f} |")
     imports = float(r["imports"])
@@ -656,9 +860,15 @@ def _md_startup(r: Result | None) -> list[str]:
     md = ["## Process start", "", "| command | median ms |", "|---|---:|"]
     for k, s in r["times"].items():
         md.append(f"| `{k}` | {s['median'] * 1000:.0f} |")
-    md += ["", "Heaviest imports of `bakery.cli.app` + `bakery.commands.bake` "
-           "(`python -X importtime`, "
-           "cumulative):", "", "| module | ms |", "|---|---:|"]
+    md += [
+        "",
+        "Heaviest imports of `bakery.cli.app` + `bakery.commands.bake` "
+        "(`python -X importtime`, "
+        "cumulative):",
+        "",
+        "| module | ms |",
+        "|---|---:|",
+    ]
     for row in r["imports_us"]:
         md.append(f"| {row['module']} | {row['cumulative_us'] / 1000:.1f} |")
     return [*md, ""]
@@ -673,9 +883,13 @@ def _md_verify(r: Result | None, start: float | None) -> list[str]:
     t = float(r["times"]["bakery verify --interpret"]["median"])
     d: dict[str, float] = r["durations"]
     imports: dict[str, float] = r["imports"]
-    md += [f"`bakery verify {SERIES} --tree <baked {BASE}> --interpret -- --durations=0`: "
-           f"**{t:.1f} s** (median); pytest: {r['summary']}.", "",
-           "| where it goes | s |", "|---|---:|"]
+    md += [
+        f"`bakery verify {SERIES} --tree <baked {BASE}> --interpret -- --durations=0`: "
+        f"**{t:.1f} s** (median); pytest: {r['summary']}.",
+        "",
+        "| where it goes | s |",
+        "|---|---:|",
+    ]
     if start is not None:
         md.append(f"| a Python process start | {start:.3f} |")
     for k, v in imports.items():
@@ -683,26 +897,37 @@ def _md_verify(r: Result | None, start: float | None) -> list[str]:
     for k in ("setup", "call", "teardown"):
         md.append(f"| tests' {k} (sum of pytest --durations) | {d[k]:.3f} |")
     rest = t - sum(d.values()) - imports.get("import pytest, numpy, torch, triton", 0.0)
-    md += [f"| the rest: bakery's start, collection, the plugin, reporting | {rest:.3f} |",
-           "", f"Slowest single phase: {r['slowest']}."]
+    md += [
+        f"| the rest: bakery's start, collection, the plugin, reporting | {rest:.3f} |",
+        "",
+        f"Slowest single phase: {r['slowest']}.",
+    ]
     return [*md, ""]
 
 
 def _md_scale(r: Result | None) -> list[str]:
     if not r:
         return []
-    md = ["## Bake time against tree size", "", "![bake time against tree size](bench/scale.png)",
-          "", "Synthetic releases of N files (a few KiB each) served by a local index "
-          "(`bench/synth.py`) and cached once; series of 1 and 20 diffs (one file each). "
-          f"Seconds, fastest of {r.get('runs', '?')} runs (the plot) and median:", "",
-          "| files | cp -r | bakery, 1 diff | bakery, 20 diffs | 20 diffs − 1 diff | "
-          "cp -r median | 1 diff median | 20 diffs median |",
-          "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    md = [
+        "## Bake time against tree size",
+        "",
+        "![bake time against tree size](bench/scale.png)",
+        "",
+        "Synthetic releases of N files (a few KiB each) served by a local index "
+        "(`bench/synth.py`) and cached once; series of 1 and 20 diffs (one file each). "
+        f"Seconds, fastest of {r.get('runs', '?')} runs (the plot) and median:",
+        "",
+        "| files | cp -r | bakery, 1 diff | bakery, 20 diffs | 20 diffs − 1 diff | "
+        "cp -r median | 1 diff median | 20 diffs median |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for row in r["rows"]:
         keys = ("cp -r (floor)", "bakery, 1 diff", "bakery, 20 diffs")
         low = [row["min"][k] for k in keys] if "min" in row else [row[k] for k in keys]
-        md.append(f"| {row['files']} | {low[0]:.3f} | {low[1]:.3f} | {low[2]:.3f} | "
-                  f"{low[2] - low[1]:+.3f} | " + " | ".join(f"{row[k]:.3f}" for k in keys) + " |")
+        md.append(
+            f"| {row['files']} | {low[0]:.3f} | {low[1]:.3f} | {low[2]:.3f} | "
+            f"{low[2] - low[1]:+.3f} | " + " | ".join(f"{row[k]:.3f}" for k in keys) + " |"
+        )
     return [*md, ""]
 
 
@@ -792,22 +1017,32 @@ NOTES = """## How to read these figures
 
 # --- main --------------------------------------------------------------------------------------
 
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=7, help="runs per variant (default 7)")
-    ap.add_argument("--only", default=",".join(SECTIONS),
-                    help=f"comma-separated sections: {','.join(SECTIONS)}")
-    ap.add_argument("--sizes", default=",".join(map(str, SIZES)),
-                    help="tree sizes (files) for the scale plot")
-    ap.add_argument("--report", action="store_true",
-                    help="only write BENCHMARKS.md again from build/bench/results.json")
-    ap.add_argument("--baseline-rev", default="",
-                    help="also time the warm bake of the code at this git revision")
+    ap.add_argument(
+        "--only", default=",".join(SECTIONS), help=f"comma-separated sections: {','.join(SECTIONS)}"
+    )
+    ap.add_argument(
+        "--sizes", default=",".join(map(str, SIZES)), help="tree sizes (files) for the scale plot"
+    )
+    ap.add_argument(
+        "--report",
+        action="store_true",
+        help="only write BENCHMARKS.md again from build/bench/results.json",
+    )
+    ap.add_argument(
+        "--baseline-rev",
+        default="",
+        help="also time the warm bake of the code at this git revision",
+    )
     args = ap.parse_args()
     if args.report:
         saved = json.loads(RESULTS.read_text())
-        (ROOT / "BENCHMARKS.md").write_text(write_markdown(saved["results"], saved["machine"])
-                                             + _gpu_section())
+        (ROOT / "BENCHMARKS.md").write_text(
+            write_markdown(saved["results"], saved["machine"]) + _gpu_section()
+        )
         print("\n".join(summary_lines(saved["results"])))
         return 0
     only = [s for s in args.only.split(",") if s]
@@ -824,9 +1059,21 @@ def main() -> int:
         if name not in only:
             continue
         log(f"== {name}")
-        runs = args.runs if name in ("warm", "warm-memory", "warm-disk", "cold", "startup",
-                                     "scale", "matrix", "matrix-disk") \
+        runs = (
+            args.runs
+            if name
+            in (
+                "warm",
+                "warm-memory",
+                "warm-disk",
+                "cold",
+                "startup",
+                "scale",
+                "matrix",
+                "matrix-disk",
+            )
             else max(3, args.runs // 2)
+        )
         if name == "verify":
             runs = 3
         if name == "scale":
@@ -839,8 +1086,10 @@ def main() -> int:
         shutil.rmtree(RUNS_DIR / name, ignore_errors=True)
     shutil.rmtree(RUNS_DIR, ignore_errors=True)
     m = machine()
-    m["load"] = f"{load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end " \
+    m["load"] = (
+        f"{load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end "
         f"(sections run: {', '.join(only)})"
+    )
     RESULTS.write_text(json.dumps({"machine": m, "results": res}, indent=2))
     (ROOT / "BENCHMARKS.md").write_text(write_markdown(res, m) + _gpu_section())
     print("\n".join(summary_lines(res)))

@@ -63,16 +63,30 @@ def task(ctx: Any, shape: tuple[int, int, int, int, int], reps: int) -> dict[str
     groups = rows // repeat
     ends = torch.randint(width // 2, width + 1, (groups,), generator=gen).to(torch.int32).to(dev)
     out = torch.empty(rows, topk, dtype=torch.int32, device=dev)
-    single = _time(lambda: cb.select_candidate_blocks(logits, None, ends, topk, gblock, out,
-                                                      repeat), dev, reps)
+    single = _time(
+        lambda: cb.select_candidate_blocks(logits, None, ends, topk, gblock, out, repeat), dev, reps
+    )
     # interleave 1: global column c lives on rank c % world at local column c // world
     local = logits[:, rank::world].contiguous()
     local_ends = ((ends - rank + world - 1).clamp_(min=0) // world).to(torch.int32)
     nblocks = (width + gblock - 1) // gblock
-    dcp = _time(lambda: cb.select_candidate_blocks(
-        local, None, local_ends, topk, gblock // world, out, repeat,
-        dcp_group=ctx.dcp_group, global_row_ke=ends, global_block_size=gblock,
-        max_global_blocks=nblocks), dev, reps)
+    dcp = _time(
+        lambda: cb.select_candidate_blocks(
+            local,
+            None,
+            local_ends,
+            topk,
+            gblock // world,
+            out,
+            repeat,
+            dcp_group=ctx.dcp_group,
+            global_row_ke=ends,
+            global_block_size=gblock,
+            max_global_blocks=nblocks,
+        ),
+        dev,
+        reps,
+    )
     return {"single_ms": single, "dcp_ms": dcp}
 
 
@@ -90,14 +104,18 @@ def main() -> int:
     shapes = SMALL if args.interpret else SHAPES
     with RankPool(2, timeout=600) as pool:
         print(f"backend {pool.backend if hasattr(pool, 'backend') else '?'}; tree {args.tree}")
-        print(f"{'shape':12} {'rows':>6} {'width':>7} {'single ms':>10} {'dcp2 ms':>9} "
-              f"{'dcp/single':>10}")
+        print(
+            f"{'shape':12} {'rows':>6} {'width':>7} {'single ms':>10} {'dcp2 ms':>9} "
+            f"{'dcp/single':>10}"
+        )
         for name, shape in shapes.items():
             res = pool.run(task, shape, 3 if args.interpret else args.reps)
             single = res[0]["single_ms"]
             dcp = max(r["dcp_ms"] for r in res)
-            print(f"{name:12} {shape[0]:>6} {shape[1]:>7} {single:>10.3f} {dcp:>9.3f} "
-                  f"{dcp / single:>10.2f}")
+            print(
+                f"{name:12} {shape[0]:>6} {shape[1]:>7} {single:>10.3f} {dcp:>9.3f} "
+                f"{dcp / single:>10.2f}"
+            )
     return 0
 
 

@@ -47,6 +47,7 @@ def make_sdist(nfiles: int, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with tarfile.open(tmp, "w:gz", compresslevel=1) as tar:
+
         def add(name: str, data: bytes, mode: int = 0o644) -> None:
             info = tarfile.TarInfo(f"{top}/{name}")
             info.size, info.mode, info.mtime = len(data), mode, 1_700_000_000
@@ -72,10 +73,14 @@ def make_series(ndiffs: int, dest: Path) -> Path:
         rel = PATCHED[i]
         old = _content(0, i).decode().splitlines(keepends=True)
         new = [*old[:3], f"    # patched by diff {i + 1}\n", *old[3:]]
-        body = "".join(f" {ln}" for ln in old[0:3]) + f"+{new[3]}" + "".join(
-            f" {ln}" for ln in old[3:6])
+        body = (
+            "".join(f" {ln}" for ln in old[0:3])
+            + f"+{new[3]}"
+            + "".join(f" {ln}" for ln in old[3:6])
+        )
         (diffs / f"{i + 1:02d}-f{i:03d}.diff").write_text(
-            f"--- a/{rel}\n+++ b/{rel}\n@@ -1,6 +1,7 @@\n{body}")
+            f"--- a/{rel}\n+++ b/{rel}\n@@ -1,6 +1,7 @@\n{body}"
+        )
     return folder
 
 
@@ -85,11 +90,19 @@ class _Index(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         if self.path.rstrip("/") == "/simple/vllm":
-            entries = [{"filename": name, "url": f"{self.base}/files/{name}",
-                        "hashes": {"sha256": hashlib.sha256(p.read_bytes()).hexdigest()},
-                        "size": p.stat().st_size} for name, p in sorted(self.files.items())]
-            self._send(json.dumps({"name": "vllm", "files": entries}).encode(),
-                       "application/vnd.pypi.simple.v1+json")
+            entries = [
+                {
+                    "filename": name,
+                    "url": f"{self.base}/files/{name}",
+                    "hashes": {"sha256": hashlib.sha256(p.read_bytes()).hexdigest()},
+                    "size": p.stat().st_size,
+                }
+                for name, p in sorted(self.files.items())
+            ]
+            self._send(
+                json.dumps({"name": "vllm", "files": entries}).encode(),
+                "application/vnd.pypi.simple.v1+json",
+            )
         elif self.path.startswith("/files/") and self.path[7:] in self.files:
             self._send(self.files[self.path[7:]].read_bytes(), "application/octet-stream")
         else:

@@ -25,24 +25,29 @@ from typer.testing import CliRunner, Result
 PROJECT = Path(__file__).resolve().parents[1]
 SAMPLES = Path(__file__).resolve().parent / "samples"
 #: Read before any test changes HOME.
-TEST_CACHE = Path(os.environ.get("BAKERY_TEST_CACHE")
-                  or Path.home() / ".cache" / "bakery-tests").expanduser()
+TEST_CACHE = Path(
+    os.environ.get("BAKERY_TEST_CACHE") or Path.home() / ".cache" / "bakery-tests"
+).expanduser()
 
 # rich sizes consoles made at import from COLUMNS: fix it before bakery.cli.app is imported.
 os.environ["COLUMNS"] = "200"
 
 GIT_ENV = {
-    "GIT_AUTHOR_NAME": "test", "GIT_AUTHOR_EMAIL": "test@example.invalid",
-    "GIT_COMMITTER_NAME": "test", "GIT_COMMITTER_EMAIL": "test@example.invalid",
+    "GIT_AUTHOR_NAME": "test",
+    "GIT_AUTHOR_EMAIL": "test@example.invalid",
+    "GIT_COMMITTER_NAME": "test",
+    "GIT_COMMITTER_EMAIL": "test@example.invalid",
     "GIT_AUTHOR_DATE": "2001-01-01T00:00:00+0000",
     "GIT_COMMITTER_DATE": "2001-01-01T00:00:00+0000",
-    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
 }
 
 
 @pytest.fixture(autouse=True)
-def _isolate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-             request: pytest.FixtureRequest) -> Iterator[None]:
+def _isolate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[None]:
     home = tmp_path / "home"
     (home / "launcher").mkdir(parents=True)
     monkeypatch.setenv("BAKERY_HOME", str(home))
@@ -86,9 +91,23 @@ def write_files(root: Path, files: Files) -> Path:
 def git(cwd: Path, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_ENV)
-    proc = subprocess.run(["git", "-c", "init.defaultBranch=main", "-c", "core.autocrlf=false",
-                           "-c", "safe.directory=*", *args],
-                          cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            "git",
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "core.autocrlf=false",
+            "-c",
+            "safe.directory=*",
+            *args,
+        ],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, f"git {' '.join(args)}: {proc.stderr}"
     return proc.stdout
 
@@ -102,8 +121,9 @@ def git_repo(root: Path, files: Files) -> Path:
     return root
 
 
-def make_series(home: Path, name: str, diffs: Mapping[str, str | bytes],
-                toml: str | None = None) -> Path:
+def make_series(
+    home: Path, name: str, diffs: Mapping[str, str | bytes], toml: str | None = None
+) -> Path:
     """launcher/<name>/ with diffs/ (and series.toml when given)."""
     folder = home / "launcher" / name
     (folder / "diffs").mkdir(parents=True)
@@ -141,12 +161,16 @@ def commits(tree: Path) -> list[tuple[str, str, str]]:
     return rows
 
 
-def udiff(path: str, before: str, after: str, old: str = "baked-ours",
-          new: str = "baked") -> str:
+def udiff(path: str, before: str, after: str, old: str = "baked-ours", new: str = "baked") -> str:
     """A ``diff -u`` of one file, with dcp2's header prefixes by default."""
-    return "".join(difflib.unified_diff(before.splitlines(keepends=True),
-                                        after.splitlines(keepends=True),
-                                        f"{old}/{path}", f"{new}/{path}"))
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            f"{old}/{path}",
+            f"{new}/{path}",
+        )
+    )
 
 
 KERNEL = "".join(f"def f{i}():\n    return {i}\n\n\n" for i in range(1, 16))
@@ -166,18 +190,21 @@ class Tiny:
         return self.series / "diffs" / self.diffs[i]
 
 
-def make_tiny(root: Path, home: Path, toml: str | None = 'root = "vllm"\nstrip = 1\n'
-              ) -> Tiny:
-    src = write_files(root, {
-        "README.md": "vLLM\n",
-        "setup.py": "print('setup')\n",
-        "vllm/__init__.py": "",
-        "vllm/model_executor/k.py": KERNEL,
-        "vllm/old.py": "obsolete\nstuff\n",
-        "vllm/tools/run.sh": ("#!/bin/sh\necho hi\n", 0o755),
-    })
+def make_tiny(root: Path, home: Path, toml: str | None = 'root = "vllm"\nstrip = 1\n') -> Tiny:
+    src = write_files(
+        root,
+        {
+            "README.md": "vLLM\n",
+            "setup.py": "print('setup')\n",
+            "vllm/__init__.py": "",
+            "vllm/model_executor/k.py": KERNEL,
+            "vllm/old.py": "obsolete\nstuff\n",
+            "vllm/tools/run.sh": ("#!/bin/sh\necho hi\n", 0o755),
+        },
+    )
     step1 = KERNEL.replace("return 2\n", "return 2 + 0\n").replace(
-        "def f14():\n", "def f14():\n    \"\"\"Fourteen.\"\"\"\n")
+        "def f14():\n", 'def f14():\n    """Fourteen."""\n'
+    )
     step3 = step1.replace("return 2 + 0\n", "return 2 + 1\n")
     files_diff = (
         "diff --git a/model_executor/new.py b/model_executor/new.py\n"
@@ -186,18 +213,24 @@ def make_tiny(root: Path, home: Path, toml: str | None = 'root = "vllm"\nstrip =
         "diff --git a/old.py b/old.py\n"
         "deleted file mode 100644\n"
         "--- a/old.py\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-obsolete\n-stuff\n"
-        "diff --git a/tools/run.sh b/tools/run.sh\nold mode 100755\nnew mode 100644\n")
+        "diff --git a/tools/run.sh b/tools/run.sh\nold mode 100755\nnew mode 100644\n"
+    )
     diffs = {
         "01-kernel.diff": udiff("model_executor/k.py", KERNEL, step1),
         "2-files.diff": files_diff,
         "10-again.diff": udiff("model_executor/k.py", step1, step3),
     }
     series = make_series(home, "demo", diffs, toml=toml)
-    return Tiny(src, series, {
-        "vllm/model_executor/k.py": step3.encode(),
-        "vllm/model_executor/new.py": b"NEW = 1\nOLD = 0\n",
-        "vllm/old.py": None,
-    }, list(diffs))
+    return Tiny(
+        src,
+        series,
+        {
+            "vllm/model_executor/k.py": step3.encode(),
+            "vllm/model_executor/new.py": b"NEW = 1\nOLD = 0\n",
+            "vllm/old.py": None,
+        },
+        list(diffs),
+    )
 
 
 @pytest.fixture
@@ -215,14 +248,23 @@ def gnu_patch(tree: Path, diff: Path | bytes, *extra: str) -> subprocess.Complet
     """Run ``patch -p1`` in tree (no backups, no .rej files in the tree)."""
     assert PATCH is not None
     data = diff.read_bytes() if isinstance(diff, Path) else diff
-    proc = subprocess.run([PATCH, "-p1", "--no-backup-if-mismatch", "-r", "-", "-f", *extra],
-                          cwd=tree, input=data, capture_output=True, check=False)
-    return subprocess.CompletedProcess(proc.args, proc.returncode,
-                                       proc.stdout.decode(errors="replace"),
-                                       proc.stderr.decode(errors="replace"))
+    proc = subprocess.run(
+        [PATCH, "-p1", "--no-backup-if-mismatch", "-r", "-", "-f", *extra],
+        cwd=tree,
+        input=data,
+        capture_output=True,
+        check=False,
+    )
+    return subprocess.CompletedProcess(
+        proc.args,
+        proc.returncode,
+        proc.stdout.decode(errors="replace"),
+        proc.stderr.decode(errors="replace"),
+    )
 
 
 # --- the CLI -----------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def cli() -> Callable[..., Result]:
@@ -232,7 +274,8 @@ def cli() -> Callable[..., Result]:
     runner = CliRunner()
 
     def invoke(*args: str | Path) -> Result:
-        return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "200"},
-                             catch_exceptions=False)
+        return runner.invoke(
+            app, [str(a) for a in args], env={"COLUMNS": "200"}, catch_exceptions=False
+        )
 
     return invoke

@@ -30,8 +30,13 @@ def local(tree: Path, version: str | None = None) -> Pristine:
 def cached(tree: Path, version: str) -> Pristine:
     """A tree as the cache holds a release: a repo whose one commit is the pristine tree."""
     gitutil.init_commit_all(tree, f"pristine vLLM {version}")
-    return Pristine(tree.resolve(), version, f"https://example.invalid/vllm-{version}.tar.gz",
-                    "0" * 64, repo=True)
+    return Pristine(
+        tree.resolve(),
+        version,
+        f"https://example.invalid/vllm-{version}.tar.gz",
+        "0" * 64,
+        repo=True,
+    )
 
 
 def test_plan_applies_in_memory_and_writes_nothing(tiny: Tiny, tmp_path: Path) -> None:
@@ -40,9 +45,11 @@ def test_plan_applies_in_memory_and_writes_nothing(tiny: Tiny, tmp_path: Path) -
     pl = plan(load_series("demo"), local(tiny.src), events=lambda e, d: events.append((e, d)))
     assert tree_digest(tmp_path) == before
     assert pl.report.ok and pl.report.status == "checked"
-    assert events == [("diff", "Applying 01-kernel.diff (1/3)"),
-                      ("diff", "Applying 2-files.diff (2/3)"),
-                      ("diff", "Applying 10-again.diff (3/3)")]
+    assert events == [
+        ("diff", "Applying 01-kernel.diff (1/3)"),
+        ("diff", "Applying 2-files.diff (2/3)"),
+        ("diff", "Applying 10-again.diff (3/3)"),
+    ]
     # later diffs see earlier ones: 10-again changes what 01-kernel wrote
     assert pl.writes[2]["vllm/model_executor/k.py"][0] == tiny.baked["vllm/model_executor/k.py"]
     assert pl.writes[1]["vllm/old.py"] == (None, 0o644)
@@ -52,8 +59,7 @@ def test_plan_applies_in_memory_and_writes_nothing(tiny: Tiny, tmp_path: Path) -
 def test_bake_returns_the_report_and_writes_the_manifest(tiny: Tiny, tmp_path: Path) -> None:
     out = tmp_path / "out"
     events: list[str] = []
-    report = bake(load_series("demo"), local(tiny.src), out,
-                  events=lambda e, d: events.append(e))
+    report = bake(load_series("demo"), local(tiny.src), out, events=lambda e, d: events.append(e))
     assert report.status == "baked" and events[-1] == "write"
     manifest = read_manifest(out)
     assert manifest is not None
@@ -121,8 +127,9 @@ def test_cached_history_is_linked_not_cloned(tiny: Tiny, tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("form", ["detached", "alternates"])
-def test_cache_repository_of_another_form_is_cloned_by_git(tiny: Tiny, tmp_path: Path,
-                                                           form: str) -> None:
+def test_cache_repository_of_another_form_is_cloned_by_git(
+    tiny: Tiny, tmp_path: Path, form: str
+) -> None:
     pristine = cached(tiny.src, "9.9.9")
     head = gitutil.head(tiny.src)
     if form == "detached":
@@ -132,7 +139,8 @@ def test_cache_repository_of_another_form_is_cloned_by_git(tiny: Tiny, tmp_path:
         git(tmp_path, "clone", "-q", "--bare", str(tiny.src), str(other))
         (tiny.src / ".git" / "objects" / "info").mkdir(exist_ok=True)
         (tiny.src / ".git" / "objects" / "info" / "alternates").write_text(
-            str(other / "objects") + "\n")
+            str(other / "objects") + "\n"
+        )
     out = tmp_path / "out"
     report = bake(load_series("demo"), pristine, out)
     assert report.pristine_commit == head
@@ -163,7 +171,8 @@ def test_conflict_leaves_nothing_and_no_staging(tiny: Tiny, tmp_path: Path) -> N
     report = bake(load_series("demo"), local(tiny.src), out)
     assert report.status == "conflict" and not report.ok
     assert report.failed_hunks() == [
-        ("01-kernel.diff", "vllm/model_executor/k.py", 2, 51, "failed")]
+        ("01-kernel.diff", "vllm/model_executor/k.py", 2, 51, "failed")
+    ]
     assert list((tmp_path / "build").iterdir()) == []
 
 
@@ -188,16 +197,16 @@ def test_keep_failed_carries_applied_hunks_forward(tiny: Tiny, tmp_path: Path) -
 def test_keep_failed_for_a_new_file_that_exists(tiny: Tiny, tmp_path: Path) -> None:
     write_files(tiny.src, {"vllm/model_executor/new.py": "NEW = 2\n"})
     report = bake(load_series("demo"), local(tiny.src), tmp_path / "out", keep_failed=True)
-    assert ("2-files.diff", "vllm/model_executor/new.py", 1, 1, "failed") in \
-        report.failed_hunks()
+    assert ("2-files.diff", "vllm/model_executor/new.py", 1, 1, "failed") in report.failed_hunks()
     failed = tmp_path / "out.failed"
     assert (failed / "vllm/model_executor/new.py").read_text() == "NEW = 2\n"
     rej = (failed / "vllm/model_executor/new.py.rej").read_text()
     assert "@@ -0,0 +1,2 @@\n+NEW = 1\n+OLD = 0\n" in rej
 
 
-def test_error_while_writing_leaves_nothing(tiny: Tiny, tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_error_while_writing_leaves_nothing(
+    tiny: Tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def boom(*args: object, **kwargs: object) -> str:
         raise KeyboardInterrupt
 
@@ -264,17 +273,23 @@ def test_copy_tree_keeps_links_and_modes(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("jobs", [1, 2, 3, 5])
-def test_copy_tree_in_parallel_is_an_exact_copy(tmp_path: Path, jobs: int,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_copy_tree_in_parallel_is_an_exact_copy(
+    tmp_path: Path, jobs: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Cut into parts for several cp at once, the copy is the same as one cp's: every file,
     link, empty folder, mode and time, and nothing from an excluded name."""
     import bakery.bake.treecopy as tc
 
     monkeypatch.setattr(tc, "_SMALL", 10)  # split even this small tree
     files: dict[str, str | tuple[str, int]] = {
-        f"big/sub{i}/f{j}.py": f"{i} {j}\n" for i in range(6) for j in range(9)}
-    files |= {"big/sub0/deep/er/x.sh": ("#!/bin/sh\n", 0o755), "top.txt": "t\n",
-              "small/a": "a\n", ".git/HEAD": "ref\n"}
+        f"big/sub{i}/f{j}.py": f"{i} {j}\n" for i in range(6) for j in range(9)
+    }
+    files |= {
+        "big/sub0/deep/er/x.sh": ("#!/bin/sh\n", 0o755),
+        "top.txt": "t\n",
+        "small/a": "a\n",
+        ".git/HEAD": "ref\n",
+    }
     src = write_files(tmp_path / "src", files)
     (src / "big" / "empty").mkdir()
     os.chmod(src / "big" / "sub1", 0o750)
@@ -288,8 +303,13 @@ def test_copy_tree_in_parallel_is_an_exact_copy(tmp_path: Path, jobs: int,
         out: dict[str, tuple[int, int | str]] = {}
         for p in root.rglob("*"):
             st = p.lstat()
-            what = os.readlink(p) if p.is_symlink() else st.st_mtime_ns if p.is_dir() \
+            what = (
+                os.readlink(p)
+                if p.is_symlink()
+                else st.st_mtime_ns
+                if p.is_dir()
                 else p.read_text()
+            )
             out[str(p.relative_to(root))] = (st.st_mode, what)
         return out
 
@@ -318,8 +338,9 @@ def test_a_file_that_is_not_a_regular_file_is_refused(tmp_path: Path, home: Path
 
 
 def test_package_folder_source_bakes_under_vllm(tiny: Tiny, tmp_path: Path) -> None:
-    pkg = Pristine(tiny.src, None, str(tiny.src / "vllm"), None,
-                   package_dir=(tiny.src / "vllm").resolve())
+    pkg = Pristine(
+        tiny.src, None, str(tiny.src / "vllm"), None, package_dir=(tiny.src / "vllm").resolve()
+    )
     report = bake(load_series("demo"), pkg, tmp_path / "out")
     assert report.status == "baked"
     assert sorted(os.listdir(tmp_path / "out")) == [".bakery", ".git", "vllm"]
@@ -330,13 +351,16 @@ def test_two_diffs_touching_one_file_commit_separately(tiny: Tiny, tmp_path: Pat
     bake(load_series("demo"), local(tiny.src), out)
     log = commits(out)
     changed = [git(out, "show", "--name-only", "--format=", c).split() for c, _, _ in log[1:]]
-    assert changed == [["vllm/model_executor/k.py"],
-                       ["vllm/model_executor/new.py", "vllm/old.py", "vllm/tools/run.sh"],
-                       ["vllm/model_executor/k.py"]]
+    assert changed == [
+        ["vllm/model_executor/k.py"],
+        ["vllm/model_executor/new.py", "vllm/old.py", "vllm/tools/run.sh"],
+        ["vllm/model_executor/k.py"],
+    ]
 
 
-def test_bake_module_has_no_print(capsys: pytest.CaptureFixture[str], tiny: Tiny,
-                                  tmp_path: Path) -> None:
+def test_bake_module_has_no_print(
+    capsys: pytest.CaptureFixture[str], tiny: Tiny, tmp_path: Path
+) -> None:
     bake(load_series("demo"), local(tiny.src), tmp_path / "out")
     assert capsys.readouterr() == ("", "")
     assert bake_mod.__doc__

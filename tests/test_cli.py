@@ -41,8 +41,12 @@ def load(path: Path) -> dict:  # type: ignore[type-arg]
 
 
 def hunks(report: dict) -> list[tuple[str, str, int, str, int]]:  # type: ignore[type-arg]
-    return [(d["name"], f["path"], h["index"], h["status"], h["line"])
-            for d in report["diffs"] for f in d["files"] for h in f["hunks"]]
+    return [
+        (d["name"], f["path"], h["index"], h["status"], h["line"])
+        for d in report["diffs"]
+        for f in d["files"]
+        for h in f["hunks"]
+    ]
 
 
 def no_staging_left(parent: Path) -> None:
@@ -63,14 +67,16 @@ def break_hunk(tiny: Tiny) -> None:
 
 # --- apply -------------------------------------------------------------------------------------
 
+
 def test_apply_bakes_a_git_tree(cli: Cli, tiny: Tiny, tmp_path: Path) -> None:
     out = tmp_path / "out"
     r = cli("apply", "demo", "--vllm", tiny.src, "--out", out)
     assert r.exit_code == 0, r.output
     assert "baked" in r.stdout
     for rel, content in tiny.baked.items():
-        assert (out / rel).read_bytes() == content if content is not None \
-            else not (out / rel).exists()
+        assert (
+            (out / rel).read_bytes() == content if content is not None else not (out / rel).exists()
+        )
     # modes: the git mode change applied, others kept
     assert stat.S_IMODE((out / "vllm/tools/run.sh").stat().st_mode) == 0o644
     assert stat.S_IMODE((out / "vllm/model_executor/new.py").stat().st_mode) == 0o644
@@ -83,10 +89,13 @@ def test_apply_bakes_a_git_tree(cli: Cli, tiny: Tiny, tmp_path: Path) -> None:
         assert body == f"Bakery-Diff-Sha256: {sha256(tiny.series / 'diffs' / name)}"
     # the first commit is the pristine tree, byte for byte
     first = log[0][0]
-    assert git(out, "show", f"{first}:vllm/model_executor/k.py") == \
-        (tiny.src / "vllm/model_executor/k.py").read_text()
+    assert (
+        git(out, "show", f"{first}:vllm/model_executor/k.py")
+        == (tiny.src / "vllm/model_executor/k.py").read_text()
+    )
     assert git(out, "ls-tree", "-r", "--name-only", first).split() == sorted(
-        str(p.relative_to(tiny.src)) for p in tiny.src.rglob("*") if p.is_file())
+        str(p.relative_to(tiny.src)) for p in tiny.src.rglob("*") if p.is_file()
+    )
     assert "100644 " in git(out, "ls-tree", "HEAD", "vllm/tools/run.sh")
     assert git(out, "status", "--porcelain") == ""  # the manifest is not an untracked file
 
@@ -94,11 +103,11 @@ def test_apply_bakes_a_git_tree(cli: Cli, tiny: Tiny, tmp_path: Path) -> None:
     assert manifest["status"] == "baked"
     assert manifest["series"]["name"] == "demo"
     assert manifest["bakery"] == __version__
-    assert manifest["vllm"] == {"version": None, "source": str(tiny.src.resolve()),
-                                "sha256": None}
+    assert manifest["vllm"] == {"version": None, "source": str(tiny.src.resolve()), "sha256": None}
     assert manifest["head"] == log[-1][0] and manifest["pristine_commit"] == first
     assert [d["sha256"] for d in manifest["diffs"]] == [
-        sha256(tiny.series / "diffs" / n) for n in tiny.diffs]
+        sha256(tiny.series / "diffs" / n) for n in tiny.diffs
+    ]
     assert [d["commit"] for d in manifest["diffs"]] == [c for c, _, _ in log[1:]]
     assert all(h[3] == "applied" for h in hunks(manifest))
     no_staging_left(tmp_path)
@@ -140,7 +149,9 @@ def test_apply_reports_offsets(cli: Cli, tiny: Tiny, tmp_path: Path) -> None:
     kernel = rep["diffs"][0]["files"][0]
     assert kernel["status"] == "offset"
     assert [(h["status"], h["line"], h["offset"]) for h in kernel["hunks"]] == [
-        ("offset", 5, 2), ("offset", 53, 2)]
+        ("offset", 5, 2),
+        ("offset", 53, 2),
+    ]
     assert "offset" in r.stdout
 
 
@@ -150,8 +161,9 @@ def test_default_out_is_build_series_label(cli: Cli, tiny: Tiny, home: Path) -> 
     assert (home / "build" / "demo-src" / ".bakery" / "manifest.json").is_file()
 
 
-def test_conflict_writes_nothing_and_names_every_failed_hunk(cli: Cli, tiny: Tiny,
-                                                             tmp_path: Path) -> None:
+def test_conflict_writes_nothing_and_names_every_failed_hunk(
+    cli: Cli, tiny: Tiny, tmp_path: Path
+) -> None:
     break_hunk(tiny)
     (tiny.src / "vllm/old.py").write_text("changed upstream\n")
     r = cli("apply", "demo", "--vllm", tiny.src, "--out", "out", "--json", "r.json")
@@ -165,16 +177,20 @@ def test_conflict_writes_nothing_and_names_every_failed_hunk(cli: Cli, tiny: Tin
     rep = load(tmp_path / "r.json")
     assert rep["status"] == "conflict" and rep["out"] is None
     failed = [h for h in hunks(rep) if h[3] == "failed"]
-    assert failed == [("01-kernel.diff", "vllm/model_executor/k.py", 2, "failed", 51),
-                      ("2-files.diff", "vllm/old.py", 1, "failed", 1)]
+    assert failed == [
+        ("01-kernel.diff", "vllm/model_executor/k.py", 2, "failed", 51),
+        ("2-files.diff", "vllm/old.py", 1, "failed", 1),
+    ]
     assert rep["diffs"][0]["status"] == "failed"
 
 
-def test_keep_failed_writes_the_attempt_with_rej_files(cli: Cli, tiny: Tiny,
-                                                       tmp_path: Path) -> None:
+def test_keep_failed_writes_the_attempt_with_rej_files(
+    cli: Cli, tiny: Tiny, tmp_path: Path
+) -> None:
     break_hunk(tiny)
-    r = cli("apply", "demo", "--vllm", tiny.src, "--out", "out", "--keep-failed",
-            "--json", "r.json")
+    r = cli(
+        "apply", "demo", "--vllm", tiny.src, "--out", "out", "--keep-failed", "--json", "r.json"
+    )
     assert r.exit_code == 1, r.output
     assert not (tmp_path / "out").exists()
     failed = tmp_path / "out.failed"
@@ -190,7 +206,8 @@ def test_keep_failed_writes_the_attempt_with_rej_files(cli: Cli, tiny: Tiny,
     no_staging_left(tmp_path)
     # once the series applies, a bake removes the old attempt
     (tiny.src / "vllm/model_executor/k.py").write_text(
-        (tiny.src / "vllm/model_executor/k.py").read_text().replace("  # upstream", ""))
+        (tiny.src / "vllm/model_executor/k.py").read_text().replace("  # upstream", "")
+    )
     r = cli("apply", "demo", "--vllm", tiny.src, "--out", "out", "--keep-failed")
     assert r.exit_code == 0, r.output
     assert not failed.exists() and (tmp_path / "out").is_dir()
@@ -201,8 +218,9 @@ def test_already_applied_upstream_is_a_conflict(cli: Cli, tiny: Tiny, tmp_path: 
     k.write_text(k.read_text().replace("def f14():\n", 'def f14():\n    """Fourteen."""\n'))
     r = cli("apply", "demo", "--vllm", tiny.src, "--out", "out", "--json", "r.json")
     assert r.exit_code == 1, r.output
-    assert ("01-kernel.diff", "vllm/model_executor/k.py", 2, "already-applied", 51) in \
-        hunks(load(tmp_path / "r.json"))
+    assert ("01-kernel.diff", "vllm/model_executor/k.py", 2, "already-applied", 51) in hunks(
+        load(tmp_path / "r.json")
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -210,8 +228,7 @@ def test_fuzz_only_with_the_option(cli: Cli, tiny: Tiny, tmp_path: Path) -> None
     k = tiny.src / "vllm/model_executor/k.py"
     k.write_text(k.read_text().replace("def f3():\n", "def f3():  # moved on\n"))
     assert cli("apply", "demo", "--vllm", tiny.src, "--out", "out").exit_code == 1
-    r = cli("apply", "demo", "--vllm", tiny.src, "--out", "out", "--fuzz", "1",
-            "--json", "r.json")
+    r = cli("apply", "demo", "--vllm", tiny.src, "--out", "out", "--fuzz", "1", "--json", "r.json")
     assert r.exit_code == 0, r.output
     rep = load(tmp_path / "r.json")
     first = rep["diffs"][0]["files"][0]["hunks"][0]
@@ -220,6 +237,7 @@ def test_fuzz_only_with_the_option(cli: Cli, tiny: Tiny, tmp_path: Path) -> None
 
 
 # --- bad input ---------------------------------------------------------------------------------
+
 
 def _one_error_line(r: Result, only: bool = True) -> str:
     """The one error line on stderr (``only``: and nothing else there, not even progress)."""
@@ -232,8 +250,7 @@ def _one_error_line(r: Result, only: bool = True) -> str:
     return errors[0]
 
 
-def test_bad_diff_is_one_line_naming_file_and_line(cli: Cli, tiny: Tiny,
-                                                   tmp_path: Path) -> None:
+def test_bad_diff_is_one_line_naming_file_and_line(cli: Cli, tiny: Tiny, tmp_path: Path) -> None:
     bad = tiny.diff_path(2)
     bad.write_text(bad.read_text() + " one line too many\n")
     r = cli("apply", "demo", "--vllm", tiny.src, "--out", "out", "--json", "r.json")
@@ -247,10 +264,12 @@ def test_bad_diff_is_one_line_naming_file_and_line(cli: Cli, tiny: Tiny,
     assert rep["diffs"] == []
 
 
-def test_unsafe_diff_is_refused_before_anything_is_written(cli: Cli, tiny: Tiny,
-                                                           tmp_path: Path) -> None:
-    tiny.diff_path(0).write_text("--- a/../../etc/passwd\n+++ b/../../etc/passwd\n"
-                                 "@@ -1 +1 @@\n-root\n+toor\n")
+def test_unsafe_diff_is_refused_before_anything_is_written(
+    cli: Cli, tiny: Tiny, tmp_path: Path
+) -> None:
+    tiny.diff_path(0).write_text(
+        "--- a/../../etc/passwd\n+++ b/../../etc/passwd\n@@ -1 +1 @@\n-root\n+toor\n"
+    )
     r = cli("apply", "demo", "--vllm", tiny.src, "--out", "out")
     assert r.exit_code == 2
     assert "'..' component" in _one_error_line(r)
@@ -285,6 +304,7 @@ def test_no_base_release_and_no_vllm(cli: Cli, tiny: Tiny) -> None:
 
 # --- check and list ----------------------------------------------------------------------------
 
+
 def test_check_writes_nothing(cli: Cli, tiny: Tiny, tmp_path: Path) -> None:
     before = tree_digest(tmp_path)
     r = cli("check", "demo", "--vllm", tiny.src)
@@ -309,14 +329,24 @@ def test_check_json(cli: Cli, tiny: Tiny, tmp_path: Path) -> None:
 
 def test_list(cli: Cli, tiny: Tiny, home: Path) -> None:
     (tiny.series / "series.toml").write_text(
-        'base = "0.30.0"\nroot = "vllm"\nstrip = 1\ndescription = "A tiny series"\n')
+        'base = "0.30.0"\nroot = "vllm"\nstrip = 1\ndescription = "A tiny series"\n'
+    )
     (home / "patches" / "demo" / "0.31.0").mkdir(parents=True)
     r = cli("list")
     assert r.exit_code == 0, r.output
     out = r.stdout
-    for words in ["demo", "base 0.30.0", "A tiny series", "ports: 0.31.0", "01-kernel.diff",
-                  "(2 hunks)", "baked/model_executor/k.py", "b/model_executor/new.py",
-                  "a/old.py", "10-again.diff"]:
+    for words in [
+        "demo",
+        "base 0.30.0",
+        "A tiny series",
+        "ports: 0.31.0",
+        "01-kernel.diff",
+        "(2 hunks)",
+        "baked/model_executor/k.py",
+        "b/model_executor/new.py",
+        "a/old.py",
+        "10-again.diff",
+    ]:
         assert words in out, words
     assert out.index("01-kernel.diff") < out.index("2-files.diff") < out.index("10-again.diff")
     r = cli("list", "demo", "--json")
@@ -329,13 +359,24 @@ def test_list(cli: Cli, tiny: Tiny, home: Path) -> None:
 
 # --- sources -----------------------------------------------------------------------------------
 
+
 def test_pristine_source_is_never_changed(cli: Cli, tiny: Tiny) -> None:
     before = tree_digest(tiny.src)
     assert cli("apply", "demo", "--vllm", tiny.src, "--out", "out").exit_code == 0
     break_hunk(tiny)
     before = tree_digest(tiny.src)
-    assert cli("apply", "demo", "--vllm", tiny.src, "--out", "o2", "--keep-failed",
-               ).exit_code == 1
+    assert (
+        cli(
+            "apply",
+            "demo",
+            "--vllm",
+            tiny.src,
+            "--out",
+            "o2",
+            "--keep-failed",
+        ).exit_code
+        == 1
+    )
     assert tree_digest(tiny.src) == before
 
 
@@ -372,8 +413,10 @@ def test_dirty_checkout_refused_unless_allowed(cli: Cli, tmp_path: Path, home: P
     assert r.exit_code == 0, r.output
     assert (tmp_path / "out/setup.py").read_text() == "print('local change')\n"
     assert (tmp_path / "out/untracked.txt").is_file()
-    assert not (tmp_path / "out" / ".git" / "refs" / "remotes").exists() or \
-        git(tmp_path / "out", "remote") == ""
+    assert (
+        not (tmp_path / "out" / ".git" / "refs" / "remotes").exists()
+        or git(tmp_path / "out", "remote") == ""
+    )
 
 
 def test_ignored_files_of_a_checkout_are_left_out(cli: Cli, tmp_path: Path, home: Path) -> None:
@@ -392,8 +435,9 @@ def test_git_url_source(cli: Cli, tmp_path: Path, home: Path) -> None:
     tag_commit = git(tiny.src, "rev-parse", "HEAD").strip()
     git(tiny.src, "tag", "v1")
     before = tree_digest(tiny.src)
-    r = cli("apply", "demo", "--vllm", f"git+file://{tiny.src}@v1", "--out", "out",
-            "--json", "r.json")
+    r = cli(
+        "apply", "demo", "--vllm", f"git+file://{tiny.src}@v1", "--out", "out", "--json", "r.json"
+    )
     assert r.exit_code == 0, r.output
     rep = load(tmp_path / "r.json")
     assert rep["vllm"]["source"] == f"file://{tiny.src}@{tag_commit}"
@@ -404,20 +448,19 @@ def test_git_url_source(cli: Cli, tmp_path: Path, home: Path) -> None:
 
 def test_installed_package_folder_source(cli: Cli, tmp_path: Path, home: Path) -> None:
     tiny = make_tiny(tmp_path / "site-packages", home)
-    write_files(tiny.src, {"vllm/_version.py": "version = '0.99.0'\n",
-                           "vllm/__pycache__/x.pyc": "junk"})
+    write_files(
+        tiny.src, {"vllm/_version.py": "version = '0.99.0'\n", "vllm/__pycache__/x.pyc": "junk"}
+    )
     r = cli("apply", "demo", "--vllm", tiny.src / "vllm", "--out", "out", "--json", "r.json")
     assert r.exit_code == 0, r.output
     out = tmp_path / "out"
-    assert (out / "vllm/model_executor/k.py").read_bytes() == \
-        tiny.baked["vllm/model_executor/k.py"]
+    assert (out / "vllm/model_executor/k.py").read_bytes() == tiny.baked["vllm/model_executor/k.py"]
     assert not (out / "vllm/__pycache__").exists()
     assert not (out / "setup.py").exists()  # only the package folder is copied
     assert load(tmp_path / "r.json")["vllm"]["version"] == "0.99.0"
 
 
-def test_symlink_in_the_source_is_not_written_through(cli: Cli, tmp_path: Path,
-                                                      home: Path) -> None:
+def test_symlink_in_the_source_is_not_written_through(cli: Cli, tmp_path: Path, home: Path) -> None:
     tiny = make_tiny(tmp_path / "src", home)
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -432,6 +475,7 @@ def test_symlink_in_the_source_is_not_written_through(cli: Cli, tmp_path: Path,
 
 
 # --- repeated bakes ----------------------------------------------------------------------------
+
 
 def test_same_inputs_same_commit_ids(cli: Cli, tiny: Tiny, tmp_path: Path) -> None:
     assert cli("apply", "demo", "--vllm", tiny.src, "--out", "a").exit_code == 0
@@ -465,8 +509,9 @@ def test_rebake_replaces_an_unchanged_bake(cli: Cli, tiny: Tiny, tmp_path: Path)
 
 
 @pytest.mark.parametrize("how", ["edit", "untracked", "commit"])
-def test_local_changes_in_a_baked_tree_are_not_overwritten(cli: Cli, tiny: Tiny,
-                                                           tmp_path: Path, how: str) -> None:
+def test_local_changes_in_a_baked_tree_are_not_overwritten(
+    cli: Cli, tiny: Tiny, tmp_path: Path, how: str
+) -> None:
     out = tmp_path / "out"
     assert cli("apply", "demo", "--vllm", tiny.src, "--out", out).exit_code == 0
     k = out / "vllm/model_executor/k.py"
@@ -498,8 +543,7 @@ def test_out_that_is_not_a_bake_is_refused(cli: Cli, tiny: Tiny, tmp_path: Path)
     assert cli("apply", "demo", "--vllm", tiny.src, "--out", "empty").exit_code == 0
 
 
-def test_conflict_keeps_an_earlier_bake_away_from_out(cli: Cli, tiny: Tiny,
-                                                      tmp_path: Path) -> None:
+def test_conflict_keeps_an_earlier_bake_away_from_out(cli: Cli, tiny: Tiny, tmp_path: Path) -> None:
     # A conflict leaves nothing at --out, so an earlier (now stale) bake is removed too.
     assert cli("apply", "demo", "--vllm", tiny.src, "--out", "out").exit_code == 0
     break_hunk(tiny)
@@ -508,6 +552,7 @@ def test_conflict_keeps_an_earlier_bake_away_from_out(cli: Cli, tiny: Tiny,
 
 
 # --- layout detection --------------------------------------------------------------------------
+
 
 def test_detected_layout_is_printed(cli: Cli, tmp_path: Path, home: Path) -> None:
     tiny = make_tiny(tmp_path / "src", home, toml=None)

@@ -38,6 +38,7 @@ DIFF = "--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1,4 +1,4 @@\n a\n-b\n+B\n c\n d\n"
 
 # --- the index ------------------------------------------------------------------------------
 
+
 @dataclass
 class Index:
     """A package index on 127.0.0.1: ``add`` a file, read ``downloads``."""
@@ -56,14 +57,23 @@ class Index:
 
     def page(self) -> bytes:
         base = self.url.rsplit("/simple", 1)[0]
-        return json.dumps({
-            "meta": {"api-version": "1.0"}, "name": "vllm",
-            "files": [{"filename": name, "url": f"{base}/files/{name}",
-                       "hashes": {"sha256": self.stated_sha.get(
-                           name, hashlib.sha256(data).hexdigest())},
-                       "size": len(data)}
-                      for name, data in self.files.items()],
-        }).encode()
+        return json.dumps(
+            {
+                "meta": {"api-version": "1.0"},
+                "name": "vllm",
+                "files": [
+                    {
+                        "filename": name,
+                        "url": f"{base}/files/{name}",
+                        "hashes": {
+                            "sha256": self.stated_sha.get(name, hashlib.sha256(data).hexdigest())
+                        },
+                        "size": len(data),
+                    }
+                    for name, data in self.files.items()
+                ],
+            }
+        ).encode()
 
 
 @contextlib.contextmanager
@@ -118,8 +128,12 @@ def index(monkeypatch: pytest.MonkeyPatch) -> Iterator[Index]:
         yield idx
 
 
-def sdist(version: str, files: int = 40, extra: list[tarfile.TarInfo] | None = None,
-          extra_data: dict[str, bytes] | None = None) -> bytes:
+def sdist(
+    version: str,
+    files: int = 40,
+    extra: list[tarfile.TarInfo] | None = None,
+    extra_data: dict[str, bytes] | None = None,
+) -> bytes:
     """vllm-<version>.tar.gz with PKG-INFO, vllm/x.py and some filler modules."""
     top = f"vllm-{version}"
     members = {
@@ -162,8 +176,12 @@ def assert_baked(out: Path, version: str) -> str:
 def bake_cli(series: Path, version: str, out: Path) -> Result:
     from bakery.cli.app import app
 
-    return CliRunner().invoke(app, ["apply", str(series), "--vllm", version, "--out", str(out)],
-                              env={"COLUMNS": "200"}, catch_exceptions=False)
+    return CliRunner().invoke(
+        app,
+        ["apply", str(series), "--vllm", version, "--out", str(out)],
+        env={"COLUMNS": "200"},
+        catch_exceptions=False,
+    )
 
 
 def cache_debris(cache: Path) -> list[str]:
@@ -172,12 +190,16 @@ def cache_debris(cache: Path) -> list[str]:
     for sub in ("trees", "sdists"):
         d = cache / sub
         if d.is_dir():
-            found += [f"{sub}/{p.name}" for p in d.iterdir()
-                      if p.name.startswith(".") or p.name.endswith((".part", ".tmp"))]
+            found += [
+                f"{sub}/{p.name}"
+                for p in d.iterdir()
+                if p.name.startswith(".") or p.name.endswith((".part", ".tmp"))
+            ]
     return found
 
 
 # --- several bakes at once -------------------------------------------------------------------
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
@@ -192,11 +214,28 @@ def test_concurrent_bakes_share_the_cache(index: Index, tmp_path: Path) -> None:
 
     def wave(tag: str) -> dict[str, set[str]]:
         procs = [
-            (v, tmp_path / f"out-{tag}-{i}", subprocess.Popen(
-                [sys.executable, "-m", "bakery", "apply", str(series), "--vllm", v, "--out",
-                 str(tmp_path / f"out-{tag}-{i}")],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-            for i, v in enumerate(versions)]
+            (
+                v,
+                tmp_path / f"out-{tag}-{i}",
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "bakery",
+                        "apply",
+                        str(series),
+                        "--vllm",
+                        v,
+                        "--out",
+                        str(tmp_path / f"out-{tag}-{i}"),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                ),
+            )
+            for i, v in enumerate(versions)
+        ]
         heads: dict[str, set[str]] = {}
         for v, out, proc in procs:
             _, err = proc.communicate(timeout=150)
@@ -225,10 +264,25 @@ def test_concurrent_bakes_to_one_out(index: Index, tmp_path: Path) -> None:
     series = _series(tmp_path)
     assert bake_cli(series, "9.9.0", tmp_path / "warm").exit_code == 0  # fill the cache
     out = tmp_path / "out"
-    procs = [subprocess.Popen([sys.executable, "-m", "bakery", "apply", str(series), "--vllm",
-                               "9.9.0", "--out", str(out)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for _ in range(4)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bakery",
+                "apply",
+                str(series),
+                "--vllm",
+                "9.9.0",
+                "--out",
+                str(out),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
     codes = []
     for proc in procs:
         _, err = proc.communicate(timeout=100)
@@ -243,6 +297,7 @@ def test_concurrent_bakes_to_one_out(index: Index, tmp_path: Path) -> None:
 
 
 # --- a damaged cache ---------------------------------------------------------------------------
+
 
 @pytest.fixture
 def baked_once(index: Index, tmp_path: Path) -> tuple[Path, Path, str]:
@@ -260,17 +315,21 @@ def _drop_tree(cache: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", ["truncated", "flipped", "empty", "other-file"])
-def test_damaged_cached_sdist_is_downloaded_again(baked_once: tuple[Path, Path, str],
-                                                  index: Index, tmp_path: Path,
-                                                  damage: str) -> None:
+def test_damaged_cached_sdist_is_downloaded_again(
+    baked_once: tuple[Path, Path, str], index: Index, tmp_path: Path, damage: str
+) -> None:
     cache, series, head = baked_once
     _drop_tree(cache)  # so that the sdist is read again
     sd = cache / "sdists" / "vllm-9.9.0.tar.gz"
     data = sd.read_bytes()
-    sd.write_bytes({"truncated": data[: len(data) // 2],
-                    "flipped": data[:100] + bytes([data[100] ^ 0xFF]) + data[101:],
-                    "empty": b"",
-                    "other-file": sdist("6.6.6")}[damage])
+    sd.write_bytes(
+        {
+            "truncated": data[: len(data) // 2],
+            "flipped": data[:100] + bytes([data[100] ^ 0xFF]) + data[101:],
+            "empty": b"",
+            "other-file": sdist("6.6.6"),
+        }[damage]
+    )
     result = bake_cli(series, "9.9.0", tmp_path / "again")
     assert result.exit_code == 0, result.stderr
     assert index.downloads["vllm-9.9.0.tar.gz"] == 2
@@ -303,8 +362,14 @@ def _deleted_file(tree: Path) -> None:
 
 def _moved_head(tree: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update({"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                "GIT_COMMITTER_EMAIL": "t@t"})
+    env.update(
+        {
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        }
+    )
     (tree / "vllm" / "x.py").write_text("tampered\n")
     subprocess.run(["git", "commit", "-qam", "tamper"], cwd=tree, env=env, check=True)
 
@@ -331,12 +396,24 @@ def _no_git(tree: Path) -> None:
     shutil.rmtree(tree / ".git")
 
 
-@pytest.mark.parametrize("damage", [_edit_file, _same_size_same_mtime, _new_file, _deleted_file,
-                                    _moved_head, _broken_marker, _half_built, _no_git,
-                                    _older_format],
-                         ids=lambda f: f.__name__.strip("_"))
-def test_damaged_cached_tree_is_rebuilt(baked_once: tuple[Path, Path, str], index: Index,
-                                        tmp_path: Path, damage: object) -> None:
+@pytest.mark.parametrize(
+    "damage",
+    [
+        _edit_file,
+        _same_size_same_mtime,
+        _new_file,
+        _deleted_file,
+        _moved_head,
+        _broken_marker,
+        _half_built,
+        _no_git,
+        _older_format,
+    ],
+    ids=lambda f: f.__name__.strip("_"),
+)
+def test_damaged_cached_tree_is_rebuilt(
+    baked_once: tuple[Path, Path, str], index: Index, tmp_path: Path, damage: object
+) -> None:
     cache, series, head = baked_once
     damage(cache / "trees" / "vllm-9.9.0")  # type: ignore[operator]
     result = bake_cli(series, "9.9.0", tmp_path / "again")
@@ -353,8 +430,9 @@ def test_damaged_cached_tree_is_rebuilt(baked_once: tuple[Path, Path, str], inde
     assert meta["format"] == FORMAT  # rebuilt where it was damaged or of an older format
 
 
-def test_a_restored_cache_is_made_fast_again(baked_once: tuple[Path, Path, str],
-                                             tmp_path: Path) -> None:
+def test_a_restored_cache_is_made_fast_again(
+    baked_once: tuple[Path, Path, str], tmp_path: Path
+) -> None:
     """A cache copied or restored (a CI cache) has new inodes and ctimes: the first bake
     from it has git read every file to find it unchanged, and writes the index back, so
     the next bake's look is quick again (the index's stat data are the files')."""
@@ -389,24 +467,36 @@ def test_a_restored_cache_is_made_fast_again(baked_once: tuple[Path, Path, str],
 
 # --- what the index serves ------------------------------------------------------------------------
 
-def _info(name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "", size: int = 0,
-          mode: int = 0o644) -> tarfile.TarInfo:
+
+def _info(
+    name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "", size: int = 0, mode: int = 0o644
+) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.type, info.linkname, info.size, info.mode = kind, linkname, size, mode
     return info
 
 
 MALICIOUS: dict[str, tuple[list[tarfile.TarInfo], dict[str, bytes]]] = {
-    "dotdot-member": ([_info("vllm-6.6.6/../../escaped.py", size=3)],
-                      {"vllm-6.6.6/../../escaped.py": b"x=1"}),
-    "absolute-member": ([_info("/tmp/bakery-sdist-escaped.py", size=3)],
-                        {"/tmp/bakery-sdist-escaped.py": b"x=1"}),
-    "symlink-out-absolute": ([_info("vllm-6.6.6/vllm/passwd.py", tarfile.SYMTYPE,
-                                    "/etc/passwd")], {}),
+    "dotdot-member": (
+        [_info("vllm-6.6.6/../../escaped.py", size=3)],
+        {"vllm-6.6.6/../../escaped.py": b"x=1"},
+    ),
+    "absolute-member": (
+        [_info("/tmp/bakery-sdist-escaped.py", size=3)],
+        {"/tmp/bakery-sdist-escaped.py": b"x=1"},
+    ),
+    "symlink-out-absolute": (
+        [_info("vllm-6.6.6/vllm/passwd.py", tarfile.SYMTYPE, "/etc/passwd")],
+        {},
+    ),
     "symlink-out-relative": ([_info("vllm-6.6.6/vllm/up", tarfile.SYMTYPE, "../../..")], {}),
-    "symlink-then-write-through": ([_info("vllm-6.6.6/vllm/out", tarfile.SYMTYPE, "../../.."),
-                                    _info("vllm-6.6.6/vllm/out/escaped.py", size=3)],
-                                   {"vllm-6.6.6/vllm/out/escaped.py": b"x=1"}),
+    "symlink-then-write-through": (
+        [
+            _info("vllm-6.6.6/vllm/out", tarfile.SYMTYPE, "../../.."),
+            _info("vllm-6.6.6/vllm/out/escaped.py", size=3),
+        ],
+        {"vllm-6.6.6/vllm/out/escaped.py": b"x=1"},
+    ),
     "hardlink-out": ([_info("vllm-6.6.6/vllm/shadow", tarfile.LNKTYPE, "/etc/passwd")], {}),
     "char-device": ([_info("vllm-6.6.6/vllm/null", tarfile.CHRTYPE)], {}),
     "block-device": ([_info("vllm-6.6.6/vllm/disk", tarfile.BLKTYPE)], {}),
@@ -443,18 +533,22 @@ def test_malicious_sdist_is_refused(name: str, index: Index, tmp_path: Path) -> 
 def test_setuid_and_odd_modes_are_dropped(index: Index, tmp_path: Path) -> None:
     """tarfile's data filter keeps a file but not its setuid bit or world-writable mode."""
     members = [_info("vllm-6.6.6/vllm/suid.py", size=3, mode=0o6777)]
-    index.add("vllm-6.6.6.tar.gz", sdist("6.6.6", files=2, extra=members,
-                                         extra_data={"vllm-6.6.6/vllm/suid.py": b"x=1"}))
+    index.add(
+        "vllm-6.6.6.tar.gz",
+        sdist("6.6.6", files=2, extra=members, extra_data={"vllm-6.6.6/vllm/suid.py": b"x=1"}),
+    )
     result = bake_cli(_series(tmp_path), "6.6.6", tmp_path / "out")
     assert result.exit_code == 0, result.stderr
     mode = (tmp_path / "out" / "vllm" / "suid.py").stat().st_mode & 0o7777
     assert not mode & 0o6000 and not mode & 0o002
 
 
-@pytest.mark.parametrize("problem", ["sha-mismatch", "cut-short", "not-a-tarball", "missing",
-                                     "index-garbage"])
-def test_bad_downloads_are_refused(problem: str, index: Index, tmp_path: Path,
-                                   monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "problem", ["sha-mismatch", "cut-short", "not-a-tarball", "missing", "index-garbage"]
+)
+def test_bad_downloads_are_refused(
+    problem: str, index: Index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     name = "vllm-6.6.6.tar.gz"
     good = sdist("6.6.6", files=2)
     if problem == "sha-mismatch":
@@ -489,9 +583,21 @@ def test_killed_cache_builds_are_cleaned(index: Index, tmp_path: Path) -> None:
     for delay in (0.3, 0.5, 0.7, 0.9, 1.2):
         if marker.exists():
             break
-        proc = subprocess.Popen([sys.executable, "-m", "bakery", "apply", str(series), "--vllm",
-                                 "9.9.0", "--out", str(tmp_path / "out")],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bakery",
+                "apply",
+                str(series),
+                "--vllm",
+                "9.9.0",
+                "--out",
+                str(tmp_path / "out"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(delay)
         proc.kill()
         proc.wait()

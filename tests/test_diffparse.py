@@ -13,8 +13,14 @@ from bakery.patch.parse import DEV_NULL, read_diff
 
 from .conftest import PROJECT, SAMPLES
 
-GOOD = ["two_hunks.diff", "git_files.diff", "noeol_old.diff", "noeol_new.diff",
-        "noeol_both.diff", "crlf_lines.diff"]
+GOOD = [
+    "two_hunks.diff",
+    "git_files.diff",
+    "noeol_old.diff",
+    "noeol_new.diff",
+    "noeol_both.diff",
+    "crlf_lines.diff",
+]
 
 #: sample -> (line the error names, words the message holds)
 BAD = {
@@ -52,7 +58,8 @@ def parse(text: str | bytes, name: str = "t.diff") -> list:
 def test_good_samples_read_as_unidiff_reads_them(sample: str) -> None:
     diff = read_diff(SAMPLES / sample)
     ref = unidiff.PatchSet(
-        (SAMPLES / sample).read_bytes().decode("latin-1").splitlines(keepends=True))
+        (SAMPLES / sample).read_bytes().decode("latin-1").splitlines(keepends=True)
+    )
     assert len(diff.files) == len(ref)
     for fp, rf in zip(diff.files, ref, strict=True):
         assert (fp.old_name, fp.new_name) == (rf.source_file, rf.target_file)
@@ -61,9 +68,14 @@ def test_good_samples_read_as_unidiff_reads_them(sample: str) -> None:
         assert len(fp.hunks) == len(rf)
         for h, rh in zip(fp.hunks, rf, strict=True):
             assert (h.old_start, h.old_len, h.new_start, h.new_len) == (
-                rh.source_start, rh.source_length, rh.target_start, rh.target_length)
-            ref_lines = [(ln.line_type, ln.value.rstrip("\n")) for ln in rh
-                         if ln.line_type in " -+"]
+                rh.source_start,
+                rh.source_length,
+                rh.target_start,
+                rh.target_length,
+            )
+            ref_lines = [
+                (ln.line_type, ln.value.rstrip("\n")) for ln in rh if ln.line_type in " -+"
+            ]
             assert h.lines == ref_lines
 
 
@@ -86,8 +98,12 @@ def test_git_headers_give_modes_new_and_deleted_files() -> None:
 
 def test_format_patch_mail_with_diffstat_and_signature() -> None:
     files = read_diff(SAMPLES / "format_patch.diff").files
-    assert [f.new_name for f in files] == ["b/pkg/app.py", DEV_NULL, "b/tools/new.sh",
-                                           "b/tools/run.sh"]
+    assert [f.new_name for f in files] == [
+        "b/pkg/app.py",
+        DEV_NULL,
+        "b/tools/new.sh",
+        "b/tools/run.sh",
+    ]
     assert files[3].new_mode == 0o755
 
 
@@ -104,8 +120,13 @@ def test_last_line_without_newline_is_accepted() -> None:
 
 
 def test_the_users_dcp2_diff_parses() -> None:
-    path = PROJECT / "launcher" / "dcp2" / "diffs" / \
-        "02-model_executor_kernels_attention_dsa_candidate_blocks.py.diff"
+    path = (
+        PROJECT
+        / "launcher"
+        / "dcp2"
+        / "diffs"
+        / "02-model_executor_kernels_attention_dsa_candidate_blocks.py.diff"
+    )
     assert not path.read_bytes().endswith(b"\n")  # the case this test is about
     (fp,) = read_diff(path).files
     assert fp.old_name == "baked-ours/model_executor/kernels/attention/dsa/candidate_blocks.py"
@@ -113,9 +134,14 @@ def test_the_users_dcp2_diff_parses() -> None:
     assert fp.hunks[-1].lines[-1] == (" ", "        return")
 
 
-@pytest.mark.parametrize(("sample", "old_noeol", "new_noeol"), [
-    ("noeol_old.diff", True, False), ("noeol_new.diff", False, True),
-    ("noeol_both.diff", True, True)])
+@pytest.mark.parametrize(
+    ("sample", "old_noeol", "new_noeol"),
+    [
+        ("noeol_old.diff", True, False),
+        ("noeol_new.diff", False, True),
+        ("noeol_both.diff", True, True),
+    ],
+)
 def test_no_newline_markers(sample: str, old_noeol: bool, new_noeol: bool) -> None:
     (fp,) = read_diff(SAMPLES / sample).files
     h = fp.hunks[-1]
@@ -123,8 +149,7 @@ def test_no_newline_markers(sample: str, old_noeol: bool, new_noeol: bool) -> No
 
 
 def test_noeol_marker_after_a_context_line_sets_both_sides() -> None:
-    (fp,) = parse("--- a/x\n+++ b/x\n@@ -1,2 +1,3 @@\n+new\n a\n b\n"
-                  "\\ No newline at end of file\n")
+    (fp,) = parse("--- a/x\n+++ b/x\n@@ -1,2 +1,3 @@\n+new\n a\n b\n\\ No newline at end of file\n")
     h = fp.hunks[0]
     assert h.old_noeol and h.new_noeol
 
@@ -135,8 +160,9 @@ def test_crlf_lines_keep_their_cr_in_the_hunk() -> None:
 
 
 def test_timestamps_are_dropped_and_quoted_names_unquoted() -> None:
-    (fp,) = parse('--- "a/sp ace\\tx"\t2024-01-01 00:00:00\n+++ "b/sp ace\\tx"\n'
-                  "@@ -1 +1 @@\n-a\n+b\n")
+    (fp,) = parse(
+        '--- "a/sp ace\\tx"\t2024-01-01 00:00:00\n+++ "b/sp ace\\tx"\n@@ -1 +1 @@\n-a\n+b\n'
+    )
     assert fp.old_name == "a/sp ace\tx"
     assert fp.new_name == "b/sp ace\tx"
 
@@ -183,16 +209,22 @@ def test_unsafe_paths_are_refused_when_resolved(sample: str) -> None:
 def test_resolve_paths_strips_and_adds_root() -> None:
     diff = read_diff(SAMPLES / "git_files.diff")
     diff.resolve_paths(1, "vllm")
-    assert [fp.path for fp in diff.files] == ["vllm/pkg/app.py", "vllm/pkg/old.py",
-                                              "vllm/tools/new.sh", "vllm/tools/run.sh"]
+    assert [fp.path for fp in diff.files] == [
+        "vllm/pkg/app.py",
+        "vllm/pkg/old.py",
+        "vllm/tools/new.sh",
+        "vllm/tools/run.sh",
+    ]
 
 
 def test_resolve_paths_refuses_renames_and_files_patched_twice() -> None:
     diff = read_diff(Path("r.diff"), b"--- a/x\n+++ b/y\n@@ -1 +1 @@\n-a\n+b\n")
     with pytest.raises(DiffError, match="renames"):
         diff.resolve_paths(1, "")
-    twice = read_diff(Path("t.diff"), b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"
-                      b"--- a/x\n+++ b/x\n@@ -5 +5 @@\n-c\n+d\n")
+    twice = read_diff(
+        Path("t.diff"),
+        b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n--- a/x\n+++ b/x\n@@ -5 +5 @@\n-c\n+d\n",
+    )
     with pytest.raises(DiffError, match="patched twice") as info:
         twice.resolve_paths(1, "")
     assert info.value.line == 6
@@ -204,20 +236,30 @@ def test_too_few_path_parts_for_the_strip_count() -> None:
         diff.resolve_paths(1, "")
 
 
-@pytest.mark.parametrize(("text", "line", "words"), [
-    ("--- a/x\n+++ b/x\n", 1, "file header without hunks"),
-    ("--- /dev/null\n+++ /dev/null\n@@ -0,0 +1 @@\n+a\n", 1, "both sides are /dev/null"),
-    ("--- /dev/null\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", 3, "new file must have one hunk"),
-    ("--- a/x\n+++ /dev/null\n@@ -1 +1 @@\n-a\n+b\n", 3, "deleted file must have one hunk"),
-    ("--- a/x\n+++ b/x\n@@ -0,1 +0,1 @@\n-a\n+b\n", 3, "starts at line 0"),
-    ("--- a/x\n+++ b/x\n@@ -1234567890,1 +1,1 @@\n-a\n+b\n", 3, "too large"),
-    ("diff --git a/x b/x\nnew file mode 100644\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n",
-     3, "'new file mode' and the --- header disagree"),
-    ("diff --git a/x b/x\nindex 1..2\n", 1, "nothing to apply"),
-    ("diff --git a/x b/x\ngarbage\n", 2, "unexpected line in git header"),
-    ("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n\\ No newline at end of file\n"
-     "\\ No newline at end of file\n", 7, "beyond the counts"),
-])
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        ("--- a/x\n+++ b/x\n", 1, "file header without hunks"),
+        ("--- /dev/null\n+++ /dev/null\n@@ -0,0 +1 @@\n+a\n", 1, "both sides are /dev/null"),
+        ("--- /dev/null\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", 3, "new file must have one hunk"),
+        ("--- a/x\n+++ /dev/null\n@@ -1 +1 @@\n-a\n+b\n", 3, "deleted file must have one hunk"),
+        ("--- a/x\n+++ b/x\n@@ -0,1 +0,1 @@\n-a\n+b\n", 3, "starts at line 0"),
+        ("--- a/x\n+++ b/x\n@@ -1234567890,1 +1,1 @@\n-a\n+b\n", 3, "too large"),
+        (
+            "diff --git a/x b/x\nnew file mode 100644\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n",
+            3,
+            "'new file mode' and the --- header disagree",
+        ),
+        ("diff --git a/x b/x\nindex 1..2\n", 1, "nothing to apply"),
+        ("diff --git a/x b/x\ngarbage\n", 2, "unexpected line in git header"),
+        (
+            "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n\\ No newline at end of file\n"
+            "\\ No newline at end of file\n",
+            7,
+            "beyond the counts",
+        ),
+    ],
+)
 def test_malformed_inline(text: str, line: int, words: str) -> None:
     with pytest.raises(DiffError) as info:
         parse(text)

@@ -45,12 +45,15 @@ def lines(text: str) -> list[str]:
     return text.splitlines(keepends=True)
 
 
-_HUNK_RE = re.compile(r"Hunk #(\d+) (succeeded|FAILED) at (\d+)(?: with fuzz (\d+))?"
-                      r"(?: \(offset (-?\d+) lines?\))?")
+_HUNK_RE = re.compile(
+    r"Hunk #(\d+) (succeeded|FAILED) at (\d+)(?: with fuzz (\d+))?"
+    r"(?: \(offset (-?\d+) lines?\))?"
+)
 
 
-def gnu(tmp_path: Path, content: bytes | None, diff: str | bytes, *extra: str
-        ) -> tuple[int, bytes | None, dict[int, tuple[str, int, int, int]]]:
+def gnu(
+    tmp_path: Path, content: bytes | None, diff: str | bytes, *extra: str
+) -> tuple[int, bytes | None, dict[int, tuple[str, int, int, int]]]:
     """GNU patch's result on the diff's one file: exit code, new content, and per hunk
     (status, line, fuzz, offset) for the hunks it reports."""
     tree = tmp_path / "gnu"
@@ -62,14 +65,17 @@ def gnu(tmp_path: Path, content: bytes | None, diff: str | bytes, *extra: str
     if content is not None:
         name.write_bytes(content)
     proc = gnu_patch(tree, data, *extra)
-    report = {int(m[1]): (m[2], int(m[3]), int(m[4] or 0), int(m[5] or 0))
-              for m in _HUNK_RE.finditer(proc.stdout)}
+    report = {
+        int(m[1]): (m[2], int(m[3]), int(m[4] or 0), int(m[5] or 0))
+        for m in _HUNK_RE.finditer(proc.stdout)
+    }
     out = name.read_bytes() if name.exists() else None
     return proc.returncode, out, report
 
 
-def assert_same_as_gnu(tmp_path: Path, content: bytes, diff: str | bytes, res: FileResult,
-                       fuzz: int = 0, *extra: str) -> None:
+def assert_same_as_gnu(
+    tmp_path: Path, content: bytes, diff: str | bytes, res: FileResult, fuzz: int = 0, *extra: str
+) -> None:
     """bakery applied every hunk: GNU patch applies them too, at the same lines with the same
     offsets and fuzz, and writes the same bytes."""
     assert res.ok, outcomes(res)
@@ -83,6 +89,7 @@ def assert_same_as_gnu(tmp_path: Path, content: bytes, diff: str | bytes, res: F
 
 # --- outcomes ------------------------------------------------------------------------------
 
+
 @needs_patch
 def test_applied_at_the_stated_lines(tmp_path: Path) -> None:
     fp = sample("two_hunks.diff")
@@ -90,8 +97,7 @@ def test_applied_at_the_stated_lines(tmp_path: Path) -> None:
     assert outcomes(res) == [("applied", 2, 0, 0), ("applied", 22, 0, 0)]
     assert res.status is Outcome.APPLIED
     assert b"line five\n" in res.content and b"line 24\nadded after 24\n" in res.content
-    assert_same_as_gnu(tmp_path, BASE30.encode(), (SAMPLES / "two_hunks.diff").read_bytes(),
-                       res)
+    assert_same_as_gnu(tmp_path, BASE30.encode(), (SAMPLES / "two_hunks.diff").read_bytes(), res)
 
 
 @needs_patch
@@ -101,8 +107,7 @@ def test_offset_is_reported_and_carried_to_the_next_hunk(tmp_path: Path) -> None
     res = apply_file(fp, shifted.encode())
     assert outcomes(res) == [("offset", 7, 5, 0), ("offset", 27, 5, 0)]
     assert res.status is Outcome.OFFSET and res.ok
-    assert_same_as_gnu(tmp_path, shifted.encode(), (SAMPLES / "two_hunks.diff").read_bytes(),
-                       res)
+    assert_same_as_gnu(tmp_path, shifted.encode(), (SAMPLES / "two_hunks.diff").read_bytes(), res)
 
 
 @needs_patch
@@ -230,6 +235,7 @@ def test_insertion_without_context() -> None:
 
 # --- new and deleted files -----------------------------------------------------------------
 
+
 def test_new_file_from_git_header_gets_its_mode() -> None:
     diff = read_diff(SAMPLES / "git_files.diff")
     diff.resolve_paths(1, "")
@@ -241,8 +247,9 @@ def test_new_file_from_git_header_gets_its_mode() -> None:
 
 
 def test_new_file_from_plain_diff_is_0644_and_keeps_no_newline() -> None:
-    fp = fpatch("--- /dev/null\n+++ b/n.txt\n@@ -0,0 +1,2 @@\n+one\n+two\n"
-                "\\ No newline at end of file\n")
+    fp = fpatch(
+        "--- /dev/null\n+++ b/n.txt\n@@ -0,0 +1,2 @@\n+one\n+two\n\\ No newline at end of file\n"
+    )
     res = apply_file(fp, None)
     assert (res.content, res.mode) == (b"one\ntwo", 0o644)
 
@@ -278,23 +285,29 @@ def test_deleting_an_empty_file_without_hunks() -> None:
 
 # --- line endings ------------------------------------------------------------------------------
 
+
 @needs_patch
-@pytest.mark.parametrize(("name", "before", "after"), [
-    ("noeol_old.diff", b"one\ntwo\nthree", b"one\ntwo\nthree\nfour\n"),
-    ("noeol_new.diff", b"one\ntwo\nthree\n", b"one\ntwo\nTHREE"),
-    ("noeol_both.diff", b"one\ntwo\nthree", b"one\ntwo\nTHREE"),
-])
-def test_no_newline_at_end_of_file(tmp_path: Path, name: str, before: bytes,
-                                   after: bytes) -> None:
+@pytest.mark.parametrize(
+    ("name", "before", "after"),
+    [
+        ("noeol_old.diff", b"one\ntwo\nthree", b"one\ntwo\nthree\nfour\n"),
+        ("noeol_new.diff", b"one\ntwo\nthree\n", b"one\ntwo\nTHREE"),
+        ("noeol_both.diff", b"one\ntwo\nthree", b"one\ntwo\nTHREE"),
+    ],
+)
+def test_no_newline_at_end_of_file(tmp_path: Path, name: str, before: bytes, after: bytes) -> None:
     res = apply_file(sample(name), before)
     assert res.content == after
     assert_same_as_gnu(tmp_path, before, (SAMPLES / name).read_bytes(), res)
 
 
-@pytest.mark.parametrize(("name", "wrong"), [
-    ("noeol_old.diff", b"one\ntwo\nthree\n"),  # the diff says the file lacks its newline
-    ("noeol_new.diff", b"one\ntwo\nthree"),  # the diff says the file has it
-])
+@pytest.mark.parametrize(
+    ("name", "wrong"),
+    [
+        ("noeol_old.diff", b"one\ntwo\nthree\n"),  # the diff says the file lacks its newline
+        ("noeol_new.diff", b"one\ntwo\nthree"),  # the diff says the file has it
+    ],
+)
 def test_no_newline_mismatch_fails(name: str, wrong: bytes) -> None:
     res = apply_file(sample(name), wrong)
     assert [h.status for h in res.hunks] == [Outcome.FAILED]
@@ -321,8 +334,9 @@ def test_crlf_diff_on_a_crlf_file_matches_gnu_binary(tmp_path: Path) -> None:
     content = b"a\r\nb\r\nc\r\n"
     res = apply_file(sample("crlf_lines.diff"), content)
     assert res.content == b"a\r\nB\r\nc\r\nd\r\n"
-    assert_same_as_gnu(tmp_path, content, (SAMPLES / "crlf_lines.diff").read_bytes(), res, 0,
-                       "--binary")
+    assert_same_as_gnu(
+        tmp_path, content, (SAMPLES / "crlf_lines.diff").read_bytes(), res, 0, "--binary"
+    )
 
 
 def test_crlf_diff_on_an_lf_file_keeps_lf() -> None:
@@ -343,14 +357,17 @@ def test_new_crlf_file_from_a_crlf_diff() -> None:
 
 # --- modes -------------------------------------------------------------------------------------
 
+
 def test_mode_is_kept_without_a_mode_header() -> None:
     res = apply_file(sample("two_hunks.diff"), BASE30.encode(), old_mode=0o755)
     assert res.mode == 0o755
 
 
 def test_git_mode_change_with_hunks() -> None:
-    text = ("diff --git a/s.sh b/s.sh\nold mode 100644\nnew mode 100755\n"
-            "--- a/s.sh\n+++ b/s.sh\n@@ -1 +1 @@\n-echo a\n+echo b\n")
+    text = (
+        "diff --git a/s.sh b/s.sh\nold mode 100644\nnew mode 100755\n"
+        "--- a/s.sh\n+++ b/s.sh\n@@ -1 +1 @@\n-echo a\n+echo b\n"
+    )
     res = apply_file(fpatch(text), b"echo a\n", old_mode=0o644)
     assert (res.content, res.mode, res.ok) == (b"echo b\n", 0o755, True)
 
@@ -368,6 +385,7 @@ def test_git_mode_change_alone() -> None:
 
 # --- small pieces ------------------------------------------------------------------------------
 
+
 def test_split_lines_keeps_every_ending() -> None:
     assert split_lines(b"a\r\nb\nc") == (["a", "b", "c"], ["\r\n", "\n", ""])
     assert split_lines(b"") == ([], [])
@@ -383,11 +401,17 @@ def test_worst_and_ok() -> None:
 
 def test_hunk_result_json_uses_the_contract_words() -> None:
     res = apply_file(sample("two_hunks.diff"), ("x\n" + BASE30).encode())
-    assert res.hunks[0].to_json() == {"index": 1, "status": "offset", "line": 3,
-                                      "offset": 1, "fuzz": 0}
+    assert res.hunks[0].to_json() == {
+        "index": 1,
+        "status": "offset",
+        "line": 3,
+        "offset": 1,
+        "fuzz": 0,
+    }
 
 
 # --- agreement with GNU patch ------------------------------------------------------------------
+
 
 def _random_case(rng: random.Random) -> tuple[list[str], list[str], list[str]]:
     """An old file, a new file, and a target that differs from old elsewhere (lines added,

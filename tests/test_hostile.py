@@ -27,8 +27,11 @@ CASES: list[dict[str, Any]] = tomllib.loads((HOSTILE / "catalogue.toml").read_te
 BY_ID = {c["id"]: c for c in CASES}
 X_LINES = "abcdefghij"
 #: Where an escaping diff would write, were it not refused.
-ESCAPES = [Path("/tmp/bakery-hostile-escape.py"), Path("/tmp/bakery-ed-ran"),
-           Path("/tmp/escape.py")]
+ESCAPES = [
+    Path("/tmp/bakery-hostile-escape.py"),
+    Path("/tmp/bakery-ed-ran"),
+    Path("/tmp/escape.py"),
+]
 #: Symlinks of the base tree: name -> target (kept as links, never followed).
 LINKS = {
     "link.py": "x.py",
@@ -42,6 +45,7 @@ LINKS = {
 
 
 # --- the base tree and the run --------------------------------------------------------------
+
 
 def base_tree(root: Path) -> Path:
     """root/tree (a local --vllm tree) and root/outside (what links point to)."""
@@ -73,8 +77,9 @@ def snapshot(root: Path, skip: set[str]) -> dict[str, tuple[object, ...]]:
     out: dict[str, tuple[object, ...]] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
-        dirnames[:] = [d for d in dirnames
-                       if os.path.normpath(os.path.join(rel_dir, d)) not in skip]
+        dirnames[:] = [
+            d for d in dirnames if os.path.normpath(os.path.join(rel_dir, d)) not in skip
+        ]
         for name in dirnames + filenames:
             p = os.path.join(dirpath, name)
             rel = os.path.normpath(os.path.relpath(p, root))
@@ -105,15 +110,31 @@ def bake(root: Path, series: Path, tree: Path) -> Result:
     from bakery.cli.app import app
 
     return CliRunner().invoke(
-        app, ["apply", str(series), "--vllm", str(tree), "--out", str(root / "out"),
-              "--json", str(root / "report.json")],
-        env={"COLUMNS": "200"}, catch_exceptions=False)
+        app,
+        [
+            "apply",
+            str(series),
+            "--vllm",
+            str(tree),
+            "--out",
+            str(root / "out"),
+            "--json",
+            str(root / "report.json"),
+        ],
+        env={"COLUMNS": "200"},
+        catch_exceptions=False,
+    )
 
 
 def git_out(tree: Path, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    proc = subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=tree, env=env,
-                          capture_output=True, check=False)
+    proc = subprocess.run(
+        ["git", "-c", "safe.directory=*", *args],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        check=False,
+    )
     assert proc.returncode == 0, f"git {' '.join(args)}: {proc.stderr!r}"
     return proc.stdout.decode("utf-8", "surrogateescape")
 
@@ -127,8 +148,9 @@ def assert_no_traceback(result: Result) -> None:
     assert "Traceback" not in both and 'File "' not in both, both[-2000:]
 
 
-def assert_refused(result: Result, diff_name: str, line: int | None, message: str | None,
-                   code: int = 2) -> str:
+def assert_refused(
+    result: Result, diff_name: str, line: int | None, message: str | None, code: int = 2
+) -> str:
     """The contract's refusal: the exit code, one error line naming the diff and the line."""
     assert_no_traceback(result)
     assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
@@ -156,6 +178,7 @@ def no_escape() -> None:
 
 # --- the catalogue ---------------------------------------------------------------------------
 
+
 def _params() -> list[Any]:
     params = []
     for case in CASES:
@@ -176,8 +199,9 @@ def test_catalogue(case: dict[str, Any], layout: str, tmp_path: Path) -> None:
     root.mkdir()
     tree = base_tree(root)
     name = f"01-{case['id']}.diff"
-    series = make_series(root, {name: (HOSTILE / "diffs" / f"{case['id']}.diff").read_bytes()},
-                         toml=layout == "toml")
+    series = make_series(
+        root, {name: (HOSTILE / "diffs" / f"{case['id']}.diff").read_bytes()}, toml=layout == "toml"
+    )
     skip = {"out", "report.json"}
     before = snapshot(tmp_path, {"w/out", "w/report.json"})
 
@@ -230,16 +254,39 @@ def test_catalogue_is_complete() -> None:
 
 # --- through a real process: stderr as a terminal user sees it ----------------------------------
 
-@pytest.mark.parametrize("case_id", ["path-dotdot-new", "path-symlink-outside-dir",
-                                     "hunk-truncated", "ed-script-shell", "binary-git"])
+
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        "path-dotdot-new",
+        "path-symlink-outside-dir",
+        "hunk-truncated",
+        "ed-script-shell",
+        "binary-git",
+    ],
+)
 def test_real_process_one_line(case_id: str, tmp_path: Path) -> None:
     case = BY_ID[case_id]
     tree = base_tree(tmp_path)
     name = f"01-{case_id}.diff"
     series = make_series(tmp_path, {name: (HOSTILE / "diffs" / f"{case_id}.diff").read_bytes()})
-    proc = subprocess.run([sys.executable, "-m", "bakery", "apply", str(series), "--vllm",
-                           str(tree), "--out", str(tmp_path / "out")],
-                          capture_output=True, text=True, check=False, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bakery",
+            "apply",
+            str(series),
+            "--vllm",
+            str(tree),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
@@ -250,6 +297,7 @@ def test_real_process_one_line(case_id: str, tmp_path: Path) -> None:
 
 
 # --- several diffs: the refusal names the right file, and nothing is written ------------------
+
 
 def test_second_diff_bad_first_good(tmp_path: Path) -> None:
     tree = base_tree(tmp_path)
@@ -285,17 +333,26 @@ def test_diff_creates_file_over_folder_it_filled(tmp_path: Path) -> None:
 
 # --- pristine trees with traps ------------------------------------------------------------------
 
+
 @pytest.mark.timeout(60)
 def test_git_checkout_with_symlink_loop_bakes(tmp_path: Path) -> None:
     """A local git checkout holding symlink loops is copied link for link, never followed."""
     tree = base_tree(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update({"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_GLOBAL": os.devnull})
+    env.update(
+        {
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+        }
+    )
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "upstream"]):
         subprocess.run(["git", *args], cwd=tree, env=env, check=True, capture_output=True)
-    series = make_series(tmp_path, {"01-x.diff": (HOSTILE / "diffs" / "ok-two-files.diff")
-                                    .read_bytes()})
+    series = make_series(
+        tmp_path, {"01-x.diff": (HOSTILE / "diffs" / "ok-two-files.diff").read_bytes()}
+    )
     before = snapshot(tree, set())
     result = bake(tmp_path, series, tree)
     assert result.exit_code == 0, result.stderr
@@ -314,14 +371,16 @@ def test_symlink_to_outside_as_root_folder(tmp_path: Path) -> None:
     (elsewhere / "x.py").write_text("".join(f"{c}\n" for c in X_LINES))
     tree.mkdir()
     os.symlink(elsewhere, tree / "vllm")
-    series = make_series(tmp_path, {"01-x.diff": (HOSTILE / "diffs" / "bytes-no-final-newline.diff")
-                                    .read_bytes()})
+    series = make_series(
+        tmp_path, {"01-x.diff": (HOSTILE / "diffs" / "bytes-no-final-newline.diff").read_bytes()}
+    )
     result = bake(tmp_path, series, tree)
     assert_refused(result, "01-x.diff", 1, "symlink vllm")
     assert (elsewhere / "x.py").read_text().startswith("a\nb\n")
 
 
 # --- too big to keep as files: bounded time and memory -----------------------------------------
+
 
 def _huge_cases() -> dict[str, tuple[bytes, int | None, str]]:
     """name -> (diff, line named, part of the message)."""
@@ -334,10 +393,13 @@ def _huge_cases() -> dict[str, tuple[bytes, int | None, str]]:
         # 100 000 ed-like command lines: a forward scan from each was quadratic.
         "ed-lines-100k": (b"1a\n" * 100_000, 1, "no unified diff found"),
         # 100 000 hunks of prose-like "@@" lookalikes after a file header.
-        "many-hunks": (b"--- a/vllm/x.py\n+++ b/vllm/x.py\n"
-                       + b"".join(b"@@ -%d,1 +%d,1 @@\n-x\n+y\n" % (i, i)
-                                  for i in range(1, 100_001)) + b"@@ -1,1 +1,1 @@\n-x\n+y\n",
-                       300_003, "overlaps or precedes"),
+        "many-hunks": (
+            b"--- a/vllm/x.py\n+++ b/vllm/x.py\n"
+            + b"".join(b"@@ -%d,1 +%d,1 @@\n-x\n+y\n" % (i, i) for i in range(1, 100_001))
+            + b"@@ -1,1 +1,1 @@\n-x\n+y\n",
+            300_003,
+            "overlaps or precedes",
+        ),
         # 2 000 000 empty lines.
         "blank-2m": (b"\n" * 2_000_000, 1, "no unified diff found"),
     }
@@ -387,8 +449,11 @@ def test_big_but_valid_diff_applies(tmp_path: Path) -> None:
     for k in range(n):
         i = 3 * k + 1  # 0-based index of the changed line
         new[i] = f"LINE {i}"
-        hunks.append(f"@@ -{i},3 +{i},3 @@\n {old[i - 1]}\n-{old[i]}\n+{new[i]}\n {old[i + 1]}\n"
-                     if i + 1 < len(old) else "")
+        hunks.append(
+            f"@@ -{i},3 +{i},3 @@\n {old[i - 1]}\n-{old[i]}\n+{new[i]}\n {old[i + 1]}\n"
+            if i + 1 < len(old)
+            else ""
+        )
     text = "--- a/vllm/big.py\n+++ b/vllm/big.py\n" + "".join(hunks)
     diff = read_diff(tmp_path / "big.diff", text.encode())
     diff.resolve_paths(1, "")
@@ -399,22 +464,36 @@ def test_big_but_valid_diff_applies(tmp_path: Path) -> None:
 
 # --- where --out may not go ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("where", ["tree/vllm/baked", "tree/vllm/new/deeper/baked", "tree",
-                                   "tree/vllm", "outside/target.py", "w"])
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "tree/vllm/baked",
+        "tree/vllm/new/deeper/baked",
+        "tree",
+        "tree/vllm",
+        "outside/target.py",
+        "w",
+    ],
+)
 def test_out_never_inside_the_pristine_tree_or_over_files(where: str, tmp_path: Path) -> None:
     """--out inside the pristine tree, on it, or on a file or a folder of other things: one
     line, exit 2, and nothing created or changed anywhere (not even the parents of --out)."""
     tree = base_tree(tmp_path)
     (tmp_path / "w").mkdir()
     (tmp_path / "w" / "keep.txt").write_text("mine\n")
-    series = make_series(tmp_path, {"01-x.diff": (HOSTILE / "diffs" / "ok-two-files.diff")
-                                    .read_bytes()})
+    series = make_series(
+        tmp_path, {"01-x.diff": (HOSTILE / "diffs" / "ok-two-files.diff").read_bytes()}
+    )
     before = snapshot(tmp_path, set())
     from bakery.cli.app import app
 
-    result = CliRunner().invoke(app, ["apply", str(series), "--vllm", str(tree), "--out",
-                                      str(tmp_path / where)],
-                                env={"COLUMNS": "200"}, catch_exceptions=False)
+    result = CliRunner().invoke(
+        app,
+        ["apply", str(series), "--vllm", str(tree), "--out", str(tmp_path / where)],
+        env={"COLUMNS": "200"},
+        catch_exceptions=False,
+    )
     assert_no_traceback(result)
     assert result.exit_code == 2, result.stderr
     assert len(error_lines(result)) == 1, result.stderr

@@ -45,8 +45,9 @@ def _dcp2_home(home: Path, tmp_path: Path) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _need_index() -> None:
-    cached = all((TEST_CACHE / "trees" / f"vllm-{v}.json").is_file()
-                 for v in ("0.30.0", "0.31.0", "0.32.0"))
+    cached = all(
+        (TEST_CACHE / "trees" / f"vllm-{v}.json").is_file() for v in ("0.30.0", "0.31.0", "0.32.0")
+    )
     if not cached and not _index_reachable():
         pytest.skip("the package index (pypi.org) is not reachable")
 
@@ -67,10 +68,21 @@ def _hunks(path: Path) -> list[tuple[int, str, int, int]]:
 
 @needs_patch
 @pytest.mark.parametrize("version", ["0.30.0", "0.32.0"])
-def test_dcp2_bake_matches_gnu_patch(cli: Callable[..., Result], tmp_path: Path,
-                                     version: str) -> None:
-    r = cli("apply", "dcp2", "--vllm", version, "--out", "a", "--json", "a.json",
-            "--no-merge", "--no-port")
+def test_dcp2_bake_matches_gnu_patch(
+    cli: Callable[..., Result], tmp_path: Path, version: str
+) -> None:
+    r = cli(
+        "apply",
+        "dcp2",
+        "--vllm",
+        version,
+        "--out",
+        "a",
+        "--json",
+        "a.json",
+        "--no-merge",
+        "--no-port",
+    )
     assert r.exit_code == 0, r.output
     hunks = _hunks(tmp_path / "a.json")
     if version == "0.30.0":
@@ -89,7 +101,8 @@ def test_dcp2_bake_matches_gnu_patch(cli: Callable[..., Result], tmp_path: Path,
 
 
 def test_dcp2_on_0_30_0_is_reproducible_and_leaves_the_cache_alone(
-        cli: Callable[..., Result], tmp_path: Path) -> None:
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
     r = cli("apply", "dcp2", "--vllm", "0.30.0", "--out", "a", "--json", "a.json")
     assert r.exit_code == 0, r.output
     pristine = _cached_tree("0.30.0")
@@ -111,27 +124,35 @@ def test_dcp2_on_0_30_0_is_reproducible_and_leaves_the_cache_alone(
     assert tree_digest(pristine) == before
 
 
-def test_dcp2_check_on_0_31_0_names_the_failed_hunks(cli: Callable[..., Result],
-                                                      tmp_path: Path) -> None:
-    r = cli("check", "dcp2", "--vllm", "0.31.0", "--no-merge", "--no-port",
-            "--json", "c.json")
+def test_dcp2_check_on_0_31_0_names_the_failed_hunks(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    r = cli("check", "dcp2", "--vllm", "0.31.0", "--no-merge", "--no-port", "--json", "c.json")
     assert r.exit_code == 1, r.output
     hunks = _hunks(tmp_path / "c.json")
     assert [(i, s) for i, s, _, _ in hunks] == [
-        (1, "failed"), (2, "offset"), (3, "offset"), (4, "offset"), (5, "failed"),
-        (6, "offset")]
+        (1, "failed"),
+        (2, "offset"),
+        (3, "offset"),
+        (4, "offset"),
+        (5, "failed"),
+        (6, "offset"),
+    ]
     assert [(i, line) for i, s, line, _ in hunks if s == "failed"] == [(1, 1), (5, 174)]
     assert not (tmp_path / "build").exists()
 
 
-def test_dcp2_check_on_0_32_0_offsets_by_one(cli: Callable[..., Result],
-                                             tmp_path: Path) -> None:
-    r = cli("check", "dcp2", "--vllm", "0.32.0", "--no-merge", "--no-port",
-            "--json", "c.json")
+def test_dcp2_check_on_0_32_0_offsets_by_one(cli: Callable[..., Result], tmp_path: Path) -> None:
+    r = cli("check", "dcp2", "--vllm", "0.32.0", "--no-merge", "--no-port", "--json", "c.json")
     assert r.exit_code == 0, r.output
     assert _hunks(tmp_path / "c.json") == [
-        (1, "applied", 1, 0), (2, "applied", 83, 0), (3, "applied", 100, 0),
-        (4, "offset", 196, 1), (5, "offset", 221, 1), (6, "offset", 345, 1)]
+        (1, "applied", 1, 0),
+        (2, "applied", 83, 0),
+        (3, "applied", 100, 0),
+        (4, "offset", 196, 1),
+        (5, "offset", 221, 1),
+        (6, "offset", 345, 1),
+    ]
 
 
 @pytest.mark.slow
@@ -148,8 +169,9 @@ def test_dcp2_bakes_on_0_30_0_and_verifies(cli: Callable[..., Result], tmp_path:
 
 
 @pytest.mark.slow
-def test_a_broken_series_bakes_but_fails_verify(cli: Callable[..., Result], home: Path,
-                                                tmp_path: Path) -> None:
+def test_a_broken_series_bakes_but_fails_verify(
+    cli: Callable[..., Result], home: Path, tmp_path: Path
+) -> None:
     """A series whose DCP reduce sums instead of taking the maximum applies cleanly: only
     verify can tell, and it must."""
     broken = home / "launcher" / "broken"
@@ -160,6 +182,5 @@ def test_a_broken_series_bakes_but_fails_verify(cli: Callable[..., Result], home
     diff.write_bytes(text.replace(b"ReduceOp.MAX", b"ReduceOp.SUM"))
     out = tmp_path / "broken-baked"
     assert cli("apply", "broken", "--vllm", "0.30.0", "--out", out).exit_code == 0
-    result = cli("verify", "broken", "--tree", out, "--interpret", "--", "-x", "-q",
-                 "-k", "dcp")
+    result = cli("verify", "broken", "--tree", out, "--interpret", "--", "-x", "-q", "-k", "dcp")
     assert result.exit_code == 1, result.output

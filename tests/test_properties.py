@@ -21,12 +21,28 @@ from bakery.errors import BakeryError, DiffError
 from bakery.patch.engine import apply_file
 from bakery.patch.parse import read_diff
 
-PROPS = settings(max_examples=200, deadline=None,
-                 suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 #: Line texts chosen to look like diff syntax once prefixed, plus non-UTF-8 and empty ones.
-TOKENS = ["a", "b", "c", "", " ", "-", "+", "--- a/x", "+++ b/x", "@@ -1 +1 @@",
-          "\\ No newline at end of file", "\t", "caf\xe9", "\xff\xfe", "x" * 30, "1a", "."]
+TOKENS = [
+    "a",
+    "b",
+    "c",
+    "",
+    " ",
+    "-",
+    "+",
+    "--- a/x",
+    "+++ b/x",
+    "@@ -1 +1 @@",
+    "\\ No newline at end of file",
+    "\t",
+    "caf\xe9",
+    "\xff\xfe",
+    "x" * 30,
+    "1a",
+    ".",
+]
 
 lines_st = st.lists(st.sampled_from(TOKENS), max_size=12)
 
@@ -41,9 +57,14 @@ def render(lines: list[str], eol: str, final_newline: bool) -> str:
 def make_diff(src: str, dst: str, context: int) -> str | None:
     """``diff -u``'s output for src -> dst, with its '\\ No newline' markers."""
     out = []
-    for line in difflib.unified_diff(src.splitlines(keepends=True),
-                                     dst.splitlines(keepends=True),
-                                     "a/vllm/x.py", "b/vllm/x.py", n=context, lineterm="\n"):
+    for line in difflib.unified_diff(
+        src.splitlines(keepends=True),
+        dst.splitlines(keepends=True),
+        "a/vllm/x.py",
+        "b/vllm/x.py",
+        n=context,
+        lineterm="\n",
+    ):
         out.append(line)
         if not line.endswith("\n"):
             out.append("\n\\ No newline at end of file\n")
@@ -78,8 +99,14 @@ def _apply(diff: bytes, source: bytes | None) -> list[bytes | None]:
 
 @PROPS
 @given(diff_cases())
-@example((b"a\nb\n", b"a\nb", b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1,2 +1,2 @@\n a\n-b\n+b\n"
-          b"\\ No newline at end of file\n"))
+@example(
+    (
+        b"a\nb\n",
+        b"a\nb",
+        b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1,2 +1,2 @@\n a\n-b\n+b\n"
+        b"\\ No newline at end of file\n",
+    )
+)
 @example((b"", b"a\r\n", b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -0,0 +1 @@\n+a\r\n"))
 def test_generated_diff_applies_to_its_source(case: tuple[bytes, bytes, bytes]) -> None:
     source, target, diff = case
@@ -91,24 +118,53 @@ def test_generated_diff_applies_to_its_source(case: tuple[bytes, bytes, bytes]) 
 def test_rendered_hunks_parse_the_same(case: tuple[bytes, bytes, bytes]) -> None:
     _, _, diff = case
     first = read_diff(Path("01-prop.diff"), diff)
-    again = "--- a/vllm/x.py\n+++ b/vllm/x.py\n" + "".join(
-        h.render() for h in first.files[0].hunks)
+    again = "--- a/vllm/x.py\n+++ b/vllm/x.py\n" + "".join(h.render() for h in first.files[0].hunks)
     second = read_diff(Path("02-prop.diff"), again.encode("latin-1"))
-    strip = [(h.old_start, h.old_len, h.new_start, h.new_len, h.lines, h.old_noeol,
-              h.new_noeol) for h in first.files[0].hunks]
-    assert strip == [(h.old_start, h.old_len, h.new_start, h.new_len, h.lines, h.old_noeol,
-                      h.new_noeol) for h in second.files[0].hunks]
+    strip = [
+        (h.old_start, h.old_len, h.new_start, h.new_len, h.lines, h.old_noeol, h.new_noeol)
+        for h in first.files[0].hunks
+    ]
+    assert strip == [
+        (h.old_start, h.old_len, h.new_start, h.new_len, h.lines, h.old_noeol, h.new_noeol)
+        for h in second.files[0].hunks
+    ]
 
 
 # --- damage --------------------------------------------------------------------------------------
 
-GARBAGE = [b"@@ -1 +1 @@", b"@@ -99999999999 +1 @@", b"--- /dev/null", b"+++ /dev/null",
-           b"diff --git a/x b/x", b"rename from x", b"new file mode 120000", b"old mode 100644",
-           b"new mode 100755", b"GIT binary patch", b"Binary files a and b differ",
-           b"*** 1,3 ****", b"***************", b"2c", b".", b"\\ No newline at end of file",
-           b"\\", b"+", b"-", b" ", b"", b"\x00", b"--- \"a/\\056\\056/x\"", b"+++ b/.git/x",
-           b"--- a/vllm/x.py", b"+++ b/vllm/x.py", b"index 0000000..1111111 100644",
-           b"deleted file mode 100644", b"\xff\xfe\xfd", b"@@ -0,0 +0,0 @@", b"@@ -1,0 +1 @@"]
+GARBAGE = [
+    b"@@ -1 +1 @@",
+    b"@@ -99999999999 +1 @@",
+    b"--- /dev/null",
+    b"+++ /dev/null",
+    b"diff --git a/x b/x",
+    b"rename from x",
+    b"new file mode 120000",
+    b"old mode 100644",
+    b"new mode 100755",
+    b"GIT binary patch",
+    b"Binary files a and b differ",
+    b"*** 1,3 ****",
+    b"***************",
+    b"2c",
+    b".",
+    b"\\ No newline at end of file",
+    b"\\",
+    b"+",
+    b"-",
+    b" ",
+    b"",
+    b"\x00",
+    b'--- "a/\\056\\056/x"',
+    b"+++ b/.git/x",
+    b"--- a/vllm/x.py",
+    b"+++ b/vllm/x.py",
+    b"index 0000000..1111111 100644",
+    b"deleted file mode 100644",
+    b"\xff\xfe\xfd",
+    b"@@ -0,0 +0,0 @@",
+    b"@@ -1,0 +1 @@",
+]
 
 
 @st.composite
@@ -120,12 +176,26 @@ def damaged(draw: st.DrawFn) -> tuple[bytes, bytes]:
         lines = bytes(data).split(b"\n")
         if how == "flip" and data:
             i = draw(st.integers(0, len(data) - 1))
-            data[i] = draw(st.sampled_from([data[i] ^ 0xFF, ord("\n"), ord("-"), ord("+"),
-                                            ord(" "), ord("@"), ord("\\"), 0, ord("\r"),
-                                            ord("1"), ord("9")]))
+            data[i] = draw(
+                st.sampled_from(
+                    [
+                        data[i] ^ 0xFF,
+                        ord("\n"),
+                        ord("-"),
+                        ord("+"),
+                        ord(" "),
+                        ord("@"),
+                        ord("\\"),
+                        0,
+                        ord("\r"),
+                        ord("1"),
+                        ord("9"),
+                    ]
+                )
+            )
             continue
         if how == "truncate" and data:
-            del data[draw(st.integers(0, len(data) - 1)):]
+            del data[draw(st.integers(0, len(data) - 1)) :]
             continue
         i = draw(st.integers(0, max(0, len(lines) - 1)))
         if how == "drop" and lines:
@@ -161,8 +231,18 @@ def test_damaged_diffs_raise_only_bakery_errors(case: tuple[bytes, bytes]) -> No
         pass
 
 
-@pytest.mark.parametrize("data", [b"", b"\n", b"---", b"--- a\n+++ b\n@@", b"@@ -1 +1 @@\n",
-                                  b"diff --git a/x b/x\n", b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n\\"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\n",
+        b"---",
+        b"--- a\n+++ b\n@@",
+        b"@@ -1 +1 @@\n",
+        b"diff --git a/x b/x\n",
+        b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n\\",
+    ],
+)
 def test_tiny_inputs(data: bytes) -> None:
     with pytest.raises(BakeryError):
         parsed = read_diff(Path("01-tiny.diff"), data)

@@ -18,9 +18,11 @@ from bakery.sources.cache import Cache
 from .conftest import make_series, udiff, write_files
 
 BASE = "".join(f"line{i}\n" for i in range(1, 31))
-CODE = ("def a():\n    x = 1\n    return x\n\n\n"
-        "def b():\n    w = 0\n    v = 0\n    u = 0\n    t = 0\n    y = 2\n    return y\n\n\n"
-        "def c():\n    return 3\n")
+CODE = (
+    "def a():\n    x = 1\n    return x\n\n\n"
+    "def b():\n    w = 0\n    v = 0\n    u = 0\n    t = 0\n    y = 2\n    return y\n\n\n"
+    "def c():\n    return 3\n"
+)
 Cli = Callable[..., Result]
 
 
@@ -31,13 +33,20 @@ def release(version: str, files: dict[str, str]) -> None:
     with cache.lock(key), cache.building(key) as tmp:
         top = write_files(tmp / f"vllm-{version}", {"setup.py": "", **files})
         gitutil.init_commit_all(top, f"pristine vLLM {version}")
-        cache.commit_tree(key, top, {"source": f"test://vllm-{version}.tar.gz",
-                                     "sha256": "0" * 64, "version": version})
+        cache.commit_tree(
+            key,
+            top,
+            {"source": f"test://vllm-{version}.tar.gz", "sha256": "0" * 64, "version": version},
+        )
 
 
 def series(home: Path, before: str, after: str, path: str = "mod.py") -> Path:
-    return make_series(home, "s", {"01-change.diff": udiff(path, before, after)},
-                       'base = "1.0.0"\nroot = "vllm"\nstrip = 1\n')
+    return make_series(
+        home,
+        "s",
+        {"01-change.diff": udiff(path, before, after)},
+        'base = "1.0.0"\nroot = "vllm"\nstrip = 1\n',
+    )
 
 
 def hunks(report: Path) -> list[dict[str, object]]:
@@ -81,10 +90,12 @@ def conflicting(home: Path) -> str:
     return "1.1.0"
 
 
-def test_conflict_markers_then_refresh_then_port(cli: Cli, conflicting: str, home: Path,
-                                                 tmp_path: Path) -> None:
-    r = cli("apply", "s", "--vllm", conflicting, "--out", "out", "--keep-failed",
-            "--json", "r.json")
+def test_conflict_markers_then_refresh_then_port(
+    cli: Cli, conflicting: str, home: Path, tmp_path: Path
+) -> None:
+    r = cli(
+        "apply", "s", "--vllm", conflicting, "--out", "out", "--keep-failed", "--json", "r.json"
+    )
     assert r.exit_code == 1
     (h,) = hunks(tmp_path / "r.json")
     assert h["status"] == "failed" and "merge: 1 conflict" in str(h["reason"])
@@ -170,9 +181,26 @@ def test_drift_warning_names_the_changed_function(cli: Cli, home: Path, tmp_path
 
 def test_matrix_reports(cli: Cli, conflicting: str, tmp_path: Path) -> None:
     release("1.2.0", {"vllm/mod.py": BASE})
-    r = cli("matrix", "s", "--vllm", "1.0.0", "--vllm", "1.2.0", "--vllm", "1.1.0",
-            "--jobs", "2", "--json", "m.json", "--markdown", "m.md", "--junit", "m.xml",
-            "--out", "mx")
+    r = cli(
+        "matrix",
+        "s",
+        "--vllm",
+        "1.0.0",
+        "--vllm",
+        "1.2.0",
+        "--vllm",
+        "1.1.0",
+        "--jobs",
+        "2",
+        "--json",
+        "m.json",
+        "--markdown",
+        "m.md",
+        "--junit",
+        "m.xml",
+        "--out",
+        "mx",
+    )
     assert r.exit_code == 1  # 1.1.0 conflicts
     data = json.loads((tmp_path / "m.json").read_text())
     status = {x["version"]: x["status"] for x in data["releases"]}

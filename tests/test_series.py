@@ -21,8 +21,17 @@ def names(paths: list[Path]) -> list[str]:
 
 def test_numeric_order_with_gaps(tmp_path: Path) -> None:
     d = tmp_path / "diffs"
-    write_files(d, {"10-late.diff": DIFF, "2-early.diff": DIFF, "003-mid.patch": DIFF,
-                    "README.md": "not a diff", ".hidden.diff": DIFF, "notes.txt": "x"})
+    write_files(
+        d,
+        {
+            "10-late.diff": DIFF,
+            "2-early.diff": DIFF,
+            "003-mid.patch": DIFF,
+            "README.md": "not a diff",
+            ".hidden.diff": DIFF,
+            "notes.txt": "x",
+        },
+    )
     assert names(ordered_diffs(d)) == ["2-early.diff", "003-mid.patch", "10-late.diff"]
 
 
@@ -66,7 +75,11 @@ def test_load_by_name_and_by_path(home: Path) -> None:
     assert names(by_name.diff_paths) == ["2-b.diff", "10-c.diff"]
     assert by_name.tests == folder.resolve() / "tests"
     assert (by_name.base, by_name.root, by_name.strip, by_name.description) == (
-        None, None, None, "")
+        None,
+        None,
+        None,
+        "",
+    )
     by_path = load_series(str(folder))
     assert by_path.path == by_name.path and by_path.tests is not None
     assert [d.name for d in by_path.load_diffs()] == ["2-b.diff", "10-c.diff"]
@@ -89,24 +102,38 @@ def test_unknown_series_names_the_known_ones(home: Path) -> None:
 
 
 def test_series_toml_keys(home: Path) -> None:
-    make_series(home, "s", {"1-a.diff": DIFF}, toml=(
-        'name = "renamed"\nbase = "0.30.0"\nroot = "vllm"\nstrip = 2\n'
-        'description = "what it does"\n'))
+    make_series(
+        home,
+        "s",
+        {"1-a.diff": DIFF},
+        toml=(
+            'name = "renamed"\nbase = "0.30.0"\nroot = "vllm"\nstrip = 2\n'
+            'description = "what it does"\n'
+        ),
+    )
     s = load_series("s")
     assert (s.name, s.base, s.root, s.strip, s.description) == (
-        "renamed", "0.30.0", "vllm", 2, "what it does")
+        "renamed",
+        "0.30.0",
+        "vllm",
+        2,
+        "what it does",
+    )
 
 
-@pytest.mark.parametrize(("toml", "words"), [
-    ('bse = "0.30.0"\n', "unknown keys bse"),
-    ("strip = \"1\"\n", "strip must be a int"),
-    ("base = 0.3\n", "base must be a str"),
-    ("strip = 17\n", "strip must be between 0 and 16"),
-    ("strip = -1\n", "strip must be between 0 and 16"),
-    ('root = "/abs"\n', "root must be a relative folder"),
-    ('root = "a/../.."\n', "root must be a relative folder"),
-    ("base = \n", "series.toml"),
-])
+@pytest.mark.parametrize(
+    ("toml", "words"),
+    [
+        ('bse = "0.30.0"\n', "unknown keys bse"),
+        ('strip = "1"\n', "strip must be a int"),
+        ("base = 0.3\n", "base must be a str"),
+        ("strip = 17\n", "strip must be between 0 and 16"),
+        ("strip = -1\n", "strip must be between 0 and 16"),
+        ('root = "/abs"\n', "root must be a relative folder"),
+        ('root = "a/../.."\n', "root must be a relative folder"),
+        ("base = \n", "series.toml"),
+    ],
+)
 def test_bad_series_toml(home: Path, toml: str, words: str) -> None:
     make_series(home, "s", {"1-a.diff": DIFF}, toml=toml)
     with pytest.raises(SeriesError, match=words) as info:
@@ -118,7 +145,8 @@ def test_the_real_dcp2_series() -> None:
     s = load_series("dcp2", PROJECT)
     assert (s.base, s.root, s.strip) == ("0.30.0", "vllm", 1)
     assert names(s.diff_paths) == [
-        "02-model_executor_kernels_attention_dsa_candidate_blocks.py.diff"]
+        "02-model_executor_kernels_attention_dsa_candidate_blocks.py.diff"
+    ]
 
 
 def test_project_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -132,23 +160,27 @@ def test_project_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 # --- layout detection --------------------------------------------------------------------------
 
+
 def _series(home: Path, header: str, toml: str | None = None):  # type: ignore[no-untyped-def]
     text = f"--- {header}\n+++ {header}\n@@ -1 +1 @@\n-a\n+b\n"
     make_series(home, "s", {"1-a.diff": text}, toml=toml)
     return load_series("s")
 
 
-@pytest.mark.parametrize(("header", "tree_file", "expected"), [
-    ("baked-ours/model_executor/k.py", "vllm/model_executor/k.py", (1, "vllm", True)),
-    ("a/vllm/model_executor/k.py", "vllm/model_executor/k.py", (1, "", True)),
-    # strip 0 and strip 1 + root vllm name the same file here: the first tried wins
-    ("vllm/model_executor/k.py", "vllm/model_executor/k.py", (1, "vllm", True)),
-    ("model_executor/k.py", "vllm/model_executor/k.py", (0, "vllm", True)),
-    ("x/y/vllm/k.py", "vllm/k.py", (2, "", True)),
-])
-def test_layout_detected_when_series_toml_is_silent(home: Path, tmp_path: Path, header: str,
-                                                    tree_file: str,
-                                                    expected: tuple[int, str, bool]) -> None:
+@pytest.mark.parametrize(
+    ("header", "tree_file", "expected"),
+    [
+        ("baked-ours/model_executor/k.py", "vllm/model_executor/k.py", (1, "vllm", True)),
+        ("a/vllm/model_executor/k.py", "vllm/model_executor/k.py", (1, "", True)),
+        # strip 0 and strip 1 + root vllm name the same file here: the first tried wins
+        ("vllm/model_executor/k.py", "vllm/model_executor/k.py", (1, "vllm", True)),
+        ("model_executor/k.py", "vllm/model_executor/k.py", (0, "vllm", True)),
+        ("x/y/vllm/k.py", "vllm/k.py", (2, "", True)),
+    ],
+)
+def test_layout_detected_when_series_toml_is_silent(
+    home: Path, tmp_path: Path, header: str, tree_file: str, expected: tuple[int, str, bool]
+) -> None:
     tree = write_files(tmp_path / "tree", {tree_file: "a\n"})
     assert detect_layout(_series(home, header), tree) == expected
 

@@ -45,24 +45,40 @@ class Big:
 
 
 def _tree_state(tree: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(tree)): p.read_bytes() for p in sorted(tree.rglob("*"))
-            if p.is_file()}
+    return {
+        str(p.relative_to(tree)): p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()
+    }
 
 
 class Bakery:
     """A ``python -m bakery apply`` process whose stderr is read as it comes."""
 
-    def __init__(self, big: Big, out: Path, group: bool = False,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, big: Big, out: Path, group: bool = False, env: dict[str, str] | None = None
+    ) -> None:
         self.lines: list[str] = []
         self.writing = threading.Event()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bakery", "apply", str(big.series), "--vllm", str(big.tree),
-             "--out", str(out)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=big.root,
-            start_new_session=group, env=env,
+            [
+                sys.executable,
+                "-m",
+                "bakery",
+                "apply",
+                str(big.series),
+                "--vllm",
+                str(big.tree),
+                "--out",
+                str(out),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=big.root,
+            start_new_session=group,
+            env=env,
             # SIGINT may be ignored where the tests run (a background job): not in bakery.
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -97,12 +113,21 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> Big:
     (series / "series.toml").write_text('strip = 1\nroot = ""\n')
     (series / "diffs" / "01-value.diff").write_text(
         "--- a/vllm/pkg00/m0000.py\n+++ b/vllm/pkg00/m0000.py\n"
-        "@@ -1,3 +1,3 @@\n # module 0\n-VALUE = 0\n+VALUE = 42\n x = 1\n")
+        "@@ -1,3 +1,3 @@\n # module 0\n-VALUE = 0\n+VALUE = 42\n x = 1\n"
+    )
     out = root / "baseline"
     b = Big(root, tree, series, "", 0.0)
     # A module fixture runs before conftest's isolation: keep this bake off the user's home.
-    run = Bakery(b, out, env={**os.environ, "BAKERY_CACHE_DIR": str(root / "cache"),
-                              "BAKERY_HOME": str(root), "HOME": str(root / "home")})
+    run = Bakery(
+        b,
+        out,
+        env={
+            **os.environ,
+            "BAKERY_CACHE_DIR": str(root / "cache"),
+            "BAKERY_HOME": str(root),
+            "HOME": str(root / "home"),
+        },
+    )
     assert run.writing.wait(60)
     start = time.monotonic()
     assert run.wait() == 0, run.stderr
@@ -116,9 +141,11 @@ def _manifest(out: Path) -> dict[str, str]:
     return json.loads((out / ".bakery" / "manifest.json").read_text())  # type: ignore[no-any-return]
 
 
-def assert_absent_or_complete(out: Path, head: str,
-                              changed: tuple[str, str] = ("vllm/pkg00/m0000.py",
-                                                          "# module 0\nVALUE = 42\n")) -> str:
+def assert_absent_or_complete(
+    out: Path,
+    head: str,
+    changed: tuple[str, str] = ("vllm/pkg00/m0000.py", "# module 0\nVALUE = 42\n"),
+) -> str:
     if not out.exists():
         assert not out.is_symlink()
         return "absent"
@@ -132,8 +159,11 @@ def assert_absent_or_complete(out: Path, head: str,
 
 
 def debris(out: Path) -> list[str]:
-    return sorted(p.name for p in out.parent.iterdir()
-                  if p.name.startswith(f".{out.name}.") or p.name == f"{out.name}.failed")
+    return sorted(
+        p.name
+        for p in out.parent.iterdir()
+        if p.name.startswith(f".{out.name}.") or p.name == f"{out.name}.failed"
+    )
 
 
 def _send(run: Bakery, sig: int, delay: float, group: bool = False) -> None:
@@ -215,6 +245,7 @@ def test_signal_while_starting(big: Big, sig: int, tmp_path: Path) -> None:
 
 # --- a cached release (the usual case: the tree comes from the cache's git repository) -----------
 
+
 @pytest.fixture(scope="module")
 def release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Big, dict[str, str]]]:
     """vLLM 9.9.0 of 1 000 files from a local index, in a cache of its own, baked once."""
@@ -223,9 +254,13 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Big, dic
     root = tmp_path_factory.mktemp("release")
     with serve_index() as index:
         index.add("vllm-9.9.0.tar.gz", sdist("9.9.0", files=N_FILES))
-        env = {**os.environ, "BAKERY_INDEX_URL": index.url,
-               "BAKERY_CACHE_DIR": str(root / "cache"), "BAKERY_HOME": str(root),
-               "HOME": str(root / "home")}
+        env = {
+            **os.environ,
+            "BAKERY_INDEX_URL": index.url,
+            "BAKERY_CACHE_DIR": str(root / "cache"),
+            "BAKERY_HOME": str(root),
+            "HOME": str(root / "home"),
+        }
         b = Big(root, Path("9.9.0"), _series(root), "", 0.0)
         run = Bakery(b, root / "baseline", env=env)
         assert run.writing.wait(120)
@@ -237,8 +272,9 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Big, dic
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_interrupt_a_cached_release_bake(release: tuple[Big, dict[str, str]], sig: int,
-                                         tmp_path: Path) -> None:
+def test_interrupt_a_cached_release_bake(
+    release: tuple[Big, dict[str, str]], sig: int, tmp_path: Path
+) -> None:
     """The same, baking a cached release: the cache entry stays intact too."""
     big, env = release
     out = tmp_path / "out"

@@ -26,8 +26,13 @@ from bakery.sources.unpack import unpack
 MTIME = 1_700_000_000
 
 
-def _tar(members: list[tuple[str, bytes | str | None, int]], *, gz: bool = True,
-         top: str = "vllm-1.0.0", fmt: int = tarfile.PAX_FORMAT) -> bytes:
+def _tar(
+    members: list[tuple[str, bytes | str | None, int]],
+    *,
+    gz: bool = True,
+    top: str = "vllm-1.0.0",
+    fmt: int = tarfile.PAX_FORMAT,
+) -> bytes:
     """members: (path under top, content or None for a folder or "->target" / "=>target"
     for a symlink / hard link, mode)."""
     buf = io.BytesIO()
@@ -41,8 +46,9 @@ def _tar(members: list[tuple[str, bytes | str | None, int]], *, gz: bool = True,
             elif isinstance(content, str):
                 info.type = tarfile.SYMTYPE if content.startswith("->") else tarfile.LNKTYPE
                 target = content[2:]
-                info.linkname = target if info.type == tarfile.SYMTYPE or not top \
-                    else f"{top}/{target}"
+                info.linkname = (
+                    target if info.type == tarfile.SYMTYPE or not top else f"{top}/{target}"
+                )
                 tar.addfile(info)
             else:
                 info.size = len(content)
@@ -52,8 +58,14 @@ def _tar(members: list[tuple[str, bytes | str | None, int]], *, gz: bool = True,
 
 
 def _git(tree: Path, *args: str, check: bool = True) -> str:
-    return subprocess.run(["git", *args], cwd=tree, env=gitutil.clean_env(), check=check,
-                          capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", *args],
+        cwd=tree,
+        env=gitutil.clean_env(),
+        check=check,
+        capture_output=True,
+        text=True,
+    ).stdout
 
 
 def _git_add_commit(archive: bytes, dest: Path) -> str:
@@ -67,8 +79,13 @@ def _git_add_commit(archive: bytes, dest: Path) -> str:
 
 def _check_repo(tree: Path, commit: str) -> None:
     assert _git(tree, "rev-parse", "HEAD").strip() == commit
-    fsck = subprocess.run(["git", "fsck", "--strict", "--full", "--no-dangling"], cwd=tree,
-                          env=gitutil.clean_env(), capture_output=True, text=True)
+    fsck = subprocess.run(
+        ["git", "fsck", "--strict", "--full", "--no-dangling"],
+        cwd=tree,
+        env=gitutil.clean_env(),
+        capture_output=True,
+        text=True,
+    )
     assert fsck.returncode == 0 and not fsck.stdout and not fsck.stderr, fsck
     # diff-files compares stat data only: a false entry would be listed as modified
     assert _git(tree, "diff-files", "--name-only") == ""
@@ -79,8 +96,11 @@ BIG = bytes(range(256)) * 700  # 179,200 bytes: several stored deflate blocks
 MEMBERS: list[tuple[str, bytes | str | None, int]] = [
     ("vllm", None, 0o755),
     ("vllm/__init__.py", b"", 0o644),
-    ("vllm/model_executor/kernels/attention/dsa/candidate_blocks.py", b"def f():\n    pass\n",
-     0o644),
+    (
+        "vllm/model_executor/kernels/attention/dsa/candidate_blocks.py",
+        b"def f():\n    pass\n",
+        0o644,
+    ),
     ("setup.py", b"#!/usr/bin/env python\n", 0o755),
     ("big.bin", BIG, 0o644),
     ("a b/\u00e9t\u00e9 [1].txt", b"unicode and spaces\n", 0o644),
@@ -112,8 +132,13 @@ def test_same_commit_as_git_add(tmp_path: Path, gz: bool) -> None:
     assert (dest / "setup.py").stat().st_mtime == MTIME  # the archive's times
     packs = list((dest / ".git" / "objects" / "pack").glob("*.pack"))
     assert len(packs) == 1 and not list((dest / ".git" / "objects").glob("??/*"))
-    verify = subprocess.run(["git", "verify-pack", "-v", str(packs[0])], cwd=dest,
-                            env=gitutil.clean_env(), capture_output=True, text=True)
+    verify = subprocess.run(
+        ["git", "verify-pack", "-v", str(packs[0])],
+        cwd=dest,
+        env=gitutil.clean_env(),
+        capture_output=True,
+        text=True,
+    )
     assert verify.returncode == 0, verify.stderr
     assert "chain length" not in verify.stdout  # no deltas: every object stands alone
 
@@ -121,8 +146,9 @@ def test_same_commit_as_git_add(tmp_path: Path, gz: bool) -> None:
 def test_multi_member_gzip_and_padding(tmp_path: Path) -> None:
     plain = _tar(MEMBERS[:4], gz=False)
     half = len(plain) // 2
-    archive = gzip.compress(plain[:half], mtime=0) + gzip.compress(plain[half:], mtime=0) \
-        + bytes(1024)
+    archive = (
+        gzip.compress(plain[:half], mtime=0) + gzip.compress(plain[half:], mtime=0) + bytes(1024)
+    )
     dest = tmp_path / "tree"
     dest.mkdir()
     commit = unpack(archive, dest, name="x.tar.gz", message="pristine vLLM 1.0.0\n")
@@ -130,8 +156,7 @@ def test_multi_member_gzip_and_padding(tmp_path: Path) -> None:
 
 
 def test_git_archive_without_top_folder(tmp_path: Path) -> None:
-    archive = _tar([("setup.py", b"x\n", 0o644), ("vllm/a.py", b"a\n", 0o644)], gz=False,
-                   top="")
+    archive = _tar([("setup.py", b"x\n", 0o644), ("vllm/a.py", b"a\n", 0o644)], gz=False, top="")
     dest = tmp_path / "tree"
     dest.mkdir()
     commit = unpack(archive, dest, name="git archive", message="m\n", strip_top=False)
@@ -140,13 +165,19 @@ def test_git_archive_without_top_folder(tmp_path: Path) -> None:
 
 
 REFUSED = {
-    "link chain out": [("vllm/b", "->../x/y", 0o777), ("x/y", "->../..", 0o777),
-                       ("vllm/a", "->b/..", 0o777)],
+    "link chain out": [
+        ("vllm/b", "->../x/y", 0o777),
+        ("x/y", "->../..", 0o777),
+        ("vllm/a", "->b/..", 0o777),
+    ],
     "link to link out": [("a", "->b", 0o777), ("b", "->../..", 0o777)],
     "link loop": [("a", "->b", 0o777), ("b", "->a", 0o777)],
     "absolute link": [("a", "->/etc/passwd", 0o777)],
-    "file under a link": [("d", "->vllm", 0o777), ("vllm/x.py", b"1", 0o644),
-                          ("d/y.py", b"2", 0o644)],
+    "file under a link": [
+        ("d", "->vllm", 0o777),
+        ("vllm/x.py", b"1", 0o644),
+        ("d/y.py", b"2", 0o644),
+    ],
     "hard link to a later file": [("h", "=>later.py", 0o644), ("later.py", b"1", 0o644)],
     "hard link to a link": [("l", "->setup.py", 0o777), ("h", "=>l", 0o644)],
     "file then folder": [("x", b"1", 0o644), ("x/y", b"2", 0o644)],
@@ -175,10 +206,12 @@ def test_refused_members(tmp_path: Path, name: str) -> None:
 def test_damaged_archives(tmp_path: Path, damage: str) -> None:
     good = _tar(MEMBERS)
     plain = _tar(MEMBERS, gz=False)
-    archive = {"cut": good[: len(good) // 2],
-               "cut in a header": gzip.compress(plain[:512 * 3 + 100]),
-               "not gzip": b"\x1f\x8b" + b"nonsense" * 100,
-               "not a tar": gzip.compress(b"certainly not a tar " * 100)}[damage]
+    archive = {
+        "cut": good[: len(good) // 2],
+        "cut in a header": gzip.compress(plain[: 512 * 3 + 100]),
+        "not gzip": b"\x1f\x8b" + b"nonsense" * 100,
+        "not a tar": gzip.compress(b"certainly not a tar " * 100),
+    }[damage]
     dest = tmp_path / "tree"
     dest.mkdir()
     with pytest.raises(SourceError, match=r"^x\.tar\.gz: "):
@@ -196,21 +229,30 @@ def test_later_member_of_the_same_name_wins(tmp_path: Path) -> None:
 
 
 _names = st.text(alphabet="abcXYZ_.-é ", min_size=1, max_size=8).filter(
-    lambda s: s not in (".", "..") and s.lower() != ".git")
+    lambda s: s not in (".", "..") and s.lower() != ".git"
+)
 
 
-@settings(max_examples=30, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(files=st.dictionaries(st.lists(_names, min_size=1, max_size=3).map("/".join),
-                             st.tuples(st.binary(max_size=300), st.booleans()),
-                             min_size=1, max_size=12))
-def test_any_tree_commits_as_git_add_does(tmp_path_factory: pytest.TempPathFactory,
-                                           files: dict[str, tuple[bytes, bool]]) -> None:
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    files=st.dictionaries(
+        st.lists(_names, min_size=1, max_size=3).map("/".join),
+        st.tuples(st.binary(max_size=300), st.booleans()),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_any_tree_commits_as_git_add_does(
+    tmp_path_factory: pytest.TempPathFactory, files: dict[str, tuple[bytes, bool]]
+) -> None:
     # drop paths that are a folder of another path: a tar could not hold both
     names = sorted(files)
     keep = [n for n in names if not any(o.startswith(n + "/") for o in names)]
     members: list[tuple[str, bytes | str | None, int]] = [
-        (n, files[n][0], 0o755 if files[n][1] else 0o644) for n in keep]
+        (n, files[n][0], 0o755 if files[n][1] else 0o644) for n in keep
+    ]
     archive = _tar(members)
     base = tmp_path_factory.mktemp("prop")
     dest = base / "tree"
@@ -222,15 +264,29 @@ def test_any_tree_commits_as_git_add_does(tmp_path_factory: pytest.TempPathFacto
 
 # --- tarstream: the same members as tarfile reads ------------------------------------------------
 
+
 def _tarfile_members(archive: bytes) -> list[tuple[str, str, int, int, str, bytes]]:
-    kinds = {tarfile.REGTYPE: "file", tarfile.AREGTYPE: "file", tarfile.DIRTYPE: "dir",
-             tarfile.SYMTYPE: "symlink", tarfile.LNKTYPE: "hardlink"}
+    kinds = {
+        tarfile.REGTYPE: "file",
+        tarfile.AREGTYPE: "file",
+        tarfile.DIRTYPE: "dir",
+        tarfile.SYMTYPE: "symlink",
+        tarfile.LNKTYPE: "hardlink",
+    }
     out = []
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         for m in tar:
             f = tar.extractfile(m) if m.isreg() else None
-            out.append((m.name, kinds.get(m.type, "other"), m.mode, int(m.mtime),
-                        m.linkname, f.read() if f else b""))
+            out.append(
+                (
+                    m.name,
+                    kinds.get(m.type, "other"),
+                    m.mode,
+                    int(m.mtime),
+                    m.linkname,
+                    f.read() if f else b"",
+                )
+            )
     return out
 
 
@@ -238,31 +294,45 @@ def _ours(archive: bytes) -> list[tuple[str, str, int, int, str, bytes]]:
     from bakery.sources import tarstream
 
     stream = io.BytesIO(archive)
-    return [(m.name, m.kind, m.mode, m.mtime, m.linkname, m.data)
-            for m in tarstream.members(stream.read)]
+    return [
+        (m.name, m.kind, m.mode, m.mtime, m.linkname, m.data)
+        for m in tarstream.members(stream.read)
+    ]
 
 
-@pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT],
-                         ids=["pax", "gnu", "ustar"])
+@pytest.mark.parametrize(
+    "fmt",
+    [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT],
+    ids=["pax", "gnu", "ustar"],
+)
 def test_tarstream_reads_what_tarfile_reads(fmt: int) -> None:
     members = [m for m in MEMBERS if len(m[0]) < 100 or fmt != tarfile.USTAR_FORMAT]
     members.append(("vllm/f\u00fcr.py", b"non-ascii\n", 0o600))
     members.append(("p/" + "q" * 60 + "/" + "r" * 60 + ".py", b"ustar's prefix\n", 0o644))
     if fmt != tarfile.USTAR_FORMAT:  # names ustar cannot hold
-        members += [("d/" + "y" * 120 + ".py", b"long name, no long folder\n", 0o644),
-                    ("vllm/long-link", "->" + "z" * 120, 0o777)]
+        members += [
+            ("d/" + "y" * 120 + ".py", b"long name, no long folder\n", 0o644),
+            ("vllm/long-link", "->" + "z" * 120, 0o777),
+        ]
     archive = _tar(members, gz=False, fmt=fmt)
     assert _ours(archive) == _tarfile_members(archive)
     assert len(_ours(archive)) == len(members)
 
 
 @settings(max_examples=40, deadline=None)
-@given(files=st.lists(st.tuples(st.lists(_names, min_size=1, max_size=6).map("/".join),
-                                st.binary(max_size=1500), st.integers(0, 0o777),
-                                st.integers(0, 2**33)), max_size=8),
-       fmt=st.sampled_from([tarfile.PAX_FORMAT, tarfile.GNU_FORMAT]))
-def test_tarstream_agrees_with_tarfile(files: list[tuple[str, bytes, int, int]],
-                                       fmt: int) -> None:
+@given(
+    files=st.lists(
+        st.tuples(
+            st.lists(_names, min_size=1, max_size=6).map("/".join),
+            st.binary(max_size=1500),
+            st.integers(0, 0o777),
+            st.integers(0, 2**33),
+        ),
+        max_size=8,
+    ),
+    fmt=st.sampled_from([tarfile.PAX_FORMAT, tarfile.GNU_FORMAT]),
+)
+def test_tarstream_agrees_with_tarfile(files: list[tuple[str, bytes, int, int]], fmt: int) -> None:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
         for name, data, mode, mtime in files:

@@ -33,13 +33,16 @@ TRAP = "raise RuntimeError('a package __init__.py was executed')\n"
 
 def make_tree(root: Path, kernel: str | None = None) -> Path:
     """A vLLM-like tree: the baked kernel, and package inits that must never run."""
-    return write_files(root, {
-        "vllm/__init__.py": TRAP,
-        "vllm/model_executor/__init__.py": TRAP,
-        "vllm/model_executor/kernels/attention/dsa/__init__.py": TRAP,
-        "vllm/triton_utils/__init__.py": TRAP,
-        FILE: kernel if kernel is not None else FIXTURE.read_text(),
-    })
+    return write_files(
+        root,
+        {
+            "vllm/__init__.py": TRAP,
+            "vllm/model_executor/__init__.py": TRAP,
+            "vllm/model_executor/kernels/attention/dsa/__init__.py": TRAP,
+            "vllm/triton_utils/__init__.py": TRAP,
+            FILE: kernel if kernel is not None else FIXTURE.read_text(),
+        },
+    )
 
 
 def mutate(old: str, new: str) -> str:
@@ -67,6 +70,7 @@ def clean_loader() -> Iterator[None]:
 
 # --- the loader ----------------------------------------------------------------------------------
 
+
 def test_loads_the_tree_file_under_its_real_name(tree: Path, clean_loader: None) -> None:
     module = loader.load_tree_module(MODULE, tree)
 
@@ -84,20 +88,22 @@ def test_loads_the_tree_file_under_its_real_name(tree: Path, clean_loader: None)
 
 
 def test_prefers_the_tree_and_falls_back_to_stand_ins(tmp_path: Path, clean_loader: None) -> None:
-    tree = write_files(tmp_path / "tree", {
-        "vllm/__init__.py": TRAP,
-        "vllm/utils/math_utils.py": "def round_up(x, y):\n    return -(-x // y) * y\n",
-        # Not light: reaches a package attribute that only its __init__.py would define.
-        "vllm/model_executor/layers/indexer_topk.py":
-            "import vllm.utils.helper\nfrom vllm.config import get_current_vllm_config\n",
-        "vllm/utils/helper.py": "X = 1\n",
-        "vllm/config/__init__.py": "def get_current_vllm_config(): ...\n",
-        "vllm/k.py": textwrap.dedent("""\
+    tree = write_files(
+        tmp_path / "tree",
+        {
+            "vllm/__init__.py": TRAP,
+            "vllm/utils/math_utils.py": "def round_up(x, y):\n    return -(-x // y) * y\n",
+            # Not light: reaches a package attribute that only its __init__.py would define.
+            "vllm/model_executor/layers/indexer_topk.py": "import vllm.utils.helper\nfrom vllm.config import get_current_vllm_config\n",
+            "vllm/utils/helper.py": "X = 1\n",
+            "vllm/config/__init__.py": "def get_current_vllm_config(): ...\n",
+            "vllm/k.py": textwrap.dedent("""\
             from vllm.model_executor.layers.indexer_topk import is_deep_select_supported
             from vllm.platforms import current_platform
             from vllm.utils.math_utils import round_up
             """),
-    })
+        },
+    )
     module = loader.load_tree_module("vllm.k", tree)
 
     assert module.round_up(5, 4) == 8
@@ -167,8 +173,9 @@ def quick_tests(root: Path, body: str = QUICK_TEST) -> Path:
 
 def test_run_verify_passes_and_reports_modules(tmp_path: Path, tree: Path) -> None:
     junit = tmp_path / "out" / "junit.xml"
-    result = run_verify(quick_tests(tmp_path / "t"), tree, interpret=True, pytest_args=["-q"],
-                        junit=junit)
+    result = run_verify(
+        quick_tests(tmp_path / "t"), tree, interpret=True, pytest_args=["-q"], junit=junit
+    )
 
     assert (result.exit_code, result.passed, result.failed, result.errors) == (0, 2, 0, 0)
     assert [m.name for m in result.from_tree] == [MODULE]
@@ -193,8 +200,9 @@ def test_a_collection_error_is_a_failure(tmp_path: Path) -> None:
     assert result.exit_code == 1 and result.errors == 1
 
 
-def test_run_verify_refuses_bad_input(tmp_path: Path, tree: Path,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_verify_refuses_bad_input(
+    tmp_path: Path, tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     tests = quick_tests(tmp_path / "t")
     with pytest.raises(VerifyError, match="no bundled tests"):
         run_verify(tmp_path / "missing", tree, interpret=True)
@@ -219,14 +227,23 @@ def test_plugin_without_gpu_or_tree_is_a_usage_error(tmp_path: Path, tree: Path)
 
     tests = quick_tests(tmp_path / "t")
     env = {k: v for k, v in os.environ.items() if k not in ("BAKERY_TREE", "TRITON_INTERPRET")}
-    base = [sys.executable, "-m", "pytest", "-p", "bakery.testing.plugin", "-c", os.devnull,
-            str(tests)]
+    base = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "bakery.testing.plugin",
+        "-c",
+        os.devnull,
+        str(tests),
+    ]
     no_tree = subprocess.run(base, env=env, capture_output=True, text=True, check=False)
     assert no_tree.returncode == 4 and "--bakery-tree DIR is required" in no_tree.stderr
     if torch.cuda.is_available():
         return
-    no_gpu = subprocess.run([*base, f"--bakery-tree={tree}"], env=env, capture_output=True,
-                            text=True, check=False)
+    no_gpu = subprocess.run(
+        [*base, f"--bakery-tree={tree}"], env=env, capture_output=True, text=True, check=False
+    )
     assert no_gpu.returncode == 4 and "--bakery-interpret" in no_gpu.stderr
 
 
@@ -240,8 +257,13 @@ def test_pytest_command_keeps_other_configuration_out(tmp_path: Path) -> None:
 def test_results_json_is_readable(tmp_path: Path, tree: Path) -> None:
     # The plugin's report, as run_verify reads it: a plain JSON object.
     report = tmp_path / "report.json"
-    command = pytest_command(quick_tests(tmp_path / "t"), tree, interpret=True, report=report,
-                             empty_ini=write_files(tmp_path, {"e.ini": "[pytest]\n"}) / "e.ini")
+    command = pytest_command(
+        quick_tests(tmp_path / "t"),
+        tree,
+        interpret=True,
+        report=report,
+        empty_ini=write_files(tmp_path, {"e.ini": "[pytest]\n"}) / "e.ini",
+    )
     import subprocess
 
     env = {**os.environ, "TRITON_INTERPRET": "1"}
@@ -251,6 +273,7 @@ def test_results_json_is_readable(tmp_path: Path, tree: Path) -> None:
 
 
 # --- the rank pool -----------------------------------------------------------------------------
+
 
 def rank_and_sum(ctx, value: int) -> tuple[int, int]:
     import torch

@@ -138,9 +138,7 @@ def make_problem(
         local[:, real] = logits[:, [cols[j] for j in real]]
         ks = [local_starts[picks[group]] for group in range(groups)]
         ke = [ks[group] + on_rank(lengths[group], rank) for group in range(groups)]
-        shards.append(
-            Shard(local, as_int32(ks) if with_starts else None, as_int32(ke), cols)
-        )
+        shards.append(Shard(local, as_int32(ks) if with_starts else None, as_int32(ke), cols))
 
     global_ks = [starts[picks[group]] for group in range(groups)]
     global_ke = [global_ks[group] + lengths[group] for group in range(groups)]
@@ -192,9 +190,7 @@ def select_on_rank(ctx, problem: Problem, topk_blocks: int, reduce_bytes: int | 
     if reduce_bytes is not None:
         cb._DCP_REDUCE_BYTES = reduce_bytes
     try:
-        out = torch.full(
-            (problem.rows, topk_blocks), UNWRITTEN, dtype=torch.int32, device=dev
-        )
+        out = torch.full((problem.rows, topk_blocks), UNWRITTEN, dtype=torch.int32, device=dev)
         cb.select_candidate_blocks(
             shard.logits.to(dev),
             shard.row_ks.to(dev) if shard.row_ks is not None else None,
@@ -248,9 +244,7 @@ def slice_cap(slice_rows: int | None, problem: Problem) -> int | None:
 
 
 def check_dcp(ranks, problem: Problem, topk_blocks: int, reduce_bytes, device) -> None:
-    task = ranks.submit(
-        select_on_rank, [(problem, topk_blocks, reduce_bytes)] * WORLD_SIZE
-    )
+    task = ranks.submit(select_on_rank, [(problem, topk_blocks, reduce_bytes)] * WORLD_SIZE)
     expected = select_single_rank(problem, topk_blocks, device)
     results = ranks.gather(task)
 
@@ -385,9 +379,7 @@ def test_dcp_no_context_anywhere(row_repeat, ranks, device):
 @torch.inference_mode()
 def test_dcp_zero_rows(ranks, device):
     """No rows: nothing to reduce, so no collective (every rank returns at once)."""
-    problem = make_problem(
-        random.Random(0), rows=1, row_repeat=1, with_starts=True, block_size=4
-    )
+    problem = make_problem(random.Random(0), rows=1, row_repeat=1, with_starts=True, block_size=4)
     problem.logits = problem.logits[:0]
     for shard in problem.shards:
         shard.logits = shard.logits[:0]
@@ -397,9 +389,7 @@ def test_dcp_zero_rows(ranks, device):
 
 @torch.inference_mode()
 def test_dcp_refuses_global_block_size(ranks):
-    problem = make_problem(
-        random.Random(0), rows=3, row_repeat=1, with_starts=True, block_size=4
-    )
+    problem = make_problem(random.Random(0), rows=3, row_repeat=1, with_starts=True, block_size=4)
     assert ranks.run(refuses_local_block_size_mismatch, problem) == [True] * WORLD_SIZE
 
 

@@ -39,7 +39,10 @@ def merge_file(current: bytes, base: bytes, other: bytes) -> tuple[bytes, int]:
             paths.append(str(p))
         proc = subprocess.run(
             ["git", "merge-file", "-p", "-L", "release", "-L", "base", "-L", "series", *paths],
-            capture_output=True, env=gitutil.clean_env(), check=False)
+            capture_output=True,
+            env=gitutil.clean_env(),
+            check=False,
+        )
     if proc.returncode < 0 or proc.returncode > 127:
         raise gitutil.GitError(f"git merge-file failed: {proc.stderr.decode(errors='replace')}")
     return proc.stdout, proc.returncode
@@ -88,26 +91,30 @@ class _BaseSide:
 class Fallback:
     """What bake.plan asks when a file does not apply cleanly, and after each diff."""
 
-    def __init__(self, series: Series, target: Pristine, base: Pristine | None,
-                 merge: bool) -> None:
+    def __init__(
+        self, series: Series, target: Pristine, base: Pristine | None, merge: bool
+    ) -> None:
         # A port was made for its release: comparing the base with it says nothing new.
         self.warn = series.port is None
         self.target = target
         self.base = base
         self.base_version = series.base
-        self.side = _BaseSide(load_series(str(series.path)), base) \
-            if base is not None and merge else None
+        self.side = (
+            _BaseSide(load_series(str(series.path)), base) if base is not None and merge else None
+        )
 
-    def resolve(self, diff: Diff, fp: FilePatch, current: bytes | None,
-                res: FileResult) -> FileResult:
+    def resolve(
+        self, diff: Diff, fp: FilePatch, current: bytes | None, res: FileResult
+    ) -> FileResult:
         """Three-way merge of the failed file; always returns a diagnosed result."""
         out = self._merge(diff, fp, current, res) or res
         if not out.ok:
             diagnose(out, fp, self.target, self.base)
         return out
 
-    def _merge(self, diff: Diff, fp: FilePatch, current: bytes | None,
-               res: FileResult) -> FileResult | None:
+    def _merge(
+        self, diff: Diff, fp: FilePatch, current: bytes | None, res: FileResult
+    ) -> FileResult | None:
         side = self.side
         if side is None or current is None or diff.name not in side.by_name:
             return None
@@ -123,27 +130,47 @@ class Fallback:
                     h.reason = f"merge: {conflicts} conflict(s)"
             res.conflict = merged
             return res
-        hunks = [HunkResult(h.index, Outcome.MERGED, h.line, h.offset, h.fuzz,
-                            f"three-way merge against {self.base_version}")
-                 if h.status is Outcome.FAILED else h for h in res.hunks]
+        hunks = [
+            HunkResult(
+                h.index,
+                Outcome.MERGED,
+                h.line,
+                h.offset,
+                h.fuzz,
+                f"three-way merge against {self.base_version}",
+            )
+            if h.status is Outcome.FAILED
+            else h
+            for h in res.hunks
+        ]
         return FileResult(res.path, hunks, merged, res.mode)
 
     def warnings(self, diff: Diff) -> list[str]:
         if self.base is None or self.base_version is None or not self.warn:
             return []
-        return drift_warnings(diff, self.base, self.target, self.base_version,
-                              self.target.version)
+        return drift_warnings(diff, self.base, self.target, self.base_version, self.target.version)
 
 
-def make_fallback(series: Series, target: Pristine, cache: Cache, *, merge: bool = True,
-                  progress: Progress | None = None, defer_check: bool = False) -> Fallback:
+def make_fallback(
+    series: Series,
+    target: Pristine,
+    cache: Cache,
+    *,
+    merge: bool = True,
+    progress: Progress | None = None,
+    defer_check: bool = False,
+) -> Fallback:
     """The base release takes part when the series names one and the target is another
     release. A local tree is compared with the base only if the base is cached already: a
     bake of a local tree never goes to the network for it. --no-merge leaves it out.
     defer_check: see sources.resolve (the caller confirms and closes fallback.base)."""
     base = None
-    if merge and series.base and target.version != series.base and (
-            target.sha256 is not None or cache.tree_entry(f"vllm-{series.base}") is not None):
+    if (
+        merge
+        and series.base
+        and target.version != series.base
+        and (target.sha256 is not None or cache.tree_entry(f"vllm-{series.base}") is not None)
+    ):
         base = sources.release(series.base, cache, progress, defer_check)
     return Fallback(series, target, base, merge)
 
@@ -171,8 +198,13 @@ def find_moved(tree: Path, rel: str, content: bytes | None) -> str | None:
         crel = cand.relative_to(tree).as_posix()
         if crel == rel or cand.is_symlink():
             continue
-        ratio = difflib.SequenceMatcher(None, text, cand.read_bytes().decode("latin-1"),
-                                        autojunk=False).quick_ratio() if text else 1.0
+        ratio = (
+            difflib.SequenceMatcher(
+                None, text, cand.read_bytes().decode("latin-1"), autojunk=False
+            ).quick_ratio()
+            if text
+            else 1.0
+        )
         if best is None or ratio > best[0]:
             best = (ratio, crel)
     return best[1] if best and best[0] >= 0.5 else None
@@ -204,6 +236,7 @@ def diagnose(res: FileResult, fp: FilePatch, target: Pristine, base: Pristine | 
 
 # --- drift warnings -------------------------------------------------------------------------------
 
+
 def _defs(source: bytes) -> dict[str, ast.AST]:
     try:
         tree = ast.parse(source)
@@ -234,8 +267,9 @@ def _touched(defs: dict[str, ast.AST], ranges: list[tuple[int, int]]) -> list[st
     return [n for n in names if not any(o != n and o.startswith(n + ".") for o in names)]
 
 
-def drift_warnings(diff: Diff, base: Pristine, target: Pristine, base_version: str,
-                   target_version: str | None) -> list[str]:
+def drift_warnings(
+    diff: Diff, base: Pristine, target: Pristine, base_version: str, target_version: str | None
+) -> list[str]:
     warnings = []
     for fp in diff.files:
         if fp.is_new or not fp.path.endswith(".py"):
@@ -251,9 +285,13 @@ def drift_warnings(diff: Diff, base: Pristine, target: Pristine, base_version: s
         for name in _touched(bdefs, ranges):
             kind = "class" if isinstance(bdefs[name], ast.ClassDef) else "function"
             if name not in tdefs:
-                warnings.append(f"{fp.path}: {kind} {name} is gone upstream "
-                                f"({base_version} -> {target_version})")
+                warnings.append(
+                    f"{fp.path}: {kind} {name} is gone upstream "
+                    f"({base_version} -> {target_version})"
+                )
             elif ast.dump(bdefs[name]) != ast.dump(tdefs[name]):
-                warnings.append(f"{fp.path}: upstream changed {kind} {name} between "
-                                f"{base_version} and {target_version}; review the patch")
+                warnings.append(
+                    f"{fp.path}: upstream changed {kind} {name} between "
+                    f"{base_version} and {target_version}; review the patch"
+                )
     return warnings

@@ -51,8 +51,9 @@ def _labels(diff: Diff | None, strip: int, root: str) -> tuple[str, str]:
     return ("a", "b") if strip == 1 else ("", "")
 
 
-def _series_labels(series_path: Path, home: Path, strip: int,
-                   root: str) -> dict[str, tuple[str, str]]:
+def _series_labels(
+    series_path: Path, home: Path, strip: int, root: str
+) -> dict[str, tuple[str, str]]:
     """Header prefixes by diff name, from the series' own diffs (never from a port, so a
     port whose headers drifted is rewritten with the series' prefixes)."""
     own = load_series(str(series_path), home).load_diffs()
@@ -60,7 +61,7 @@ def _series_labels(series_path: Path, home: Path, strip: int,
 
 
 def _label(prefix: str, path: str, root: str) -> str:
-    rel = path[len(root) + 1:] if root and path.startswith(root + "/") else path
+    rel = path[len(root) + 1 :] if root and path.startswith(root + "/") else path
     return f"{prefix}/{rel}" if prefix else rel
 
 
@@ -76,8 +77,11 @@ def render_diff(changes: list[Change], prefixes: tuple[str, str], root: str) -> 
             b.write_bytes(after or b"")
             la = "/dev/null" if before is None else _label(prefixes[0], path, root)
             lb = "/dev/null" if after is None else _label(prefixes[1], path, root)
-            proc = subprocess.run(["diff", "-u", "--label", la, "--label", lb, str(a), str(b)],
-                                  capture_output=True, check=False)
+            proc = subprocess.run(
+                ["diff", "-u", "--label", la, "--label", lb, str(a), str(b)],
+                capture_output=True,
+                check=False,
+            )
             if proc.returncode not in (0, 1):
                 raise BakeryError(f"diff failed on {path}: {proc.stderr.decode(errors='replace')}")
             out.append(proc.stdout)
@@ -108,8 +112,9 @@ def changes_from_plan(pl: Plan, pristine: Pristine) -> list[list[Change]]:
     return out
 
 
-def stale_ports(series: Series, cache: Cache, events: Events | None = None,
-                home: Path | None = None) -> list[str]:
+def stale_ports(
+    series: Series, cache: Cache, events: Events | None = None, home: Path | None = None
+) -> list[str]:
     """Ports whose committed diffs differ from what refresh writes for their own bake."""
     home = home or project_root()
     root_dir = home / "patches" / series.name
@@ -130,19 +135,30 @@ def stale_ports(series: Series, cache: Cache, events: Events | None = None,
         labels = _series_labels(series.path, home, strip, root)
         for d, changes in zip(s.load_diffs(), changes_from_plan(pl, pristine), strict=True):
             ordered = {p: (p, b, a) for p, b, a in changes}
-            text = render_diff([ordered[p] for p in _ordered(d, list(ordered))],
-                               labels.get(d.name) or _labels(d, strip, root), root)
+            text = render_diff(
+                [ordered[p] for p in _ordered(d, list(ordered))],
+                labels.get(d.name) or _labels(d, strip, root),
+                root,
+            )
             if text != d.path.read_bytes():
-                problems.append(f"{d.path.relative_to(home)}: differs from what "
-                                "`bakery refresh` writes for its bake")
+                problems.append(
+                    f"{d.path.relative_to(home)}: differs from what "
+                    "`bakery refresh` writes for its bake"
+                )
     return problems
 
 
 # --- refresh from an edited tree --------------------------------------------------------------
 
+
 def _show(tree: Path, rev: str, path: str) -> bytes | None:
-    proc = subprocess.run(["git", "-c", "safe.directory=*", "cat-file", "blob", f"{rev}:{path}"],
-                          cwd=tree, capture_output=True, env=gitutil.clean_env(), check=False)
+    proc = subprocess.run(
+        ["git", "-c", "safe.directory=*", "cat-file", "blob", f"{rev}:{path}"],
+        cwd=tree,
+        capture_output=True,
+        env=gitutil.clean_env(),
+        check=False,
+    )
     return proc.stdout if proc.returncode == 0 else None
 
 
@@ -153,8 +169,13 @@ def _work(tree: Path, path: str) -> bytes | None:
     return p.read_bytes()
 
 
-def refresh(series_spec: str, tree: Path, release_version: str | None = None,
-            events: Events | None = None, home: Path | None = None) -> tuple[Path, list[str]]:
+def refresh(
+    series_spec: str,
+    tree: Path,
+    release_version: str | None = None,
+    events: Events | None = None,
+    home: Path | None = None,
+) -> tuple[Path, list[str]]:
     """Write patches/<series>/<release>/ from an edited baked tree. Returns (port, notes)."""
     home = home or project_root()
     series = load_series(series_spec, home)
@@ -226,8 +247,11 @@ def refresh(series_spec: str, tree: Path, release_version: str | None = None,
     try:
         for d, changes in zip(diffs, per_diff, strict=True):
             ordered = {p: (p, b, a) for p, b, a in changes}
-            text = render_diff([ordered[p] for p in _ordered(d, list(ordered))],
-                               labels.get(d.name) or _labels(d, strip, root), root)
+            text = render_diff(
+                [ordered[p] for p in _ordered(d, list(ordered))],
+                labels.get(d.name) or _labels(d, strip, root),
+                root,
+            )
             if text:
                 (staging / d.name).write_bytes(text)
             else:

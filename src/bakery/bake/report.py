@@ -33,9 +33,13 @@ class DiffResult:
 
     def to_json(self) -> dict[str, object]:
         d: dict[str, object] = {
-            "name": self.name, "sha256": self.sha256, "status": self.status.value,
-            "files": [{"path": f.path, "status": f.status.value,
-                       "hunks": [h.to_json() for h in f.hunks]} for f in self.files],
+            "name": self.name,
+            "sha256": self.sha256,
+            "status": self.status.value,
+            "files": [
+                {"path": f.path, "status": f.status.value, "hunks": [h.to_json() for h in f.hunks]}
+                for f in self.files
+            ],
         }
         if self.commit:
             d["commit"] = self.commit
@@ -68,8 +72,13 @@ class BakeReport:
 
     def failed_hunks(self) -> list[tuple[str, str, int, int, str]]:
         """(diff, path, hunk index, line, status) of each hunk that did not apply."""
-        return [(d.name, f.path, h.index, h.line, h.status.value)
-                for d in self.diffs for f in d.files for h in f.hunks if not h.status.ok]
+        return [
+            (d.name, f.path, h.index, h.line, h.status.value)
+            for d in self.diffs
+            for f in d.files
+            for h in f.hunks
+            if not h.status.ok
+        ]
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -87,8 +96,7 @@ class BakeReport:
 
     def manifest(self) -> dict[str, object]:
         d = self.to_json()
-        d.update(pristine_commit=self.pristine_commit, head=self.head,
-                 files=self.files_sha256)
+        d.update(pristine_commit=self.pristine_commit, head=self.head, files=self.files_sha256)
         return d
 
 

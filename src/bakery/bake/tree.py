@@ -36,7 +36,6 @@ from bakery.sources.resolve import Pristine
 Events = Callable[[str, str], None]
 
 
-
 @dataclass
 class Plan:
     """The in-memory result of applying the series."""
@@ -84,8 +83,9 @@ class _Overlay:
         except FileNotFoundError:
             return None, None
         except OSError as e:
-            raise UnsafePathError(diff.path, fp.diff_line, f"cannot read {rel}: {e.strerror}") \
-                from None
+            raise UnsafePathError(
+                diff.path, fp.diff_line, f"cannot read {rel}: {e.strerror}"
+            ) from None
 
     def _check_nesting(self, diff: Diff, fp: FilePatch, rel: str) -> None:
         """Refuse a file inside a file the series created, or over a folder it filled."""
@@ -93,11 +93,13 @@ class _Overlay:
         for i in range(1, len(parts)):
             above = self.state.get("/".join(parts[:i]))
             if above is not None and above[0] is not None:
-                raise UnsafePathError(diff.path, fp.diff_line, f"{rel}: "
-                                      f"{'/'.join(parts[:i])} is a file, not a folder")
+                raise UnsafePathError(
+                    diff.path, fp.diff_line, f"{rel}: {'/'.join(parts[:i])} is a file, not a folder"
+                )
         if self.state.filled.get(rel, 0) > 0:
-            raise UnsafePathError(diff.path, fp.diff_line,
-                                  f"{rel}: is a folder (the series created files in it)")
+            raise UnsafePathError(
+                diff.path, fp.diff_line, f"{rel}: is a folder (the series created files in it)"
+            )
 
 
 def _checked_path(pristine: Pristine, diff: Diff, fp: FilePatch, rel: str) -> Path:
@@ -114,31 +116,47 @@ def _checked_path(pristine: Pristine, diff: Diff, fp: FilePatch, rel: str) -> Pa
         except FileNotFoundError:
             break
         except OSError as e:  # a name too long, a file used as a folder, a loop
-            raise UnsafePathError(diff.path, fp.diff_line,
-                                  f"cannot read {rel}: {e.strerror}") from None
+            raise UnsafePathError(
+                diff.path, fp.diff_line, f"cannot read {rel}: {e.strerror}"
+            ) from None
         if stat.S_ISLNK(st.st_mode):
-            raise UnsafePathError(diff.path, fp.diff_line, f"{rel}: refusing to write through "
-                                  f"the symlink {cur.relative_to(base)}")
+            raise UnsafePathError(
+                diff.path,
+                fp.diff_line,
+                f"{rel}: refusing to write through the symlink {cur.relative_to(base)}",
+            )
     return full
 
 
-def plan(series: Series, pristine: Pristine, *, fuzz: int = 0,
-         fallback: Fallback | None = None, events: Events | None = None) -> Plan:
+def plan(
+    series: Series,
+    pristine: Pristine,
+    *,
+    fuzz: int = 0,
+    fallback: Fallback | None = None,
+    events: Events | None = None,
+) -> Plan:
     """Apply the whole series in memory. Raises DiffError for bad diffs.
 
     ``fallback`` (merge.Fallback) merges and diagnoses files that do not apply cleanly and
     warns about upstream drift; without it, failed hunks are still diagnosed."""
     diffs = series.load_diffs()
-    strip, root, detected = detect_layout(series, pristine.tree if pristine.package_dir is None
-                                          else pristine.tree)
+    strip, root, detected = detect_layout(
+        series, pristine.tree if pristine.package_dir is None else pristine.tree
+    )
     if pristine.package_dir is not None and root == "":
         root = "vllm"
     for d in diffs:
         d.resolve_paths(strip, root)
-    report = BakeReport(series.name, _display(series.path), version=pristine.version,
-                        source=pristine.source, sha256=pristine.sha256,
-                        port=_display(series.port) if series.port else None,
-                        layout={"strip": strip, "root": root, "detected": detected})
+    report = BakeReport(
+        series.name,
+        _display(series.path),
+        version=pristine.version,
+        source=pristine.source,
+        sha256=pristine.sha256,
+        port=_display(series.port) if series.port else None,
+        layout={"strip": strip, "root": root, "detected": detected},
+    )
     if detected and events:
         events("detected", f"strip {strip}, root {root or '.'!r} (no series.toml setting)")
     overlay = _Overlay(pristine)
@@ -182,6 +200,7 @@ def _display(path: Path | None) -> str | None:
 
 
 # --- writing trees ---------------------------------------------------------------------------
+
 
 def _staging_prefix(out: Path) -> str:
     return f".{out.name}.bakery-"
@@ -233,8 +252,10 @@ def check_out(out: Path, force: bool = False) -> None:
         except gitutil.GitError:
             changed, moved = [], True
         if changed or moved:
-            raise BakeryError(f"--out {out}: the baked tree has local changes "
-                              "(refresh them into a port, move the tree, or pass --force)")
+            raise BakeryError(
+                f"--out {out}: the baked tree has local changes "
+                "(refresh them into a port, move the tree, or pass --force)"
+            )
 
 
 def _move_into_place(staging: Path, out: Path) -> None:
@@ -249,8 +270,9 @@ def _move_into_place(staging: Path, out: Path) -> None:
         except OSError as e:
             if e.errno in (errno.ENOTEMPTY, errno.EEXIST) and attempt < 19:
                 continue
-            raise BakeryError(f"--out {out}: cannot move the baked tree into place: "
-                              f"{e.strerror}") from None
+            raise BakeryError(
+                f"--out {out}: cannot move the baked tree into place: {e.strerror}"
+            ) from None
 
 
 def remove_tree(path: Path) -> None:
@@ -280,8 +302,9 @@ def _populate(pristine: Pristine, staging: Path) -> str:
         (staging / "vllm").mkdir()
         copy_tree(pristine.package_dir, staging / "vllm", exclude={"__pycache__"})
     elif (pristine.tree / ".git").exists():
-        listed = gitutil.git(pristine.tree, "ls-files", "-z", "--cached", "--others",
-                             "--exclude-standard")
+        listed = gitutil.git(
+            pristine.tree, "ls-files", "-z", "--cached", "--others", "--exclude-standard"
+        )
         for rel in filter(None, listed.split("\0")):
             src = pristine.tree / rel
             if not src.exists() and not src.is_symlink():
@@ -305,8 +328,12 @@ def _populate_from_repo(pristine: Pristine, staging: Path) -> str:
     pristine.confirm()  # the cache's look for changed files ran during the copy
     src = pristine.tree / ".git"
     head = gitutil.read_head(src)
-    if head is None or (src / "objects" / "info" / "alternates").exists() \
-            or (src / "shallow").exists() or (src / "commondir").exists():
+    if (
+        head is None
+        or (src / "objects" / "info" / "alternates").exists()
+        or (src / "shallow").exists()
+        or (src / "commondir").exists()
+    ):
         return _clone_with_git(pristine, staging)
     ref, commit = head
     dst = staging / ".git"
@@ -323,8 +350,10 @@ def _populate_from_repo(pristine: Pristine, staging: Path) -> str:
 
 
 #: A new repository's config, as git init writes it on Linux.
-_CONFIG = ("[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
-           "\tlogallrefupdates = true\n")
+_CONFIG = (
+    "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
+    "\tlogallrefupdates = true\n"
+)
 
 
 def _link_tree(src: Path, dst: Path) -> None:
@@ -380,7 +409,7 @@ def _restat_index(tree: Path, source: Path) -> bool:
     for _ in range(count):
         fields = _STAT.unpack_from(data, off)
         mode, size = fields[6], fields[9]
-        flags = int.from_bytes(data[off + 60:off + 62], "big")
+        flags = int.from_bytes(data[off + 60 : off + 62], "big")
         if flags & 0x3000 or (flags & 0x4000 and version < 3):
             return False
         name = off + 62 + (2 if flags & 0x4000 else 0)
@@ -389,22 +418,35 @@ def _restat_index(tree: Path, source: Path) -> bool:
             st = os.lstat(base + bytes(data[name:nul]))
         except OSError:
             st = None
-        if st is not None and stat.S_IFMT(st.st_mode) == stat.S_IFMT(mode) \
-                and st.st_size & 0xFFFFFFFF == size \
-                and st.st_mtime_ns // 10**9 == fields[2] \
-                and fields[3] in (0, st.st_mtime_ns % 10**9):
+        if (
+            st is not None
+            and stat.S_IFMT(st.st_mode) == stat.S_IFMT(mode)
+            and st.st_size & 0xFFFFFFFF == size
+            and st.st_mtime_ns // 10**9 == fields[2]
+            and fields[3] in (0, st.st_mtime_ns % 10**9)
+        ):
             ctime = divmod(st.st_ctime_ns, 10**9)
-            _STAT.pack_into(data, off, ctime[0] & 0xFFFFFFFF, ctime[1], fields[2],
-                            st.st_mtime_ns % 10**9,
-                            st.st_dev & 0xFFFFFFFF, st.st_ino & 0xFFFFFFFF, mode,
-                            st.st_uid & 0xFFFFFFFF, st.st_gid & 0xFFFFFFFF, size)
+            _STAT.pack_into(
+                data,
+                off,
+                ctime[0] & 0xFFFFFFFF,
+                ctime[1],
+                fields[2],
+                st.st_mtime_ns % 10**9,
+                st.st_dev & 0xFFFFFFFF,
+                st.st_ino & 0xFFFFFFFF,
+                mode,
+                st.st_uid & 0xFFFFFFFF,
+                st.st_gid & 0xFFFFFFFF,
+                size,
+            )
         elif stat.S_IFMT(mode) != 0o160000:  # a submodule's entry has no file to stat
             _STAT.pack_into(data, off, 0, 0, 0, 0, 0, 0, mode, 0, 0, 0)
         off = (nul + 8 - off) // 8 * 8 + off
     while off < end:  # extensions: a split index points at another file
-        if data[off:off + 4] == b"link":
+        if data[off : off + 4] == b"link":
             return False
-        off += 8 + int.from_bytes(data[off + 4:off + 8], "big")
+        off += 8 + int.from_bytes(data[off + 4 : off + 8], "big")
     if trailer != bytes(20):
         data[end:] = hashlib.sha1(data[:end]).digest()
     index = tree / ".git" / "index"
@@ -428,8 +470,11 @@ def _write_files(tree: Path, writes: dict[str, tuple[bytes | None, int | None]])
             continue
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                         mode if mode is not None else 0o644)
+            fd = os.open(
+                path,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                mode if mode is not None else 0o644,
+            )
             with os.fdopen(fd, "wb") as fh:
                 fh.write(content)
             os.chmod(path, mode if mode is not None else 0o644)
@@ -437,8 +482,9 @@ def _write_files(tree: Path, writes: dict[str, tuple[bytes | None, int | None]])
             raise BakeryError(f"cannot write {rel}: {e.strerror}") from None
 
 
-def write_tree(pl: Plan, series: Series, pristine: Pristine, staging: Path,
-               commits: bool = True) -> None:
+def write_tree(
+    pl: Plan, series: Series, pristine: Pristine, staging: Path, commits: bool = True
+) -> None:
     """Write the pristine tree and the planned changes into staging (with commits)."""
     report = pl.report
     report.pristine_commit = _populate(pristine, staging)
@@ -465,13 +511,18 @@ def write_tree(pl: Plan, series: Series, pristine: Pristine, staging: Path,
 def _fast_import_path(rel: str) -> bytes:
     path = os.fsencode(rel)
     if b"\n" in path or path.startswith(b'"'):
-        return b'"' + path.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(
-            b"\n", b"\\n") + b'"'
+        return (
+            b'"' + path.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n") + b'"'
+        )
     return path
 
 
-def _commit_series(tree: Path, parent: str, messages: list[str],
-                   writes: list[dict[str, tuple[bytes | None, int | None]]]) -> list[str]:
+def _commit_series(
+    tree: Path,
+    parent: str,
+    messages: list[str],
+    writes: list[dict[str, tuple[bytes | None, int | None]]],
+) -> list[str]:
     """One commit per diff, all written by one git fast-import from the planned contents
     (it reads neither the index nor the work tree, so a long series costs no more reads of
     the tree), then the index brought to the last commit for the paths the series wrote.
@@ -492,15 +543,25 @@ def _commit_series(tree: Path, parent: str, messages: list[str],
                 stream.append(b"D %s\n" % _fast_import_path(rel))
             else:
                 kind = b"100755" if (mode or 0) & 0o100 else b"100644"
-                stream += [b"M %s inline %s\ndata %d\n" % (kind, _fast_import_path(rel),
-                                                              len(content)), content, b"\n"]
+                stream += [
+                    b"M %s inline %s\ndata %d\n" % (kind, _fast_import_path(rel), len(content)),
+                    content,
+                    b"\n",
+                ]
     stream += [b"get-mark :%d\n" % i for i in range(1, len(messages) + 1)]
     stream.append(b"done\n")
     ids = gitutil.git(tree, "fast-import", "--quiet", "--done", input=b"".join(stream)).split()
     paths = sorted({rel for changes in writes for rel in changes})
     if paths:
-        gitutil.git(tree, "update-index", "--add", "--remove", "-z", "--stdin",
-                    input=b"".join(os.fsencode(p) + b"\0" for p in paths))
+        gitutil.git(
+            tree,
+            "update-index",
+            "--add",
+            "--remove",
+            "-z",
+            "--stdin",
+            input=b"".join(os.fsencode(p) + b"\0" for p in paths),
+        )
     return ids
 
 
@@ -508,8 +569,11 @@ def write_failed(pl: Plan, series: Series, pristine: Pristine, failed_out: Path)
     """The attempt, for a person to finish: applied hunks in place, the rest in .rej files
     (or as conflict markers where a three-way merge left them)."""
     remove_tree(failed_out)
-    staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(failed_out) + f"{os.getpid()}-",
-                                    dir=failed_out.parent))
+    staging = Path(
+        tempfile.mkdtemp(
+            prefix=_staging_prefix(failed_out) + f"{os.getpid()}-", dir=failed_out.parent
+        )
+    )
     try:
         report = pl.report
         report.pristine_commit = _populate(pristine, staging)
@@ -524,7 +588,8 @@ def write_failed(pl: Plan, series: Series, pristine: Pristine, failed_out: Path)
                     rej = staging / (f.path + ".rej")
                     rej.parent.mkdir(parents=True, exist_ok=True)
                     fp_text = f"--- {f.path}\n+++ {f.path}\n" + "".join(
-                        h.render() for h in f.failed_hunks)
+                        h.render() for h in f.failed_hunks
+                    )
                     with rej.open("a", encoding="latin-1") as fh:
                         fh.write(fp_text)
         write_json(staging / MANIFEST, {**report.manifest(), "status": "conflict"})
@@ -534,15 +599,25 @@ def write_failed(pl: Plan, series: Series, pristine: Pristine, failed_out: Path)
         raise
 
 
-def bake(series: Series, pristine: Pristine, out: Path, *, fuzz: int = 0,
-         keep_failed: bool = False, force: bool = False, fallback: Fallback | None = None,
-         events: Events | None = None) -> BakeReport:
+def bake(
+    series: Series,
+    pristine: Pristine,
+    out: Path,
+    *,
+    fuzz: int = 0,
+    keep_failed: bool = False,
+    force: bool = False,
+    fallback: Fallback | None = None,
+    events: Events | None = None,
+) -> BakeReport:
     """Bake the series into out. Returns the report; out holds a tree only if it applied."""
     out = out.absolute()
     source = (pristine.package_dir or pristine.tree).resolve()
     if out.resolve() == source or source in out.resolve().parents:
-        raise BakeryError(f"--out {out}: inside the pristine tree {source}, which bakery "
-                          "never changes; choose another --out")
+        raise BakeryError(
+            f"--out {out}: inside the pristine tree {source}, which bakery "
+            "never changes; choose another --out"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     _clean_stale(out)
     check_out(out, force)
@@ -565,8 +640,9 @@ def bake(series: Series, pristine: Pristine, out: Path, *, fuzz: int = 0,
             write_failed(pl, series, pristine, failed_out)
             report.failed_out = _display(failed_out)
         return report
-    staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(out) + f"{os.getpid()}-",
-                                    dir=out.parent))
+    staging = Path(
+        tempfile.mkdtemp(prefix=_staging_prefix(out) + f"{os.getpid()}-", dir=out.parent)
+    )
     try:
         if events:
             events("write", f"Writing {_display(out)}")

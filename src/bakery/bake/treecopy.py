@@ -83,8 +83,9 @@ class _Walk:
         return sorted(folders), parts
 
 
-def copy_tree(src: Path, dst: Path, exclude: set[str] | None = None,
-              jobs: int | None = None) -> None:
+def copy_tree(
+    src: Path, dst: Path, exclude: set[str] | None = None, jobs: int | None = None
+) -> None:
     """Copy src's entries (but those named in exclude) into the existing folder dst."""
     names = sorted(n for n in os.listdir(src) if n not in (exclude or set()))
     if not names:
@@ -116,8 +117,9 @@ def copy_tree(src: Path, dst: Path, exclude: set[str] | None = None,
         cmds = [[*cp, "--parents", "--", *g, str(dst)] for g in groups if g]
     for proc in gitutil.run_all(cmds, cwd=src):
         if proc.returncode != 0:
-            raise BakeryError(f"copying {src} failed: "
-                              f"{proc.stderr.decode(errors='replace').strip()}")
+            raise BakeryError(
+                f"copying {src} failed: {proc.stderr.decode(errors='replace').strip()}"
+            )
     if len(cmds) > 1:
         for rel in reversed(folders):  # the folders bakery made: their modes and times
             shutil.copystat(src / rel, dst / rel, follow_symlinks=False)

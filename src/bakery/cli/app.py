@@ -35,8 +35,9 @@ err_console = Console(stderr=True, highlight=False)
 
 
 def fail(err: BakeryError) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {escape(err.message)}", markup=True,
-                      highlight=False, soft_wrap=True)
+    err_console.print(
+        f"[bold red]error:[/] {escape(err.message)}", markup=True, highlight=False, soft_wrap=True
+    )
     raise typer.Exit(code=err.exit_code)
 
 
@@ -48,55 +49,106 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_version_callback,
-                                          is_eager=True, help="Show the version.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version_callback, is_eager=True, help="Show the version."
+        ),
+    ] = False,
 ) -> None:
     """Bake patched vLLM trees from ordered series of plain diffs."""
 
 
 def _events(event: str, detail: str) -> None:
-    err_console.print(f"[dim]{escape(detail)}[/]" if event == "detected" else escape(detail),
-                      markup=True, highlight=False, soft_wrap=True)
+    err_console.print(
+        f"[dim]{escape(detail)}[/]" if event == "detected" else escape(detail),
+        markup=True,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
-SeriesArg = Annotated[str, typer.Argument(help="A series under launcher/ (dcp2), or a path "
-                                          "to a series folder.")]
-VllmOpt = Annotated[str | None, typer.Option(
-    "--vllm", help="A release (0.30.0), a local tree or checkout, or git+URL@REF. "
-    "Default: the series' base release.")]
+SeriesArg = Annotated[
+    str, typer.Argument(help="A series under launcher/ (dcp2), or a path to a series folder.")
+]
+VllmOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--vllm",
+        help="A release (0.30.0), a local tree or checkout, or git+URL@REF. "
+        "Default: the series' base release.",
+    ),
+]
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the report as JSON here.")]
-FuzzOpt = Annotated[int, typer.Option("--fuzz", min=0, max=3, help="Context lines a hunk may "
-                                      "lose to match (default 0: never guess).")]
+FuzzOpt = Annotated[
+    int,
+    typer.Option(
+        "--fuzz",
+        min=0,
+        max=3,
+        help="Context lines a hunk may lose to match (default 0: never guess).",
+    ),
+]
 
 
 @app.command()
 def apply(
     series: SeriesArg,
     vllm: VllmOpt = None,
-    out: Annotated[Path | None, typer.Option(
-        "--out", help="Where the baked tree goes (default build/<series>-<version>/).")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="Where the baked tree goes (default build/<series>-<version>/)."
+        ),
+    ] = None,
     json_file: JsonOpt = None,
     fuzz: FuzzOpt = 0,
-    keep_failed: Annotated[bool, typer.Option(
-        "--keep-failed", help="On a conflict, write the attempt to <out>.failed/ with .rej "
-        "files or conflict markers.")] = False,
-    allow_dirty: Annotated[bool, typer.Option(
-        "--allow-dirty", help="Accept a local git checkout with uncommitted changes.")] = False,
-    no_port: Annotated[bool, typer.Option(
-        "--no-port", help="Use the series' own diffs even where patches/ has a port.")] = False,
-    no_merge: Annotated[bool, typer.Option(
-        "--no-merge", help="Do not fall back to a three-way merge against the base "
-        "release.")] = False,
-    force: Annotated[bool, typer.Option(
-        "--force", help="Replace a baked tree at --out even if it has local changes.")] = False,
+    keep_failed: Annotated[
+        bool,
+        typer.Option(
+            "--keep-failed",
+            help="On a conflict, write the attempt to <out>.failed/ with .rej "
+            "files or conflict markers.",
+        ),
+    ] = False,
+    allow_dirty: Annotated[
+        bool,
+        typer.Option("--allow-dirty", help="Accept a local git checkout with uncommitted changes."),
+    ] = False,
+    no_port: Annotated[
+        bool,
+        typer.Option("--no-port", help="Use the series' own diffs even where patches/ has a port."),
+    ] = False,
+    no_merge: Annotated[
+        bool,
+        typer.Option(
+            "--no-merge", help="Do not fall back to a three-way merge against the base release."
+        ),
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Replace a baked tree at --out even if it has local changes."),
+    ] = False,
 ) -> None:
     """Apply a series to a pristine vLLM tree, into a new baked tree."""
     from bakery.commands import bake as commands
 
-    report = _run_bake(lambda: commands.apply(
-        series, vllm=vllm, out=out, fuzz=fuzz, keep_failed=keep_failed,
-        allow_dirty=allow_dirty, use_port=not no_port, merge=not no_merge, force=force,
-        events=_events, progress=render.download_progress(err_console)), json_file)
+    report = _run_bake(
+        lambda: commands.apply(
+            series,
+            vllm=vllm,
+            out=out,
+            fuzz=fuzz,
+            keep_failed=keep_failed,
+            allow_dirty=allow_dirty,
+            use_port=not no_port,
+            merge=not no_merge,
+            force=force,
+            events=_events,
+            progress=render.download_progress(err_console),
+        ),
+        json_file,
+    )
     render.bake_report(out_console, report)
     raise typer.Exit(code=0 if report.status == "baked" else 1)
 
@@ -110,17 +162,31 @@ def check(
     allow_dirty: Annotated[bool, typer.Option("--allow-dirty")] = False,
     no_port: Annotated[bool, typer.Option("--no-port")] = False,
     no_merge: Annotated[bool, typer.Option("--no-merge")] = False,
-    up_to_date: Annotated[bool, typer.Option(
-        "--up-to-date", help="Also fail when a port's committed diffs do not reproduce from "
-        "their own bake (for CI).")] = False,
+    up_to_date: Annotated[
+        bool,
+        typer.Option(
+            "--up-to-date",
+            help="Also fail when a port's committed diffs do not reproduce from "
+            "their own bake (for CI).",
+        ),
+    ] = False,
 ) -> None:
     """The same run as apply, without writing a tree."""
     from bakery.commands import bake as commands
 
-    report = _run_bake(lambda: commands.check(
-        series, vllm=vllm, fuzz=fuzz, allow_dirty=allow_dirty, use_port=not no_port,
-        merge=not no_merge, events=_events,
-        progress=render.download_progress(err_console)), json_file)
+    report = _run_bake(
+        lambda: commands.check(
+            series,
+            vllm=vllm,
+            fuzz=fuzz,
+            allow_dirty=allow_dirty,
+            use_port=not no_port,
+            merge=not no_merge,
+            events=_events,
+            progress=render.download_progress(err_console),
+        ),
+        json_file,
+    )
     render.bake_report(out_console, report)
     code = 0 if report.ok else 1
     if up_to_date and code == 0:
@@ -172,10 +238,13 @@ def list_(
 def verify(
     ctx: typer.Context,
     series: Annotated[str, typer.Argument(help="The series whose bundled tests run.")] = "dcp2",
-    tree: Annotated[Path | None, typer.Option(
-        "--tree", help="The baked tree (default: the last one baked for the series).")] = None,
-    interpret: Annotated[bool, typer.Option(
-        "--interpret", help="CPU only: Triton's interpreter and gloo.")] = False,
+    tree: Annotated[
+        Path | None,
+        typer.Option("--tree", help="The baked tree (default: the last one baked for the series)."),
+    ] = None,
+    interpret: Annotated[
+        bool, typer.Option("--interpret", help="CPU only: Triton's interpreter and gloo.")
+    ] = False,
     junit: Annotated[Path | None, typer.Option("--junit", help="Write a JUnit XML file.")] = None,
 ) -> None:
     """Run the series' bundled tests against a baked tree's own code. Arguments after --
@@ -183,8 +252,9 @@ def verify(
     from bakery.commands import bake as commands
 
     try:
-        result, edited = commands.verify(series, tree=tree, interpret=interpret, junit=junit,
-                                         pytest_args=list(ctx.args))
+        result, edited = commands.verify(
+            series, tree=tree, interpret=interpret, junit=junit, pytest_args=list(ctx.args)
+        )
     except BakeryError as e:
         fail(e)
     render.verify_summary(err_console, result, edited)
@@ -194,24 +264,36 @@ def verify(
 @app.command()
 def matrix(
     series: SeriesArg,
-    vllm: Annotated[list[str] | None, typer.Option(
-        "--vllm", help="Releases to bake (repeat the option, or list them after it).")] = None,
-    since: Annotated[str | None, typer.Option(
-        "--since", help="Every final release on the index from this version on.")] = None,
+    vllm: Annotated[
+        list[str] | None,
+        typer.Option("--vllm", help="Releases to bake (repeat the option, or list them after it)."),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="Every final release on the index from this version on."),
+    ] = None,
     pre: Annotated[bool, typer.Option("--pre", help="With --since: pre-releases too.")] = False,
     do_verify: Annotated[bool, typer.Option("--verify", help="Verify each baked tree.")] = False,
-    interpret: Annotated[bool, typer.Option(
-        "--interpret/--gpu", help="Verify on the CPU (Triton interpreter) or on a GPU.")] = True,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1,
-                                      help="Parallel workers (default: 2).")] = 2,
+    interpret: Annotated[
+        bool,
+        typer.Option(
+            "--interpret/--gpu", help="Verify on the CPU (Triton interpreter) or on a GPU."
+        ),
+    ] = True,
+    jobs: Annotated[
+        int, typer.Option("--jobs", "-j", min=1, help="Parallel workers (default: 2).")
+    ] = 2,
     out: Annotated[Path, typer.Option("--out", help="Where the baked trees go.")] = Path(
-        "build/matrix"),
+        "build/matrix"
+    ),
     json_file: JsonOpt = None,
-    markdown: Annotated[Path | None, typer.Option("--markdown", help="Write a Markdown "
-                                                  "summary (for CI).")] = None,
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="Write a Markdown summary (for CI).")
+    ] = None,
     junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML.")] = None,
-    allow_fail: Annotated[bool, typer.Option(
-        "--allow-fail", help="Exit 0 even when a release fails.")] = False,
+    allow_fail: Annotated[
+        bool, typer.Option("--allow-fail", help="Exit 0 even when a release fails.")
+    ] = False,
 ) -> None:
     """Bake (and verify) a series on many vLLM releases, in parallel."""
     from bakery.commands import matrix as mx
@@ -225,8 +307,15 @@ def matrix(
         if not versions:
             raise BakeryError("matrix needs --vllm VERSION... or --since VERSION")
         err_console.print(escape(f"baking {s.name} on {', '.join(versions)} with {jobs} workers"))
-        rows = mx.run(str(s.path), versions, out_root=out.absolute(), jobs=jobs,
-                      verify=do_verify, interpret=interpret, home=project_root())
+        rows = mx.run(
+            str(s.path),
+            versions,
+            out_root=out.absolute(),
+            jobs=jobs,
+            verify=do_verify,
+            interpret=interpret,
+            home=project_root(),
+        )
     except BakeryError as e:
         fail(e)
     render.matrix_grid(out_console, s.name, rows)
@@ -246,8 +335,10 @@ def matrix(
 def refresh(
     series: SeriesArg,
     tree: Annotated[Path, typer.Option("--tree", help="The edited baked tree.")],
-    release: Annotated[str | None, typer.Option(
-        "--release", help="The release the port is for (default: the tree's).")] = None,
+    release: Annotated[
+        str | None,
+        typer.Option("--release", help="The release the port is for (default: the tree's)."),
+    ] = None,
 ) -> None:
     """Turn an edited baked tree back into the series' diffs, as a port in
     patches/<series>/<release>/."""

@@ -11,8 +11,14 @@ from rich.table import Table
 
 from bakery.bake.report import BakeReport
 
-_STYLE = {"applied": "green", "offset": "cyan", "fuzz": "yellow", "merged": "magenta",
-          "already-applied": "yellow", "failed": "bold red"}
+_STYLE = {
+    "applied": "green",
+    "offset": "cyan",
+    "fuzz": "yellow",
+    "merged": "magenta",
+    "already-applied": "yellow",
+    "failed": "bold red",
+}
 
 
 def _status(s: str) -> str:
@@ -23,23 +29,30 @@ def bake_report(console: Console, report: BakeReport) -> None:
     """One table per diff and file, a row per hunk, then every problem on its own line."""
     src = f"vLLM {report.version}" if report.version else report.source
     port = f"  [cyan](port {escape(report.port)})[/]" if report.port else ""
-    console.print(f"[bold]{escape(report.series_name)}[/] on {escape(str(src))}{port}",
-                  soft_wrap=True)
+    console.print(
+        f"[bold]{escape(report.series_name)}[/] on {escape(str(src))}{port}", soft_wrap=True
+    )
     for d in report.diffs:
-        console.print(f"[bold]{escape(d.name)}[/]  {_status(d.status.value)}  "
-                      f"[dim]{d.sha256[:12]}[/]",
-                      soft_wrap=True)
+        console.print(
+            f"[bold]{escape(d.name)}[/]  {_status(d.status.value)}  [dim]{d.sha256[:12]}[/]",
+            soft_wrap=True,
+        )
         for f in d.files:
             console.print(f"  {escape(f.path)}  {_status(f.status.value)}", soft_wrap=True)
             table = Table(box=None, padding=(0, 1), pad_edge=False, show_edge=False)
             for col in ("hunk", "outcome", "line", "offset", "fuzz", "why"):
-                table.add_column(col, justify="right" if col in ("hunk", "line", "offset",
-                                                                 "fuzz") else "left")
+                table.add_column(
+                    col, justify="right" if col in ("hunk", "line", "offset", "fuzz") else "left"
+                )
             for h in f.hunks:
-                table.add_row(str(h.index), _status(h.status.value), str(h.line),
-                              f"{h.offset:+d}" if h.offset else "0", str(h.fuzz),
-                              escape(h.reason or "")
-                              if not h.status.ok or h.status.value == "merged" else "")
+                table.add_row(
+                    str(h.index),
+                    _status(h.status.value),
+                    str(h.line),
+                    f"{h.offset:+d}" if h.offset else "0",
+                    str(h.fuzz),
+                    escape(h.reason or "") if not h.status.ok or h.status.value == "merged" else "",
+                )
             console.print(table)
     for d in report.diffs:
         for w in d.warnings:
@@ -50,8 +63,11 @@ def bake_report(console: Console, report: BakeReport) -> None:
                 continue
             where = ", ".join(f"{h.index} (line {h.line})" for h in bad)
             actions = sorted({h.action for h in bad if h.action})
-            console.print(f"[red]{escape(d.name)}: {escape(f.path)}: hunks {where} "
-                          f"{'do' if len(bad) > 1 else 'does'} not apply[/]", soft_wrap=True)
+            console.print(
+                f"[red]{escape(d.name)}: {escape(f.path)}: hunks {where} "
+                f"{'do' if len(bad) > 1 else 'does'} not apply[/]",
+                soft_wrap=True,
+            )
             for a in actions:
                 console.print(f"  next: {escape(a)}", soft_wrap=True)
     counts: dict[str, int] = {}
@@ -65,15 +81,20 @@ def bake_report(console: Console, report: BakeReport) -> None:
     elif report.status == "checked":
         console.print(f"[bold green]applies[/] ({summary})")
     else:
-        console.print(f"[bold red]does not apply[/] ({summary})"
-                      + (f"; attempt written to {escape(report.failed_out)}" if report.failed_out
-                         else ""))
+        console.print(
+            f"[bold red]does not apply[/] ({summary})"
+            + (f"; attempt written to {escape(report.failed_out)}" if report.failed_out else "")
+        )
 
 
 def series_list(console: Console, rows: list[dict[str, object]]) -> None:
     for row in rows:
-        console.print(escape(f"{row['name']}  base {row['base'] or '-'}  "
-                             f"root {row['root'] or '(detected)'}  {row['path']}"))
+        console.print(
+            escape(
+                f"{row['name']}  base {row['base'] or '-'}  "
+                f"root {row['root'] or '(detected)'}  {row['path']}"
+            )
+        )
         if row["description"]:
             console.print(f"  {escape(str(row['description']))}")
         if row["ports"]:
@@ -99,8 +120,14 @@ def download_progress(console: Console) -> Callable[[int, int | None], None]:
                 TransferSpeedColumn,
             )
 
-            p = Progress(TextColumn("downloading"), BarColumn(), DownloadColumn(),
-                         TransferSpeedColumn(), console=console, transient=True)
+            p = Progress(
+                TextColumn("downloading"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                console=console,
+                transient=True,
+            )
             p.start()
             state["p"] = p
             state["t"] = p.add_task("download", total=total)
@@ -127,12 +154,17 @@ def matrix_grid(console: Console, series: str, rows: list) -> None:  # type: ign
     for r in rows:
         cells = {str(d["name"]): summarize(d) for d in r.diffs}
         status = {"baked": "[green]baked[/]", "conflict": "[red]conflict[/]"}.get(
-            r.status, f"[red]{r.status}[/]")
-        verify = {"passed": "[green]passed[/]", "failed": "[red]failed[/]"}.get(
-            r.verify or "", "-")
-        table.add_row(escape(r.version), status, escape(r.port or "-"),
-                      *[escape(cells.get(n, "-")) for n in names],
-                      verify, f"{r.seconds:.1f}")
+            r.status, f"[red]{r.status}[/]"
+        )
+        verify = {"passed": "[green]passed[/]", "failed": "[red]failed[/]"}.get(r.verify or "", "-")
+        table.add_row(
+            escape(r.version),
+            status,
+            escape(r.port or "-"),
+            *[escape(cells.get(n, "-")) for n in names],
+            verify,
+            f"{r.seconds:.1f}",
+        )
     console.print(table)
     for r in rows:
         if r.error:
@@ -143,8 +175,10 @@ def verify_summary(console: Console, result: object, edited: list[str]) -> None:
     """After pytest's own output: where the code came from, edits since the bake, counts."""
     r = result  # bakery.testing.runner.VerifyResult
     if edited:
-        console.print("[yellow]the tree was edited since it was baked; these files differ "
-                      "from the bake's manifest:[/]")
+        console.print(
+            "[yellow]the tree was edited since it was baked; these files differ "
+            "from the bake's manifest:[/]"
+        )
         for f in edited:
             console.print(f"  {escape(f)}")
     tree_mods = [m.name for m in r.from_tree]  # type: ignore[attr-defined]
@@ -155,9 +189,18 @@ def verify_summary(console: Console, result: object, edited: list[str]) -> None:
         console.print(escape(f"stood in: {', '.join(stood)}"), soft_wrap=True)
     for fix in r.tool_fixes:  # type: ignore[attr-defined]
         console.print(escape(f"test tools: {fix}"), soft_wrap=True)
-    parts = [f"{n} {label}" for n, label in ((r.passed, "passed"), (r.failed, "failed"),  # type: ignore[attr-defined]
-                                             (r.errors, "errors"), (r.skipped, "skipped"))  # type: ignore[attr-defined]
-             if n]
+    parts = [
+        f"{n} {label}"
+        for n, label in (
+            (r.passed, "passed"),
+            (r.failed, "failed"),  # type: ignore[attr-defined]
+            (r.errors, "errors"),
+            (r.skipped, "skipped"),
+        )  # type: ignore[attr-defined]
+        if n
+    ]
     verdict = "[bold green]verified[/]" if r.exit_code == 0 else "[bold red]not verified[/]"  # type: ignore[attr-defined]
-    console.print(f"{verdict}: {', '.join(parts) or 'no tests ran'} "
-                  f"in {r.elapsed:.1f}s" + (f"; JUnit {escape(str(r.junit))}" if r.junit else ""))  # type: ignore[attr-defined]
+    console.print(
+        f"{verdict}: {', '.join(parts) or 'no tests ran'} "
+        f"in {r.elapsed:.1f}s" + (f"; JUnit {escape(str(r.junit))}" if r.junit else "")
+    )  # type: ignore[attr-defined]

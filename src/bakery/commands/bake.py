@@ -33,13 +33,20 @@ class ReportedError(BakeryError):
         self.exit_code = error.exit_code
 
 
-def _pristine(series: Series, spec: str | None, cache: Cache, allow_dirty: bool,
-              progress: Progress | None, defer_check: bool = False) -> Pristine:
+def _pristine(
+    series: Series,
+    spec: str | None,
+    cache: Cache,
+    allow_dirty: bool,
+    progress: Progress | None,
+    defer_check: bool = False,
+) -> Pristine:
     spec = spec or series.base
     if not spec:
         raise UsageError(f"series {series.name} names no base release: pass --vllm")
-    return sources.resolve(spec, cache, allow_dirty=allow_dirty, progress=progress,
-                           defer_check=defer_check)
+    return sources.resolve(
+        spec, cache, allow_dirty=allow_dirty, progress=progress, defer_check=defer_check
+    )
 
 
 def port_dir(series: Series, version: str | None, home: Path | None = None) -> Path | None:
@@ -49,9 +56,16 @@ def port_dir(series: Series, version: str | None, home: Path | None = None) -> P
     return d if (d / "").is_dir() and any(d.glob("*.diff")) else None
 
 
-def _prepare(series_spec: str, vllm: str | None, *, allow_dirty: bool, use_port: bool,
-             progress: Progress | None, cache: Cache | None = None,
-             defer_check: bool = False) -> tuple[Series, Pristine, Cache]:
+def _prepare(
+    series_spec: str,
+    vllm: str | None,
+    *,
+    allow_dirty: bool,
+    use_port: bool,
+    progress: Progress | None,
+    cache: Cache | None = None,
+    defer_check: bool = False,
+) -> tuple[Series, Pristine, Cache]:
     series = load_series(series_spec)
     cache = cache or Cache()
     try:
@@ -62,34 +76,68 @@ def _prepare(series_spec: str, vllm: str | None, *, allow_dirty: bool, use_port:
             series.use_port(port)
         series.load_diffs()
     except BakeryError as e:
-        raise ReportedError(e, BakeReport(series.name, _display(series.path),
-                                          error=e.message)) from None
+        raise ReportedError(
+            e, BakeReport(series.name, _display(series.path), error=e.message)
+        ) from None
     return series, pristine, cache
 
 
-def _fallback(series: Series, pristine: Pristine, cache: Cache, merge: bool,
-              progress: Progress | None, defer_check: bool = False) -> Fallback:
+def _fallback(
+    series: Series,
+    pristine: Pristine,
+    cache: Cache,
+    merge: bool,
+    progress: Progress | None,
+    defer_check: bool = False,
+) -> Fallback:
     from bakery.bake.merge import make_fallback
 
-    return make_fallback(series, pristine, cache, merge=merge, progress=progress,
-                         defer_check=defer_check)
+    return make_fallback(
+        series, pristine, cache, merge=merge, progress=progress, defer_check=defer_check
+    )
 
 
-def apply(series_spec: str, *, vllm: str | None = None, out: Path | None = None,
-          fuzz: int = 0, keep_failed: bool = False, allow_dirty: bool = False,
-          use_port: bool = True, merge: bool = True, force: bool = False,
-          events: Events | None = None, progress: Progress | None = None,
-          cache: Cache | None = None) -> BakeReport:
+def apply(
+    series_spec: str,
+    *,
+    vllm: str | None = None,
+    out: Path | None = None,
+    fuzz: int = 0,
+    keep_failed: bool = False,
+    allow_dirty: bool = False,
+    use_port: bool = True,
+    merge: bool = True,
+    force: bool = False,
+    events: Events | None = None,
+    progress: Progress | None = None,
+    cache: Cache | None = None,
+) -> BakeReport:
     # A cached tree is checked for changes (git status) while the bake copies it; if it
     # had changed, the entry is extracted again and the bake done again, once.
     for again in (False, True):
-        series, pristine, cache = _prepare(series_spec, vllm, allow_dirty=allow_dirty,
-                                           use_port=use_port, progress=progress, cache=cache,
-                                           defer_check=not again)
+        series, pristine, cache = _prepare(
+            series_spec,
+            vllm,
+            allow_dirty=allow_dirty,
+            use_port=use_port,
+            progress=progress,
+            cache=cache,
+            defer_check=not again,
+        )
         try:
-            return _apply(series, pristine, cache, out, fuzz=fuzz, keep_failed=keep_failed,
-                          merge=merge, force=force, events=events, progress=progress,
-                          defer_check=not again)
+            return _apply(
+                series,
+                pristine,
+                cache,
+                out,
+                fuzz=fuzz,
+                keep_failed=keep_failed,
+                merge=merge,
+                force=force,
+                events=events,
+                progress=progress,
+                defer_check=not again,
+            )
         except CacheChanged as e:
             if events:
                 events("detected", e.message)
@@ -98,9 +146,20 @@ def apply(series_spec: str, *, vllm: str | None = None, out: Path | None = None,
     raise AssertionError("unreachable: the second pass does not defer its check")
 
 
-def _apply(series: Series, pristine: Pristine, cache: Cache, out: Path | None, *, fuzz: int,
-           keep_failed: bool, merge: bool, force: bool, events: Events | None,
-           progress: Progress | None, defer_check: bool) -> BakeReport:
+def _apply(
+    series: Series,
+    pristine: Pristine,
+    cache: Cache,
+    out: Path | None,
+    *,
+    fuzz: int,
+    keep_failed: bool,
+    merge: bool,
+    force: bool,
+    events: Events | None,
+    progress: Progress | None,
+    defer_check: bool,
+) -> BakeReport:
     if out is None:
         label = pristine.version or Path(pristine.source).name or "tree"
         out = project_root() / "build" / f"{series.name}-{label}"
@@ -108,15 +167,30 @@ def _apply(series: Series, pristine: Pristine, cache: Cache, out: Path | None, *
     try:
         fallback = _fallback(series, pristine, cache, merge, progress, defer_check)
         base = fallback.base
-        report = bake(series, pristine, out, fuzz=fuzz, keep_failed=keep_failed, force=force,
-                      fallback=fallback, events=events)  # it confirms both trees
+        report = bake(
+            series,
+            pristine,
+            out,
+            fuzz=fuzz,
+            keep_failed=keep_failed,
+            force=force,
+            fallback=fallback,
+            events=events,
+        )  # it confirms both trees
     except CacheChanged:
         raise
     except BakeryError as e:
-        raise ReportedError(e, BakeReport(series.name, _display(series.path),
-                                          error=e.message, version=pristine.version,
-                                          source=pristine.source, sha256=pristine.sha256)) \
-            from None
+        raise ReportedError(
+            e,
+            BakeReport(
+                series.name,
+                _display(series.path),
+                error=e.message,
+                version=pristine.version,
+                source=pristine.source,
+                sha256=pristine.sha256,
+            ),
+        ) from None
     finally:
         if base is not None:
             base.close()
@@ -125,19 +199,38 @@ def _apply(series: Series, pristine: Pristine, cache: Cache, out: Path | None, *
     return report
 
 
-def check(series_spec: str, *, vllm: str | None = None, fuzz: int = 0,
-          allow_dirty: bool = False, use_port: bool = True, merge: bool = True,
-          events: Events | None = None, progress: Progress | None = None,
-          cache: Cache | None = None) -> BakeReport:
-    series, pristine, cache = _prepare(series_spec, vllm, allow_dirty=allow_dirty,
-                                       use_port=use_port, progress=progress, cache=cache)
+def check(
+    series_spec: str,
+    *,
+    vllm: str | None = None,
+    fuzz: int = 0,
+    allow_dirty: bool = False,
+    use_port: bool = True,
+    merge: bool = True,
+    events: Events | None = None,
+    progress: Progress | None = None,
+    cache: Cache | None = None,
+) -> BakeReport:
+    series, pristine, cache = _prepare(
+        series_spec,
+        vllm,
+        allow_dirty=allow_dirty,
+        use_port=use_port,
+        progress=progress,
+        cache=cache,
+    )
     try:
-        return plan(series, pristine, fuzz=fuzz,
-                    fallback=_fallback(series, pristine, cache, merge, progress),
-                    events=events).report
+        return plan(
+            series,
+            pristine,
+            fuzz=fuzz,
+            fallback=_fallback(series, pristine, cache, merge, progress),
+            events=events,
+        ).report
     except BakeryError as e:
-        raise ReportedError(e, BakeReport(series.name, _display(series.path),
-                                          error=e.message)) from None
+        raise ReportedError(
+            e, BakeReport(series.name, _display(series.path), error=e.message)
+        ) from None
 
 
 def up_to_date(series_spec: str, events: Events | None = None) -> list[str]:
@@ -147,6 +240,7 @@ def up_to_date(series_spec: str, events: Events | None = None) -> list[str]:
 
 
 # --- the last bake of each series (verify's default tree) -------------------------------------
+
 
 def _last_file() -> Path:
     return project_root() / "build" / ".bakery-last.json"
@@ -175,6 +269,7 @@ def last_tree(series: str) -> Path | None:
 
 # --- list --------------------------------------------------------------------------------------
 
+
 def list_series(spec: str | None) -> list[dict[str, Any]]:
     home = project_root()
     if spec:
@@ -184,20 +279,38 @@ def list_series(spec: str | None) -> list[dict[str, Any]]:
     rows = []
     for name in names:
         s = load_series(name, home)
-        ports = sorted(p.name for p in (home / "patches" / s.name).glob("*") if p.is_dir()) \
-            if (home / "patches" / s.name).is_dir() else []
-        rows.append({
-            "name": s.name, "path": str(s.path), "base": s.base, "root": s.root,
-            "strip": s.strip, "description": s.description, "ports": ports,
-            "diffs": [{"name": d.name, "sha256": d.sha256,
-                       "files": [fp.new_name if not fp.is_delete else fp.old_name
-                                 for fp in d.files],
-                       "hunks": sum(len(fp.hunks) for fp in d.files)} for d in s.load_diffs()],
-        })
+        ports = (
+            sorted(p.name for p in (home / "patches" / s.name).glob("*") if p.is_dir())
+            if (home / "patches" / s.name).is_dir()
+            else []
+        )
+        rows.append(
+            {
+                "name": s.name,
+                "path": str(s.path),
+                "base": s.base,
+                "root": s.root,
+                "strip": s.strip,
+                "description": s.description,
+                "ports": ports,
+                "diffs": [
+                    {
+                        "name": d.name,
+                        "sha256": d.sha256,
+                        "files": [
+                            fp.new_name if not fp.is_delete else fp.old_name for fp in d.files
+                        ],
+                        "hunks": sum(len(fp.hunks) for fp in d.files),
+                    }
+                    for d in s.load_diffs()
+                ],
+            }
+        )
     return rows
 
 
 # --- verify -------------------------------------------------------------------------------------
+
 
 def edited_files(tree: Path) -> list[str]:
     """Files the bake wrote whose content changed since (users verify fixes before they
@@ -217,8 +330,15 @@ def edited_files(tree: Path) -> list[str]:
     return changed
 
 
-def verify(series_spec: str, *, tree: Path | None, interpret: bool, junit: Path | None,
-           pytest_args: list[str], log: Path | None = None) -> tuple[VerifyResult, list[str]]:
+def verify(
+    series_spec: str,
+    *,
+    tree: Path | None,
+    interpret: bool,
+    junit: Path | None,
+    pytest_args: list[str],
+    log: Path | None = None,
+) -> tuple[VerifyResult, list[str]]:
     """Run the series' bundled tests against a baked tree: (result, files edited since
     the bake)."""
     from bakery.errors import VerifyError
@@ -229,11 +349,14 @@ def verify(series_spec: str, *, tree: Path | None, interpret: bool, junit: Path 
         raise VerifyError(f"series {series.name} has no tests/ folder")
     tree = tree or last_tree(series.name)
     if tree is None:
-        raise VerifyError(f"no baked tree for {series.name}: run `bakery apply "
-                          f"{series.name}` first, or pass --tree")
+        raise VerifyError(
+            f"no baked tree for {series.name}: run `bakery apply "
+            f"{series.name}` first, or pass --tree"
+        )
     if not tree.is_dir():
         raise VerifyError(f"--tree {tree}: no such folder")
     edited = edited_files(tree)
-    result = run_verify(series.tests, tree, interpret=interpret, pytest_args=pytest_args,
-                        junit=junit, log=log)
+    result = run_verify(
+        series.tests, tree, interpret=interpret, pytest_args=pytest_args, junit=junit, log=log
+    )
     return result, edited

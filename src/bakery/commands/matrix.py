@@ -33,10 +33,16 @@ class Row:
         return self.status == "baked" and self.verify in (None, "passed")
 
     def to_json(self) -> dict[str, object]:
-        return {"version": self.version, "status": self.status, "port": self.port,
-                "error": self.error, "verify": self.verify, "verify_log": self.verify_log,
-                "seconds": round(self.seconds, 2),
-                "diffs": self.diffs}
+        return {
+            "version": self.version,
+            "status": self.status,
+            "port": self.port,
+            "error": self.error,
+            "verify": self.verify,
+            "verify_log": self.verify_log,
+            "seconds": round(self.seconds, 2),
+            "diffs": self.diffs,
+        }
 
 
 def select_versions(since: str, include_pre: bool = False) -> list[str]:
@@ -66,8 +72,9 @@ def _worker_init(busy: Any) -> None:
     treecopy.set_jobs(lambda: max(cores // max(busy.value, 1), 1))
 
 
-def _one(series: str, version: str, out_root: str, verify: bool, interpret: bool,
-         home: str) -> dict[str, object]:
+def _one(
+    series: str, version: str, out_root: str, verify: bool, interpret: bool, home: str
+) -> dict[str, object]:
     """Runs in a worker process: bake one release, verify it if asked."""
     if _busy is None:
         return _one_bake(series, version, out_root, verify, interpret, home)
@@ -80,8 +87,9 @@ def _one(series: str, version: str, out_root: str, verify: bool, interpret: bool
             _busy.value -= 1
 
 
-def _one_bake(series: str, version: str, out_root: str, verify: bool, interpret: bool,
-              home: str) -> dict[str, object]:
+def _one_bake(
+    series: str, version: str, out_root: str, verify: bool, interpret: bool, home: str
+) -> dict[str, object]:
     os.environ["BAKERY_HOME"] = home
     from bakery.commands import bake as commands
 
@@ -94,8 +102,9 @@ def _one_bake(series: str, version: str, out_root: str, verify: bool, interpret:
         row.diffs = [d.to_json() for d in report.diffs]
         if verify and report.status == "baked":
             log = out.with_name(out.name + ".verify.log")
-            result, _ = commands.verify(series, tree=out, interpret=interpret, junit=None,
-                                        pytest_args=["-q"], log=log)
+            result, _ = commands.verify(
+                series, tree=out, interpret=interpret, junit=None, pytest_args=["-q"], log=log
+            )
             row.verify_log = str(log)
             row.verify = "passed" if result.exit_code == 0 else "failed"
     except commands.ReportedError as e:
@@ -107,8 +116,16 @@ def _one_bake(series: str, version: str, out_root: str, verify: bool, interpret:
     return row.to_json()
 
 
-def run(series: str, versions: list[str], *, out_root: Path, jobs: int, verify: bool,
-        interpret: bool, home: Path) -> list[Row]:
+def run(
+    series: str,
+    versions: list[str],
+    *,
+    out_root: Path,
+    jobs: int,
+    verify: bool,
+    interpret: bool,
+    home: Path,
+) -> list[Row]:
     """Bake every version; the cache is shared safely between the workers (file locks)."""
     # Download/extract each release once, before the workers race for it.
     args = [(series, v, str(out_root), verify, interpret, str(home)) for v in versions]
@@ -122,8 +139,16 @@ def run(series: str, versions: list[str], *, out_root: Path, jobs: int, verify: 
             results = list(pool.map(_one, *zip(*args, strict=True)))
     rows = []
     for r in results:
-        row = Row(str(r["version"]), str(r["status"]), r["port"], r["error"],  # type: ignore[arg-type]
-                  r["diffs"], r["verify"], r["verify_log"], float(r["seconds"]))  # type: ignore[arg-type]
+        row = Row(
+            str(r["version"]),
+            str(r["status"]),
+            r["port"],
+            r["error"],  # type: ignore[arg-type]
+            r["diffs"],
+            r["verify"],
+            r["verify_log"],
+            float(r["seconds"]),
+        )  # type: ignore[arg-type]
         rows.append(row)
     return rows
 
@@ -138,37 +163,64 @@ def diff_names(rows: list[Row]) -> list[str]:
 
 
 def to_json(series: str, rows: list[Row]) -> dict[str, object]:
-    return {"series": series, "ok": all(r.ok for r in rows),
-            "releases": [r.to_json() for r in rows]}
+    return {
+        "series": series,
+        "ok": all(r.ok for r in rows),
+        "releases": [r.to_json() for r in rows],
+    }
 
 
 def to_markdown(series: str, rows: list[Row]) -> str:
     names = diff_names(rows)
     head = ["release", "status", "port", *names, "verify"]
-    lines = [f"### bakery matrix: {series}", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = [
+        f"### bakery matrix: {series}",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     for r in rows:
         cells = {str(d["name"]): summarize(d) for d in r.diffs}
         icon = "✅" if r.ok else "❌"
-        lines.append("| " + " | ".join([
-            r.version, f"{icon} {r.status}" + (f": {r.error}" if r.error else ""),
-            r.port or "-", *[cells.get(n, "-") for n in names], r.verify or "-"]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    r.version,
+                    f"{icon} {r.status}" + (f": {r.error}" if r.error else ""),
+                    r.port or "-",
+                    *[cells.get(n, "-") for n in names],
+                    r.verify or "-",
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def to_junit(series: str, rows: list[Row]) -> bytes:
     suites = ET.Element("testsuites", name=f"bakery matrix {series}")
     for r in rows:
-        cases = [(str(d["name"]), summarize(d), d.get("status") in
-                  ("applied", "offset", "fuzz", "merged")) for d in r.diffs]
+        cases = [
+            (
+                str(d["name"]),
+                summarize(d),
+                d.get("status") in ("applied", "offset", "fuzz", "merged"),
+            )
+            for d in r.diffs
+        ]
         if r.error:
             cases.append(("bake", r.error, False))
         if r.verify is not None:
             cases.append(("verify", r.verify, r.verify == "passed"))
-        suite = ET.SubElement(suites, "testsuite", name=f"{series} vLLM {r.version}",
-                              tests=str(len(cases)),
-                              failures=str(sum(1 for c in cases if not c[2])),
-                              time=f"{r.seconds:.2f}")
+        suite = ET.SubElement(
+            suites,
+            "testsuite",
+            name=f"{series} vLLM {r.version}",
+            tests=str(len(cases)),
+            failures=str(sum(1 for c in cases if not c[2])),
+            time=f"{r.seconds:.2f}",
+        )
         for name, text, ok in cases:
             case = ET.SubElement(suite, "testcase", classname=f"{series}.{r.version}", name=name)
             if not ok:
@@ -190,15 +242,31 @@ def rows_from_reports(paths: list[Path]) -> tuple[str, list[Row]]:
         if "releases" in data:
             name = name or str(data.get("series"))
             for r in data["releases"]:
-                rows.append(Row(r["version"], r["status"], r.get("port"), r.get("error"),
-                                r.get("diffs", []), r.get("verify"), r.get("verify_log"),
-                                r.get("seconds", 0.0)))
+                rows.append(
+                    Row(
+                        r["version"],
+                        r["status"],
+                        r.get("port"),
+                        r.get("error"),
+                        r.get("diffs", []),
+                        r.get("verify"),
+                        r.get("verify_log"),
+                        r.get("seconds", 0.0),
+                    )
+                )
         elif "series" in data and "vllm" in data:
             name = name or str(data["series"]["name"])
             verify = data.get("verify")
-            rows.append(Row(str(data["vllm"].get("version") or data["vllm"].get("source")),
-                            data["status"], data.get("port"), data.get("error"),
-                            data.get("diffs", []), verify))
+            rows.append(
+                Row(
+                    str(data["vllm"].get("version") or data["vllm"].get("source")),
+                    data["status"],
+                    data.get("port"),
+                    data.get("error"),
+                    data.get("diffs", []),
+                    verify,
+                )
+            )
         else:
             raise BakeryError(f"{p}: not a bakery report")
     rows.sort(key=lambda r: Version(r.version) if _is_version(r.version) else Version("0"))

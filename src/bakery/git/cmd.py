@@ -30,8 +30,10 @@ def identity(who: str) -> bytes:
     import datetime
 
     when = datetime.datetime.strptime(IDENTITY[f"GIT_{who}_DATE"], "%Y-%m-%dT%H:%M:%S%z")
-    return (f"{IDENTITY[f'GIT_{who}_NAME']} <{IDENTITY[f'GIT_{who}_EMAIL']}> "
-            f"{int(when.timestamp())} {when.strftime('%z')}").encode()
+    return (
+        f"{IDENTITY[f'GIT_{who}_NAME']} <{IDENTITY[f'GIT_{who}_EMAIL']}> "
+        f"{int(when.timestamp())} {when.strftime('%z')}"
+    ).encode()
 
 
 class GitError(BakeryError):
@@ -50,10 +52,25 @@ def clean_env() -> dict[str, str]:
 
 
 # --literal-pathspecs: a path from a diff is a name, never pathspec magic (":/x", "*").
-_BASE = ["--literal-pathspecs", "-c", "safe.directory=*", "-c", "core.autocrlf=false",
-         "-c", "core.fileMode=true",
-         "-c", "core.symlinks=true", "-c", "gc.auto=0", "-c", "init.defaultBranch=main",
-         "-c", "commit.gpgSign=false", "-c", "core.quotePath=false"]
+_BASE = [
+    "--literal-pathspecs",
+    "-c",
+    "safe.directory=*",
+    "-c",
+    "core.autocrlf=false",
+    "-c",
+    "core.fileMode=true",
+    "-c",
+    "core.symlinks=true",
+    "-c",
+    "gc.auto=0",
+    "-c",
+    "init.defaultBranch=main",
+    "-c",
+    "commit.gpgSign=false",
+    "-c",
+    "core.quotePath=false",
+]
 
 
 @contextlib.contextmanager
@@ -65,8 +82,10 @@ def signals_held() -> Iterator[None]:
         yield  # signals are only ever handled in the main thread
         return
     held: list[int] = []
-    saved = {sig: signal.signal(sig, lambda signum, frame: held.append(signum))
-             for sig in (signal.SIGINT, signal.SIGTERM)}
+    saved = {
+        sig: signal.signal(sig, lambda signum, frame: held.append(signum))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         yield
     finally:
@@ -76,16 +95,26 @@ def signals_held() -> Iterator[None]:
             signal.raise_signal(held[0])
 
 
-def run(cmd: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
-        input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+def run(
+    cmd: list[str],
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    input: bytes | None = None,
+) -> subprocess.CompletedProcess[bytes]:
     """subprocess.run(capture_output=True) that never leaves its child behind: on an
     interruption the child is killed and waited for before the exception goes on."""
     proc: subprocess.Popen[bytes] | None = None
     try:
         with signals_held():
-            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE,
-                                    stdin=subprocess.PIPE if input is not None else None)
+            proc = subprocess.Popen(
+                cmd,
+                cwd=cwd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.PIPE if input is not None else None,
+            )
         out, err = proc.communicate(input)
     except BaseException:
         if proc is not None:
@@ -95,16 +124,18 @@ def run(cmd: list[str], *, cwd: Path | None = None, env: dict[str, str] | None =
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def run_all(cmds: list[list[str]], *, cwd: Path | None = None
-            ) -> list[subprocess.CompletedProcess[bytes]]:
+def run_all(
+    cmds: list[list[str]], *, cwd: Path | None = None
+) -> list[subprocess.CompletedProcess[bytes]]:
     """run() for several commands at once (they run in parallel); on an interruption every
     child is killed and waited for before the exception goes on."""
     procs: list[subprocess.Popen[bytes]] = []
     try:
         with signals_held():
             for cmd in cmds:
-                procs.append(subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE,
-                                              stderr=subprocess.PIPE))
+                procs.append(
+                    subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                )
         done = []
         for p in procs:
             out, err = p.communicate()
@@ -156,8 +187,12 @@ class Pending:
         with signals_held():
             try:
                 self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-                    ["git", *_BASE, *args], cwd=cwd, env=clean_env(),
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                    ["git", *_BASE, *args],
+                    cwd=cwd,
+                    env=clean_env(),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                )
             except FileNotFoundError:
                 raise GitError("git is not installed (bakery needs it on PATH)") from None
 
@@ -193,8 +228,11 @@ def read_head(git_dir: Path) -> tuple[str, str] | None:
             commit = loose.read_text().strip()
         else:
             packed = (git_dir / "packed-refs").read_text().splitlines()
-            found = [line.split(" ", 1)[0] for line in packed
-                     if line.endswith(" " + ref) and not line.startswith("#")]
+            found = [
+                line.split(" ", 1)[0]
+                for line in packed
+                if line.endswith(" " + ref) and not line.startswith("#")
+            ]
             if len(found) != 1:
                 return None
             commit = found[0]

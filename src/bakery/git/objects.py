@@ -44,7 +44,7 @@ def _stored_zlib(data: memoryview) -> list[bytes | memoryview]:
     n = len(data)
     start = 0
     while True:
-        block = data[start:start + _STORED_MAX]
+        block = data[start : start + _STORED_MAX]
         start += len(block)
         final = start >= n
         pieces.append(struct.pack("<BHH", 1 if final else 0, len(block), len(block) ^ 0xFFFF))
@@ -141,11 +141,18 @@ class Pack:
             else:
                 small.append(0x80000000 | len(large))
                 large.append(off)
-        body = b"".join([
-            b"\377tOc", struct.pack(">I", 2), struct.pack(">256I", *fanout), *ids,
-            struct.pack(f">{len(ids)}I", *(self._entries[o][1] for o in ids)),
-            struct.pack(f">{len(ids)}I", *small), struct.pack(f">{len(large)}Q", *large),
-            pack_checksum])
+        body = b"".join(
+            [
+                b"\377tOc",
+                struct.pack(">I", 2),
+                struct.pack(">256I", *fanout),
+                *ids,
+                struct.pack(f">{len(ids)}I", *(self._entries[o][1] for o in ids)),
+                struct.pack(f">{len(ids)}I", *small),
+                struct.pack(f">{len(large)}Q", *large),
+                pack_checksum,
+            ]
+        )
         return body + hashlib.sha1(body).digest()
 
 
@@ -168,15 +175,23 @@ def add_trees(pack: Pack, files: Iterable[tuple[bytes, int, bytes]]) -> bytes:
         items: dict[bytes, tuple[int, bytes]] = {}
         for name, child in node.items():
             items[name] = (MODE_TREE, write(child)) if isinstance(child, dict) else child  # type: ignore[assignment]
-        body = b"".join(b"%o %s\0%s" % (mode, name, oid)
-                        for name, (mode, oid) in sorted(items.items(), key=_tree_key))
+        body = b"".join(
+            b"%o %s\0%s" % (mode, name, oid)
+            for name, (mode, oid) in sorted(items.items(), key=_tree_key)
+        )
         return pack.add(OBJ_TREE, body)
 
     return write(root)
 
 
-def add_commit(pack: Pack, tree: bytes, message: str, author: bytes, committer: bytes,
-               parents: Iterable[bytes] = ()) -> bytes:
+def add_commit(
+    pack: Pack,
+    tree: bytes,
+    message: str,
+    author: bytes,
+    committer: bytes,
+    parents: Iterable[bytes] = (),
+) -> bytes:
     lines = [b"tree %s\n" % tree.hex().encode()]
     lines += [b"parent %s\n" % p.hex().encode() for p in parents]
     lines += [b"author %s\n" % author, b"committer %s\n" % committer, b"\n", message.encode()]
@@ -198,12 +213,23 @@ def write_index(path: Path, entries: Iterable[IndexEntry]) -> None:
     pack_stat = struct.Struct(">10I").pack
     for e in ordered:
         st = e.stat
-        entry = pack_stat(st.st_ctime_ns // 10**9 & 0xFFFFFFFF, st.st_ctime_ns % 10**9,
-                          st.st_mtime_ns // 10**9 & 0xFFFFFFFF, st.st_mtime_ns % 10**9,
-                          st.st_dev & 0xFFFFFFFF, st.st_ino & 0xFFFFFFFF, e.mode,
-                          st.st_uid & 0xFFFFFFFF, st.st_gid & 0xFFFFFFFF,
-                          st.st_size & 0xFFFFFFFF) \
-            + e.oid + struct.pack(">H", min(len(e.path), 0xFFF)) + e.path
+        entry = (
+            pack_stat(
+                st.st_ctime_ns // 10**9 & 0xFFFFFFFF,
+                st.st_ctime_ns % 10**9,
+                st.st_mtime_ns // 10**9 & 0xFFFFFFFF,
+                st.st_mtime_ns % 10**9,
+                st.st_dev & 0xFFFFFFFF,
+                st.st_ino & 0xFFFFFFFF,
+                e.mode,
+                st.st_uid & 0xFFFFFFFF,
+                st.st_gid & 0xFFFFFFFF,
+                st.st_size & 0xFFFFFFFF,
+            )
+            + e.oid
+            + struct.pack(">H", min(len(e.path), 0xFFF))
+            + e.path
+        )
         parts.append(entry + b"\0" * (8 - len(entry) % 8))
     body = b"".join(parts)
     tmp = path.with_name(f"{path.name}.bakery-{os.getpid()}")

@@ -32,8 +32,14 @@ class Outcome(str, Enum):
 
 
 #: Worst first: a file's status is its worst hunk's.
-_SEVERITY = [Outcome.FAILED, Outcome.ALREADY, Outcome.MERGED, Outcome.FUZZ, Outcome.OFFSET,
-             Outcome.APPLIED]
+_SEVERITY = [
+    Outcome.FAILED,
+    Outcome.ALREADY,
+    Outcome.MERGED,
+    Outcome.FUZZ,
+    Outcome.OFFSET,
+    Outcome.APPLIED,
+]
 
 
 def worst(outcomes: list[Outcome]) -> Outcome:
@@ -52,8 +58,13 @@ class HunkResult:
     action: str | None = None
 
     def to_json(self) -> dict[str, object]:
-        d: dict[str, object] = {"index": self.index, "status": self.status.value,
-                                "line": self.line, "offset": self.offset, "fuzz": self.fuzz}
+        d: dict[str, object] = {
+            "index": self.index,
+            "status": self.status.value,
+            "line": self.line,
+            "offset": self.offset,
+            "fuzz": self.fuzz,
+        }
         if self.reason:
             d["reason"] = self.reason
         if self.action:
@@ -84,6 +95,7 @@ class FileResult:
 
 
 # --- lines ---------------------------------------------------------------------------------
+
 
 def split_lines(content: bytes) -> tuple[list[str], list[str]]:
     """Lines without endings, and each line's ending ("\\n", "\\r\\n" or "" at EOF)."""
@@ -134,6 +146,7 @@ def _style(eols: list[str], diff_lines: list[str]) -> str:
 
 # --- one hunk ------------------------------------------------------------------------------
 
+
 @dataclass
 class _Pattern:
     """A hunk's lines, possibly with context trimmed for fuzz."""
@@ -173,12 +186,11 @@ def _trim(h: Hunk, fuzz: int) -> _Pattern:
     if bottom < 0:
         anchor = "end"
         bottom = 0
-    lines = h.lines[top: len(h.lines) - bottom]
+    lines = h.lines[top : len(h.lines) - bottom]
     return _Pattern(lines, h.old_noeol and not bottom, h.new_noeol and not bottom, top, anchor)
 
 
-def _matches(lines: list[str], eols: list[str], pat: list[str], pos: int,
-             noeol: bool) -> bool:
+def _matches(lines: list[str], eols: list[str], pat: list[str], pos: int, noeol: bool) -> bool:
     end = pos + len(pat)
     if end > len(lines):
         return False
@@ -190,8 +202,16 @@ def _matches(lines: list[str], eols: list[str], pat: list[str], pos: int,
     return not (pat and end == len(lines) and eols[-1] == "")
 
 
-def _search(lines: list[str], eols: list[str], pat: list[str], expected: int, lo: int,
-            noeol: bool, anchor: str | None = None, within: int | None = None) -> int | None:
+def _search(
+    lines: list[str],
+    eols: list[str],
+    pat: list[str],
+    expected: int,
+    lo: int,
+    noeol: bool,
+    anchor: str | None = None,
+    within: int | None = None,
+) -> int | None:
     """Nearest position >= lo where pat matches, trying ``expected`` first, then farther
     lines, below before above at equal distance (as GNU patch does); with ``within``, only
     positions nearer than that to ``expected``."""
@@ -243,8 +263,9 @@ def _splice(lines: list[str], eols: list[str], pat: _Pattern, pos: int, style: s
     eols[pos:src] = new_eols
 
 
-def apply_hunks(fp: FilePatch, content: bytes, fuzz: int = 0) -> tuple[bytes, list[HunkResult],
-                                                                      list[Hunk]]:
+def apply_hunks(
+    fp: FilePatch, content: bytes, fuzz: int = 0
+) -> tuple[bytes, list[HunkResult], list[Hunk]]:
     """Apply fp's hunks to content. Returns new content, per-hunk results, failed hunks."""
     lines, eols = split_lines(content)
     style = _style(eols, _ended_lines(fp.hunks))
@@ -260,20 +281,35 @@ def apply_hunks(fp: FilePatch, content: bytes, fuzz: int = 0) -> tuple[bytes, li
         for level in range(0, min(fuzz, _context(h)) + 1):
             pat = _trim(h, level)
             # max(lo, top): the hunk with its dropped context must still start in the file.
-            pos = _search(lines, eols, pat.old, stated + run + pat.top, max(lo, pat.top),
-                          pat.old_noeol, pat.anchor)
+            pos = _search(
+                lines,
+                eols,
+                pat.old,
+                stated + run + pat.top,
+                max(lo, pat.top),
+                pat.old_noeol,
+                pat.anchor,
+            )
             already = None
             # Only a result nearer than the match can win, so look no farther than that:
             # searching the whole file after every applied hunk made big diffs quadratic.
             near = None if pos is None else abs(pos - stated - run)
             if level == 0 and pat.new != pat.old and pat.new and near != 0:
-                already = _search(lines, eols, pat.new, stated + run, lo, pat.new_noeol,
-                                  pat.anchor, within=near)
-            if already is not None and (pos is None or abs(already - stated - run)
-                                        < abs(pos - stated - run)):
+                already = _search(
+                    lines, eols, pat.new, stated + run, lo, pat.new_noeol, pat.anchor, within=near
+                )
+            if already is not None and (
+                pos is None or abs(already - stated - run) < abs(pos - stated - run)
+            ):
                 offset = already - stated
-                res = HunkResult(h.index, Outcome.ALREADY, already + 1, offset, 0,
-                                 "the hunk's result is already in the file")
+                res = HunkResult(
+                    h.index,
+                    Outcome.ALREADY,
+                    already + 1,
+                    offset,
+                    0,
+                    "the hunk's result is already in the file",
+                )
                 run = offset
                 lo = already + len(pat.new)
                 delta += len(pat.new) - len(pat.old)
@@ -281,8 +317,9 @@ def apply_hunks(fp: FilePatch, content: bytes, fuzz: int = 0) -> tuple[bytes, li
             if pos is not None:
                 start = pos - pat.top
                 offset = start - stated
-                status = Outcome.FUZZ if level else (Outcome.APPLIED if offset == 0
-                                                     else Outcome.OFFSET)
+                status = (
+                    Outcome.FUZZ if level else (Outcome.APPLIED if offset == 0 else Outcome.OFFSET)
+                )
                 _splice(lines, eols, pat, pos, style)
                 res = HunkResult(h.index, status, start + 1, offset, level)
                 run = offset
@@ -290,15 +327,22 @@ def apply_hunks(fp: FilePatch, content: bytes, fuzz: int = 0) -> tuple[bytes, li
                 delta += len(pat.new) - len(pat.old)
                 break
         if res is None:
-            res = HunkResult(h.index, Outcome.FAILED, h.old_start, 0, 0,
-                             "context not found" + (f" within fuzz {fuzz}" if fuzz else ""))
+            res = HunkResult(
+                h.index,
+                Outcome.FAILED,
+                h.old_start,
+                0,
+                0,
+                "context not found" + (f" within fuzz {fuzz}" if fuzz else ""),
+            )
             failed.append(h)
         results.append(res)
     return join_lines(lines, eols), results, failed
 
 
-def apply_file(fp: FilePatch, old: bytes | None, fuzz: int = 0,
-               old_mode: int | None = None) -> FileResult:
+def apply_file(
+    fp: FilePatch, old: bytes | None, fuzz: int = 0, old_mode: int | None = None
+) -> FileResult:
     """Apply one FilePatch to the file's current content (None: the file does not exist)."""
     path = fp.path
     mode = fp.new_mode if fp.new_mode is not None else old_mode
@@ -307,37 +351,67 @@ def apply_file(fp: FilePatch, old: bytes | None, fuzz: int = 0,
         body = b"" if h is None else _new_file_content(h)
         if old is not None:
             if old == body:
-                return FileResult(path, [HunkResult(1, Outcome.ALREADY, 1, 0, 0,
-                                                    "the new file already exists")],
-                                  old, mode)
-            return FileResult(path, [HunkResult(1, Outcome.FAILED, 1, 0, 0,
-                                                "the new file already exists with other content")],
-                              None, mode, failed_hunks=[h] if h else [])
-        return FileResult(path, [HunkResult(1, Outcome.APPLIED, 1)], body,
-                          mode if mode is not None else 0o644)
+                return FileResult(
+                    path,
+                    [HunkResult(1, Outcome.ALREADY, 1, 0, 0, "the new file already exists")],
+                    old,
+                    mode,
+                )
+            return FileResult(
+                path,
+                [
+                    HunkResult(
+                        1, Outcome.FAILED, 1, 0, 0, "the new file already exists with other content"
+                    )
+                ],
+                None,
+                mode,
+                failed_hunks=[h] if h else [],
+            )
+        return FileResult(
+            path, [HunkResult(1, Outcome.APPLIED, 1)], body, mode if mode is not None else 0o644
+        )
     if old is None:
         reason = "the file to patch does not exist"
         status = Outcome.ALREADY if fp.is_delete else Outcome.FAILED
         if fp.is_delete:
             reason = "the file to delete is already gone"
-        return FileResult(path, [HunkResult(h.index, status, h.old_start, 0, 0, reason)
-                                 for h in fp.hunks] or [HunkResult(1, status, 1, 0, 0, reason)],
-                          None, mode, failed_hunks=list(fp.hunks), reason=reason)
+        return FileResult(
+            path,
+            [HunkResult(h.index, status, h.old_start, 0, 0, reason) for h in fp.hunks]
+            or [HunkResult(1, status, 1, 0, 0, reason)],
+            None,
+            mode,
+            failed_hunks=list(fp.hunks),
+            reason=reason,
+        )
     if not fp.hunks:  # a git mode change, or deletion of an empty file
         if fp.is_delete:
             if old:
-                return FileResult(path, [HunkResult(1, Outcome.FAILED, 1, 0, 0,
-                                                    "the file to delete is not empty")],
-                                  None, mode, reason="not empty")
+                return FileResult(
+                    path,
+                    [HunkResult(1, Outcome.FAILED, 1, 0, 0, "the file to delete is not empty")],
+                    None,
+                    mode,
+                    reason="not empty",
+                )
             return FileResult(path, [HunkResult(1, Outcome.APPLIED, 1)], None, mode, deleted=True)
         status = Outcome.ALREADY if mode == old_mode else Outcome.APPLIED
         return FileResult(path, [HunkResult(1, status, 1)], old, mode)
     new, results, failed = apply_hunks(fp, old, fuzz)
     if fp.is_delete and not failed:
         if new:
-            results = [HunkResult(r.index, Outcome.FAILED, r.line, 0, 0,
-                                  "the file to delete has more lines than the diff removes")
-                       for r in results]
+            results = [
+                HunkResult(
+                    r.index,
+                    Outcome.FAILED,
+                    r.line,
+                    0,
+                    0,
+                    "the file to delete has more lines than the diff removes",
+                )
+                for r in results
+            ]
             return FileResult(path, results, None, mode, failed_hunks=list(fp.hunks))
         return FileResult(path, results, None, mode, deleted=True)
     return FileResult(path, results, new, mode, failed_hunks=failed)

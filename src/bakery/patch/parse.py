@@ -74,6 +74,7 @@ class Hunk:
 
     def render(self) -> str:
         """The hunk as unified-diff text (for .rej files and ports)."""
+
         def rng(start: int, length: int) -> str:
             return f"{start}" if length == 1 else f"{start},{length}"
 
@@ -135,14 +136,16 @@ class Diff:
             fp.new_path = None if fp.is_delete else _tree_path(self, fp, fp.new_name, strip, root)
             if fp.old_path and fp.new_path and fp.old_path != fp.new_path:
                 raise DiffError(
-                    self.path, fp.diff_line,
+                    self.path,
+                    fp.diff_line,
                     f"renames {fp.old_path} to {fp.new_path}: renames are not supported",
                 )
         seen: dict[str, int] = {}
         for fp in self.files:
             if fp.path in seen:
                 raise DiffError(
-                    self.path, fp.diff_line,
+                    self.path,
+                    fp.diff_line,
                     f"{fp.path} is patched twice in one diff (first at line {seen[fp.path]})",
                 )
             seen[fp.path] = fp.diff_line
@@ -154,8 +157,9 @@ def _tree_path(diff: Diff, fp: FilePatch, name: str, strip: int, root: str) -> s
         # so "café" must become café, not its mojibake, and other bytes are refused.
         name = name.encode("latin-1").decode("utf-8")
     except UnicodeError:
-        raise UnsafePathError(diff.path, fp.diff_line,
-                              f"path {name.encode('latin-1')!r} is not valid UTF-8") from None
+        raise UnsafePathError(
+            diff.path, fp.diff_line, f"path {name.encode('latin-1')!r} is not valid UTF-8"
+        ) from None
     parts = [p for p in name.split("/") if p not in ("", ".")]
     if len(parts) <= strip:
         raise DiffError(diff.path, fp.diff_line, f"path {name!r} has fewer than {strip + 1} parts")
@@ -171,8 +175,9 @@ def check_safe_path(diff_path: Path, line: int, name: str, parts: list[str]) -> 
     if name.startswith("/") and name != DEV_NULL:
         raise UnsafePathError(diff_path, line, f"absolute path {name!r} refused")
     if parts and parts[0].lower() == ".bakery":
-        raise UnsafePathError(diff_path, line, f"path {name!r} writes into .bakery (bakery's "
-                              "manifest)")
+        raise UnsafePathError(
+            diff_path, line, f"path {name!r} writes into .bakery (bakery's manifest)"
+        )
     for part in parts:
         if part == "..":
             raise UnsafePathError(diff_path, line, f"path {name!r} has a '..' component")
@@ -288,8 +293,10 @@ class _Parser:
             if git_hdr is not None and self._git_extended(git_hdr, line, lineno):
                 self.i += 1
                 continue
-            if line.startswith("--- ") and self.i + 1 < n and self.lines[self.i + 1].startswith(
-                "+++ "
+            if (
+                line.startswith("--- ")
+                and self.i + 1 < n
+                and self.lines[self.i + 1].startswith("+++ ")
             ):
                 files.append(self._file(git_hdr))
                 git_hdr = None
@@ -313,8 +320,13 @@ class _Parser:
     def _refuse_other_formats(self, line: str, lineno: int) -> None:
         if line.startswith(("GIT binary patch", "Binary files ", "Binary file ")):
             raise self.err(lineno, "binary patch refused (bakery applies text diffs only)")
-        if line.startswith("*** ") and self.i + 1 < len(self.lines) and (
-            self.lines[self.i + 1].startswith("--- ") or self.lines[self.i + 1].startswith("****")
+        if (
+            line.startswith("*** ")
+            and self.i + 1 < len(self.lines)
+            and (
+                self.lines[self.i + 1].startswith("--- ")
+                or self.lines[self.i + 1].startswith("****")
+            )
         ):
             raise self.err(lineno, "context-format diff refused; regenerate it with `diff -u`")
         if line.startswith("***************"):
@@ -323,8 +335,7 @@ class _Parser:
             raise self.err(lineno, "ed script refused (bakery never runs ed commands)")
         # Only the line right after a hunk: prose elsewhere (a format-patch diffstat after
         # "---", a mail's "- item" list) may start with any of these.
-        if (line.startswith(("+", "-", " ", "\\")) and line != "-- "
-                and self.i == self.hunk_end):
+        if line.startswith(("+", "-", " ", "\\")) and line != "-- " and self.i == self.hunk_end:
             raise self.err(lineno, "line beyond the counts in the hunk header")
 
     def _looks_like_ed(self, i: int) -> bool:
@@ -349,36 +360,45 @@ class _Parser:
     def _git_extended(self, hdr: dict[str, object], line: str, lineno: int) -> bool:
         for prefix in _GIT_UNSUPPORTED:
             if line.startswith(prefix):
-                raise self.err(lineno, f"git '{prefix.strip()}' header refused: renames and "
-                               "copies are not supported; write them as delete + new file")
-        for key, prefix in (("old_mode", "old mode "), ("new_mode", "new mode "),
-                            ("new_file", "new file mode "), ("deleted", "deleted file mode ")):
+                raise self.err(
+                    lineno,
+                    f"git '{prefix.strip()}' header refused: renames and "
+                    "copies are not supported; write them as delete + new file",
+                )
+        for key, prefix in (
+            ("old_mode", "old mode "),
+            ("new_mode", "new mode "),
+            ("new_file", "new file mode "),
+            ("deleted", "deleted file mode "),
+        ):
             if line.startswith(prefix):
-                mode = line[len(prefix):].strip()
+                mode = line[len(prefix) :].strip()
                 if not re.fullmatch(r"100644|100755", mode):
                     raise self.err(lineno, f"file mode {mode} refused (only 100644 and 100755)")
                 if key in hdr or {key, *hdr} >= {"new_file", "deleted"}:
-                    raise self.err(lineno, f"git header {line.strip()[:60]!r} repeats or "
-                                   "contradicts an earlier line")
+                    raise self.err(
+                        lineno,
+                        f"git header {line.strip()[:60]!r} repeats or contradicts an earlier line",
+                    )
                 hdr[key] = int(mode, 8) & 0o777
                 return True
         return line.startswith(_GIT_IGNORED)
 
     def _git_names(self, hdr: dict[str, object]) -> tuple[str, str]:
         lineno = int(hdr["line"])  # type: ignore[call-overload]
-        rest = str(hdr["header"])[len("diff --git "):]
+        rest = str(hdr["header"])[len("diff --git ") :]
         if rest.startswith('"'):
             end = rest.find('" ', 1)
             if end < 0:
                 raise self.err(lineno, "bad quoted name in 'diff --git' header")
-            a, b = rest[: end + 1], rest[end + 2:]
+            a, b = rest[: end + 1], rest[end + 2 :]
         else:
             half = (len(rest) - 1) // 2
-            a, b = rest[:half], rest[half + 1:]
+            a, b = rest[:half], rest[half + 1 :]
             if a.split("/", 1)[-1] != b.split("/", 1)[-1] and " b/" in rest:
                 a, b = rest.split(" b/", 1)
                 b = "b/" + b
-            if not a or not b or rest[len(a):len(a) + 1] != " ":
+            if not a or not b or rest[len(a) : len(a) + 1] != " ":
                 raise self.err(lineno, "malformed 'diff --git' header: expected two names")
         return _unquote(self.path, lineno, a), _unquote(self.path, lineno, b)
 
@@ -395,8 +415,9 @@ class _Parser:
             fp.old_mode = hdr.get("old_mode")  # type: ignore[assignment]
             fp.new_mode = int(hdr["new_mode"])  # type: ignore[call-overload]
         else:
-            raise self.err(lineno,
-                           "git header with nothing to apply (no hunks, mode or file change)")
+            raise self.err(
+                lineno, "git header with nothing to apply (no hunks, mode or file change)"
+            )
         return [fp]
 
     def _file(self, git_hdr: dict[str, object] | None) -> FilePatch:
@@ -432,14 +453,18 @@ class _Parser:
         for h in fp.hunks:
             start = h.old_start if h.old_len else h.old_start + 1
             if start < prev_end:
-                raise self.err(h.diff_line, f"hunk {h.index} overlaps or precedes hunk "
-                               f"{h.index - 1} (hunks must be in order)")
+                raise self.err(
+                    h.diff_line,
+                    f"hunk {h.index} overlaps or precedes hunk "
+                    f"{h.index - 1} (hunks must be in order)",
+                )
             prev_end = h.old_start + h.old_len if h.old_len else h.old_start + 1
         if fp.is_new and (len(fp.hunks) != 1 or fp.hunks[0].old_len):
             raise self.err(fp.hunks[0].diff_line, "a new file must have one hunk starting at -0,0")
         if fp.is_delete and (len(fp.hunks) != 1 or fp.hunks[0].new_len):
-            raise self.err(fp.hunks[0].diff_line,
-                           "a deleted file must have one hunk ending at +0,0")
+            raise self.err(
+                fp.hunks[0].diff_line, "a deleted file must have one hunk ending at +0,0"
+            )
 
     def _hunk(self, fp: FilePatch, index: int) -> Hunk:
         lineno = self.i + 1
@@ -460,8 +485,11 @@ class _Parser:
         last_kind = ""
         while old_seen < old_len or new_seen < new_len:
             if self.i >= len(self.lines):
-                raise self.err(self.i, f"hunk {index} is truncated: expected {old_len} old and "
-                               f"{new_len} new lines, got {old_seen} and {new_seen}")
+                raise self.err(
+                    self.i,
+                    f"hunk {index} is truncated: expected {old_len} old and "
+                    f"{new_len} new lines, got {old_seen} and {new_seen}",
+                )
             ln = self.i + 1
             line = self.lines[self.i]
             kind = line[:1] if line else " "  # an empty line is empty context (some mailers)
@@ -475,15 +503,18 @@ class _Parser:
                 self.i += 1
                 continue
             if kind not in " -+":
-                raise self.err(ln, f"bad line in hunk {index}: {line[:60]!r} "
-                               "(expected ' ', '-', '+' or '\\')")
+                raise self.err(
+                    ln, f"bad line in hunk {index}: {line[:60]!r} (expected ' ', '-', '+' or '\\')"
+                )
             if kind != "+":
                 old_seen += 1
             if kind != "-":
                 new_seen += 1
             if old_seen > old_len or new_seen > new_len:
-                raise self.err(ln, f"hunk {index} has more lines than its header "
-                               f"(-{old_len} +{new_len}) states")
+                raise self.err(
+                    ln,
+                    f"hunk {index} has more lines than its header (-{old_len} +{new_len}) states",
+                )
             if (old_noeol and kind != "+") or (new_noeol and kind != "-"):
                 raise self.err(ln, "line after '\\ No newline at end of file'")
             lines.append((kind, line[1:]))
@@ -499,11 +530,20 @@ class _Parser:
             self.i += 1
         if not lines:
             raise self.err(lineno, f"hunk {index} is empty")
-        return Hunk(index, old_start, old_len, new_start, new_len, lines, lineno,
-                    old_noeol, new_noeol)
+        return Hunk(
+            index, old_start, old_len, new_start, new_len, lines, lineno, old_noeol, new_noeol
+        )
 
-    def _noeol(self, ln: int, line: str, last_kind: str, old_seen: int, old_len: int,
-               new_seen: int, new_len: int) -> None:
+    def _noeol(
+        self,
+        ln: int,
+        line: str,
+        last_kind: str,
+        old_seen: int,
+        old_len: int,
+        new_seen: int,
+        new_len: int,
+    ) -> None:
         if not line.startswith("\\ "):
             raise self.err(ln, f"bad marker line {line[:60]!r}")
         # The marker may only follow the last old or the last new line.

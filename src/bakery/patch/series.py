@@ -128,8 +128,13 @@ def _apply_toml(series: Series, path: Path, data: dict[str, object]) -> None:
     unknown = set(data) - known
     if unknown:
         raise SeriesError(f"{path}: unknown keys {', '.join(sorted(unknown))}")
-    for key, typ in (("name", str), ("base", str), ("root", str), ("strip", int),
-                     ("description", str)):
+    for key, typ in (
+        ("name", str),
+        ("base", str),
+        ("root", str),
+        ("strip", int),
+        ("description", str),
+    ):
         if key in data and not isinstance(data[key], typ):
             raise SeriesError(f"{path}: {key} must be a {typ.__name__}")
     series.name = str(data.get("name", series.name))

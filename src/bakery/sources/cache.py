@@ -114,11 +114,11 @@ class Cache:
             return None
         try:
             meta = json.loads(marker.read_text())
-            intact = meta.get("format") == FORMAT and tree.is_dir() and _head(tree) == meta[
-                "commit"]
+            intact = (
+                meta.get("format") == FORMAT and tree.is_dir() and _head(tree) == meta["commit"]
+            )
             if intact and defer:
-                return Entry(tree, meta, gitutil.Pending(tree, *gitutil.status_args(
-                    refresh=True)))
+                return Entry(tree, meta, gitutil.Pending(tree, *gitutil.status_args(refresh=True)))
             intact = intact and not gitutil.dirty(tree, refresh=True)
         except (OSError, ValueError, KeyError, gitutil.GitError):
             intact = False
@@ -139,8 +139,7 @@ class Cache:
             return
         with self.lock(key):
             self.tree_entry(key)  # looks again, now waiting: removes the damaged entry
-        raise CacheChanged(f"the cached tree {entry.tree} had changed files; it is "
-                           "extracted again")
+        raise CacheChanged(f"the cached tree {entry.tree} had changed files; it is extracted again")
 
     @contextmanager
     def building(self, key: str) -> Iterator[Path]:

@@ -84,8 +84,14 @@ def is_version(spec: str) -> bool:
     return True
 
 
-def resolve(spec: str, cache: Cache, *, allow_dirty: bool = False,
-            progress: Progress | None = None, defer_check: bool = False) -> Pristine:
+def resolve(
+    spec: str,
+    cache: Cache,
+    *,
+    allow_dirty: bool = False,
+    progress: Progress | None = None,
+    defer_check: bool = False,
+) -> Pristine:
     """The pristine tree spec names. defer_check: a cached tree's look for changed files
     runs on while the caller copies it (Pristine.confirm, then Pristine.close)."""
     if spec.startswith("git+"):
@@ -99,6 +105,7 @@ def resolve(spec: str, cache: Cache, *, allow_dirty: bool = False,
 
 
 # --- the package index -----------------------------------------------------------------------
+
 
 def _fetch_json(url: str) -> dict[str, object]:
     import urllib.error  # here, not above: urllib and tarfile slow every start
@@ -157,8 +164,9 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _download(url: str, dest: Path, sha256: str, size: int | None,
-              progress: Progress | None) -> None:
+def _download(
+    url: str, dest: Path, sha256: str, size: int | None, progress: Progress | None
+) -> None:
     import urllib.error
     import urllib.request
 
@@ -199,19 +207,25 @@ def _unpack(archive: Path | bytes, dest: Path, label: str, *, strip_top: bool = 
             raise SourceError(f"{name}: {e.strerror}") from None
     else:
         name, data = "git archive", archive
-    return unpack.unpack(data, dest, name=name, message=f"pristine {label}\n",
-                         strip_top=strip_top)
+    return unpack.unpack(data, dest, name=name, message=f"pristine {label}\n", strip_top=strip_top)
 
 
-def release(version: str, cache: Cache, progress: Progress | None = None,
-            defer_check: bool = False) -> Pristine:
+def release(
+    version: str, cache: Cache, progress: Progress | None = None, defer_check: bool = False
+) -> Pristine:
     """A release's source distribution, downloaded once, hash-checked and extracted once."""
     key = f"vllm-{version}"
     with cache.lock(key):
         entry = cache.tree_entry(key, defer=defer_check)
         if entry is not None:
-            return Pristine(entry.tree, version, entry.meta["source"], entry.meta["sha256"], True,
-                            pending=(cache, key, entry) if entry.check else None)
+            return Pristine(
+                entry.tree,
+                version,
+                entry.meta["source"],
+                entry.meta["sha256"],
+                True,
+                pending=(cache, key, entry) if entry.check else None,
+            )
         url, sha, size = _sdist_entry(version)
         sdist = cache.path("sdists") / f"vllm-{version}.tar.gz"
         if not sdist.exists() or _sha256_file(sdist) != sha:
@@ -220,12 +234,12 @@ def release(version: str, cache: Cache, progress: Progress | None = None,
             top = tmp / "tree"
             top.mkdir()
             _unpack(sdist, top, f"vLLM {version}")
-            entry = cache.commit_tree(key, top, {"source": url, "sha256": sha,
-                                                  "version": version})
+            entry = cache.commit_tree(key, top, {"source": url, "sha256": sha, "version": version})
         return Pristine(entry.tree, version, url, sha, True)
 
 
 # --- local paths and git ---------------------------------------------------------------------
+
 
 def _local_version(root: Path) -> str | None:
     pkg = root / "PKG-INFO"
@@ -251,8 +265,10 @@ def _local_source(path: Path, allow_dirty: bool) -> Pristine:
     if (path / ".git").exists():
         changes = gitutil.dirty(path)
         if changes and not allow_dirty:
-            raise SourceError(f"--vllm {path}: the checkout has {len(changes)} uncommitted "
-                              "changes (commit them, or pass --allow-dirty)")
+            raise SourceError(
+                f"--vllm {path}: the checkout has {len(changes)} uncommitted "
+                "changes (commit them, or pass --allow-dirty)"
+            )
     return Pristine(path, _local_version(path), str(path), None)
 
 
@@ -270,8 +286,13 @@ def _git_source(spec: str, cache: Cache, defer_check: bool = False) -> Pristine:
         try:
             if mirror.exists():
                 repo = gitpython.Repo(mirror)
-                repo.git.fetch("--quiet", "--tags", "origin", "+refs/heads/*:refs/heads/*",
-                               env=gitutil.clean_env())
+                repo.git.fetch(
+                    "--quiet",
+                    "--tags",
+                    "origin",
+                    "+refs/heads/*:refs/heads/*",
+                    env=gitutil.clean_env(),
+                )
             else:
                 tmp = Path(tempfile.mkdtemp(dir=cache.path("git"), prefix=".clone-"))
                 try:
@@ -295,13 +316,30 @@ def _git_source(spec: str, cache: Cache, defer_check: bool = False) -> Pristine:
                 top.mkdir()
                 archive = subprocess.run(
                     ["git", "-c", "safe.directory=*", "archive", "--format=tar", commit],
-                    cwd=mirror, capture_output=True, env=gitutil.clean_env(), check=False)
+                    cwd=mirror,
+                    capture_output=True,
+                    env=gitutil.clean_env(),
+                    check=False,
+                )
                 if archive.returncode:
                     raise SourceError(f"git+{spec}: git archive failed")
                 _unpack(archive.stdout, top, f"vLLM {url}@{commit}", strip_top=False)
                 version = _local_version(top)
-                entry = cache.commit_tree(key, top, {"source": f"{url}@{commit}",
-                                                      "sha256": None, "version": version,
-                                                      "commit": commit})
-    return Pristine(entry.tree, entry.meta.get("version"), entry.meta["source"], None, True,
-                    pending=(cache, key, entry) if entry.check else None)
+                entry = cache.commit_tree(
+                    key,
+                    top,
+                    {
+                        "source": f"{url}@{commit}",
+                        "sha256": None,
+                        "version": version,
+                        "commit": commit,
+                    },
+                )
+    return Pristine(
+        entry.tree,
+        entry.meta.get("version"),
+        entry.meta["source"],
+        None,
+        True,
+        pending=(cache, key, entry) if entry.check else None,
+    )

@@ -58,7 +58,7 @@ def _pax(data: bytes) -> dict[str, str]:
             length = int(data[pos:space])
         except ValueError:
             raise TarError("a damaged pax header") from None
-        record = data[space + 1:pos + length]
+        record = data[space + 1 : pos + length]
         if length <= 0 or not record.endswith(b"\n") or b"=" not in record:
             raise TarError("a damaged pax header")
         key, _, value = record[:-1].partition(b"=")

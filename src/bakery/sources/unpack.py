@@ -45,8 +45,9 @@ class _TarStream:
             self._cur, self._done = memoryview(data), True
             return
         self._cur, self._done = memoryview(b""), False
-        self._thread = threading.Thread(target=self._inflate, args=(data,), daemon=True,
-                                        name="bakery-inflate")
+        self._thread = threading.Thread(
+            target=self._inflate, args=(data,), daemon=True, name="bakery-inflate"
+        )
         self._thread.start()
 
     def _inflate(self, data: bytes) -> None:
@@ -93,7 +94,7 @@ class _TarStream:
                     self._done = True
                     raise item
                 self._cur, self._pos = memoryview(item), 0
-            piece = self._cur[self._pos:self._pos + want]
+            piece = self._cur[self._pos : self._pos + want]
             self._pos += len(piece)
             want -= len(piece)
             out.append(piece)
@@ -184,20 +185,24 @@ class _Tree:
 
     def _write(self, rel: str, data: bytes, executable: bool, mtime: int) -> go.IndexEntry:
         path = self.root / rel
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                     0o755 if executable else 0o644)
+        fd = os.open(
+            path,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+            0o755 if executable else 0o644,
+        )
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             if mtime >= 0:  # the archive's times: git's index then never sees a racy file
                 os.utime(fd, ns=(mtime * 10**9, mtime * 10**9))
             st = os.fstat(fd)
         finally:
             os.close(fd)
         oid = self.pack.add(go.OBJ_BLOB, data)
-        return go.IndexEntry(os.fsencode(rel), go.MODE_EXEC if executable else go.MODE_FILE,
-                             oid, st)
+        return go.IndexEntry(
+            os.fsencode(rel), go.MODE_EXEC if executable else go.MODE_FILE, oid, st
+        )
 
     def finish_files(self) -> None:
         """Wait for every write; the first failure is raised (OSError)."""
@@ -216,12 +221,10 @@ class _Tree:
             path = self.root / rel
             os.symlink(target, path)
             oid = self.pack.add(go.OBJ_BLOB, os.fsencode(target))
-            self.entries[rel] = go.IndexEntry(os.fsencode(rel), go.MODE_LINK, oid,
-                                              os.lstat(path))
+            self.entries[rel] = go.IndexEntry(os.fsencode(rel), go.MODE_LINK, oid, os.lstat(path))
 
 
-def unpack(archive: bytes, dest: Path, *, name: str, message: str,
-           strip_top: bool = True) -> str:
+def unpack(archive: bytes, dest: Path, *, name: str, message: str, strip_top: bool = True) -> str:
     """Unpack archive (.tar.gz or .tar bytes, ``name`` in errors) into dest, an empty
     folder, without its top folder (strip_top): a repository whose one commit (bakery's
     identity and date, ``message``) holds every file, with an index true to the files.
@@ -265,8 +268,9 @@ def unpack(archive: bytes, dest: Path, *, name: str, message: str,
     except ValueError as e:
         raise SourceError(f"{name}: member {member!r}: {e}") from None
     except SourceError as e:
-        raise SourceError(f"{name}: cannot extract: {e}" if not e.message.startswith(name)
-                          else e.message) from None
+        raise SourceError(
+            f"{name}: cannot extract: {e}" if not e.message.startswith(name) else e.message
+        ) from None
     except OSError as e:
         raise SourceError(f"{name}: cannot extract {member!r}: {e.strerror}") from None
     finally:
@@ -280,8 +284,9 @@ def unpack(archive: bytes, dest: Path, *, name: str, message: str,
 def _commit(tree: _Tree, dest: Path, message: str) -> str:
     entries = list(tree.entries.values())
     root = go.add_trees(tree.pack, ((e.path, e.mode, e.oid) for e in entries))
-    commit = go.add_commit(tree.pack, root, message, gitutil.identity("AUTHOR"),
-                           gitutil.identity("COMMITTER"))
+    commit = go.add_commit(
+        tree.pack, root, message, gitutil.identity("AUTHOR"), gitutil.identity("COMMITTER")
+    )
     git_dir = dest / ".git"
     tree.pack.write(git_dir / "objects")
     head = (git_dir / "HEAD").read_text().strip()

@@ -264,9 +264,7 @@ class RankPool:
         self.close()
 
     # -- tasks -------------------------------------------------------------------------
-    def run(
-        self, fn: Callable[..., Any], *args: Any, timeout: float | None = None
-    ) -> list[Any]:
+    def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> list[Any]:
         """Run ``fn(ctx, *args)`` on every rank; the results, by rank."""
         return self.map(fn, [args] * self.world_size, timeout=timeout)
 

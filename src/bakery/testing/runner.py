@@ -179,8 +179,9 @@ def run_verify(
                 code = subprocess.run(command, env=env, check=False).returncode
             else:
                 with open(log, "wb") as sink:
-                    code = subprocess.run(command, env=env, check=False, stdout=sink,
-                                          stderr=subprocess.STDOUT).returncode
+                    code = subprocess.run(
+                        command, env=env, check=False, stdout=sink, stderr=subprocess.STDOUT
+                    ).returncode
         except OSError as exc:
             raise VerifyError(f"cannot start pytest: {exc}") from None
         elapsed = time.monotonic() - started
