@@ -24,6 +24,7 @@ test: setup
 
 lint: setup
 	$(BIN)/ruff check src tests launcher bench
+	$(BIN)/ruff format --check src tests launcher bench
 	$(BIN)/mypy
 
 # make bench BASELINE=<rev>: also time the warm bake of the code at <rev> (history rows)

@@ -94,7 +94,9 @@ def test_prefers_the_tree_and_falls_back_to_stand_ins(tmp_path: Path, clean_load
             "vllm/__init__.py": TRAP,
             "vllm/utils/math_utils.py": "def round_up(x, y):\n    return -(-x // y) * y\n",
             # Not light: reaches a package attribute that only its __init__.py would define.
-            "vllm/model_executor/layers/indexer_topk.py": "import vllm.utils.helper\nfrom vllm.config import get_current_vllm_config\n",
+            "vllm/model_executor/layers/indexer_topk.py": (
+                "import vllm.utils.helper\nfrom vllm.config import get_current_vllm_config\n"
+            ),
             "vllm/utils/helper.py": "X = 1\n",
             "vllm/config/__init__.py": "def get_current_vllm_config(): ...\n",
             "vllm/k.py": textwrap.dedent("""\
