@@ -974,7 +974,7 @@ NOTES = """## How to read these figures
   files, so a cache restored by a CI job (new inodes and ctimes) costs one slow look, not
   one per bake (before: 0.26 s of hashing on every bake from a copied cache).
 - The copies get the cached repository's own index with their stat data
-  (`bake._restat_index`: one `lstat` per file, about 25 ms for vLLM), instead of
+  (`git.index.restat_index`: one `lstat` per file, about 25 ms for vLLM), instead of
   `git read-tree`, whose index has no stat data so that the first `git commit` or
   `git status` reads and hashes all 130 MB again. A copy whose size or mtime is not the
   one the cache recorded keeps no stat data, so git reads it.

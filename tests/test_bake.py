@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from bakery.bake import tree as bake_mod
+from bakery.bake.plan import plan
 from bakery.bake.report import read_manifest
-from bakery.bake.tree import bake, check_out, plan, remove_tree
+from bakery.bake.staging import refuse_unless_replaceable, remove_tree
+from bakery.bake.tree import bake
 from bakery.bake.treecopy import copy_tree
 from bakery.errors import BakeryError, UnsafePathError
 from bakery.git import cmd as gitutil
@@ -210,7 +212,7 @@ def test_error_while_writing_leaves_nothing(
     def boom(*args: object, **kwargs: object) -> str:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bake_mod, "_commit_series", boom)
+    monkeypatch.setattr(bake_mod, "commit_series", boom)
     with pytest.raises(KeyboardInterrupt):
         bake(load_series("demo"), local(tiny.src), tmp_path / "build" / "out")
     assert list((tmp_path / "build").iterdir()) == []
@@ -234,23 +236,23 @@ def test_stale_staging_of_dead_bakes_is_removed(tiny: Tiny, tmp_path: Path) -> N
     assert not stale.exists() and live.exists() and other.exists()
 
 
-def test_check_out_rules(tiny: Tiny, tmp_path: Path) -> None:
-    check_out(tmp_path / "missing")
+def test_out_replace_rules(tiny: Tiny, tmp_path: Path) -> None:
+    refuse_unless_replaceable(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
-    check_out(tmp_path / "empty")
+    refuse_unless_replaceable(tmp_path / "empty")
     write_files(tmp_path / "full", {"x": "y"})
     with pytest.raises(BakeryError, match="not a baked tree"):
-        check_out(tmp_path / "full")
+        refuse_unless_replaceable(tmp_path / "full")
     os.symlink(tmp_path / "empty", tmp_path / "link")
     with pytest.raises(BakeryError, match="not a folder"):
-        check_out(tmp_path / "link")
+        refuse_unless_replaceable(tmp_path / "link")
     out = tmp_path / "out"
     bake(load_series("demo"), local(tiny.src), out)
-    check_out(out)
+    refuse_unless_replaceable(out)
     (out / "setup.py").write_text("changed\n")
     with pytest.raises(BakeryError, match="local changes"):
-        check_out(out)
-    check_out(out, force=True)
+        refuse_unless_replaceable(out)
+    refuse_unless_replaceable(out, force=True)
 
 
 def test_remove_tree(tmp_path: Path) -> None:

@@ -21,8 +21,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from bakery.bake.plan import Plan, plan
 from bakery.bake.report import MANIFEST, read_manifest
-from bakery.bake.tree import Plan, plan
 from bakery.errors import BakeryError, UsageError
 from bakery.git import cmd as gitutil
 from bakery.patch.parse import Diff

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from bakery.bake.report import BakeReport
+
+if TYPE_CHECKING:
+    from bakery.testing.runner import VerifyResult
 
 _STYLE = {
     "applied": "green",
@@ -171,7 +174,7 @@ def matrix_grid(console: Console, series: str, rows: list) -> None:  # type: ign
             console.print(f"[red]{escape(r.version)}:[/] {escape(r.error)}")
 
 
-def verify_summary(console: Console, result: object, edited: list[str]) -> None:
+def verify_summary(console: Console, result: VerifyResult, edited: list[str]) -> None:
     """After pytest's own output: where the code came from, edits since the bake, counts."""
     r = result  # bakery.testing.runner.VerifyResult
     if edited:
@@ -181,26 +184,26 @@ def verify_summary(console: Console, result: object, edited: list[str]) -> None:
         )
         for f in edited:
             console.print(f"  {escape(f)}")
-    tree_mods = [m.name for m in r.from_tree]  # type: ignore[attr-defined]
-    stood = [f"{m.name} ({m.detail})" for m in r.stood_in]  # type: ignore[attr-defined]
+    tree_mods = [m.name for m in r.from_tree]
+    stood = [f"{m.name} ({m.detail})" for m in r.stood_in]
     if tree_mods:
         console.print(escape(f"from the tree: {', '.join(tree_mods)}"), soft_wrap=True)
     if stood:
         console.print(escape(f"stood in: {', '.join(stood)}"), soft_wrap=True)
-    for fix in r.tool_fixes:  # type: ignore[attr-defined]
+    for fix in r.tool_fixes:
         console.print(escape(f"test tools: {fix}"), soft_wrap=True)
     parts = [
         f"{n} {label}"
         for n, label in (
             (r.passed, "passed"),
-            (r.failed, "failed"),  # type: ignore[attr-defined]
+            (r.failed, "failed"),
             (r.errors, "errors"),
             (r.skipped, "skipped"),
-        )  # type: ignore[attr-defined]
+        )
         if n
     ]
-    verdict = "[bold green]verified[/]" if r.exit_code == 0 else "[bold red]not verified[/]"  # type: ignore[attr-defined]
+    verdict = "[bold green]verified[/]" if r.exit_code == 0 else "[bold red]not verified[/]"
     console.print(
         f"{verdict}: {', '.join(parts) or 'no tests ran'} "
         f"in {r.elapsed:.1f}s" + (f"; JUnit {escape(str(r.junit))}" if r.junit else "")
-    )  # type: ignore[attr-defined]
+    )

@@ -10,8 +10,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bakery.bake.plan import Events, plan
 from bakery.bake.report import BakeReport
-from bakery.bake.tree import Events, _display, bake, plan
+from bakery.bake.staging import display_path
+from bakery.bake.tree import bake
 from bakery.errors import BakeryError, UsageError
 from bakery.patch.series import Series, load_series, project_root
 from bakery.sources import resolve as sources
@@ -77,7 +79,7 @@ def _prepare(
         series.load_diffs()
     except BakeryError as e:
         raise ReportedError(
-            e, BakeReport(series.name, _display(series.path), error=e.message)
+            e, BakeReport(series.name, display_path(series.path), error=e.message)
         ) from None
     return series, pristine, cache
 
@@ -184,7 +186,7 @@ def _apply(
             e,
             BakeReport(
                 series.name,
-                _display(series.path),
+                display_path(series.path),
                 error=e.message,
                 version=pristine.version,
                 source=pristine.source,
@@ -229,7 +231,7 @@ def check(
         ).report
     except BakeryError as e:
         raise ReportedError(
-            e, BakeReport(series.name, _display(series.path), error=e.message)
+            e, BakeReport(series.name, display_path(series.path), error=e.message)
         ) from None
 
 

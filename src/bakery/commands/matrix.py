@@ -74,7 +74,7 @@ def _worker_init(busy: Any) -> None:
 
 def _one(
     series: str, version: str, out_root: str, verify: bool, interpret: bool, home: str
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """Runs in a worker process: bake one release, verify it if asked."""
     if _busy is None:
         return _one_bake(series, version, out_root, verify, interpret, home)
@@ -89,7 +89,7 @@ def _one(
 
 def _one_bake(
     series: str, version: str, out_root: str, verify: bool, interpret: bool, home: str
-) -> dict[str, object]:
+) -> dict[str, Any]:
     os.environ["BAKERY_HOME"] = home
     from bakery.commands import bake as commands
 
@@ -143,12 +143,12 @@ def run(
             str(r["version"]),
             str(r["status"]),
             r["port"],
-            r["error"],  # type: ignore[arg-type]
+            r["error"],
             r["diffs"],
             r["verify"],
             r["verify_log"],
             float(r["seconds"]),
-        )  # type: ignore[arg-type]
+        )
         rows.append(row)
     return rows
 

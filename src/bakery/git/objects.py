@@ -21,7 +21,6 @@ import struct
 import threading
 import zlib
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 OBJ_COMMIT, OBJ_TREE, OBJ_BLOB = 1, 2, 3
@@ -196,42 +195,3 @@ def add_commit(
     lines += [b"parent %s\n" % p.hex().encode() for p in parents]
     lines += [b"author %s\n" % author, b"committer %s\n" % committer, b"\n", message.encode()]
     return pack.add(OBJ_COMMIT, b"".join(lines))
-
-
-@dataclass(frozen=True)
-class IndexEntry:
-    path: bytes
-    mode: int
-    oid: bytes
-    stat: os.stat_result
-
-
-def write_index(path: Path, entries: Iterable[IndexEntry]) -> None:
-    """A version 2 index of the entries (no extensions), with their stat data."""
-    ordered = sorted(entries, key=lambda e: e.path)
-    parts = [b"DIRC", struct.pack(">II", 2, len(ordered))]
-    pack_stat = struct.Struct(">10I").pack
-    for e in ordered:
-        st = e.stat
-        entry = (
-            pack_stat(
-                st.st_ctime_ns // 10**9 & 0xFFFFFFFF,
-                st.st_ctime_ns % 10**9,
-                st.st_mtime_ns // 10**9 & 0xFFFFFFFF,
-                st.st_mtime_ns % 10**9,
-                st.st_dev & 0xFFFFFFFF,
-                st.st_ino & 0xFFFFFFFF,
-                e.mode,
-                st.st_uid & 0xFFFFFFFF,
-                st.st_gid & 0xFFFFFFFF,
-                st.st_size & 0xFFFFFFFF,
-            )
-            + e.oid
-            + struct.pack(">H", min(len(e.path), 0xFFF))
-            + e.path
-        )
-        parts.append(entry + b"\0" * (8 - len(entry) % 8))
-    body = b"".join(parts)
-    tmp = path.with_name(f"{path.name}.bakery-{os.getpid()}")
-    tmp.write_bytes(body + hashlib.sha1(body).digest())
-    os.replace(tmp, path)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
+from bakery.git import index as gitindex
 from bakery.git import objects as go
 from bakery.sources import tarstream
 
@@ -155,11 +156,11 @@ class _Tree:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.pack = go.Pack()
-        self.entries: dict[str, go.IndexEntry] = {}
+        self.entries: dict[str, gitindex.IndexEntry] = {}
         self.dirs: set[str] = {""}
         self.links: dict[str, str] = {}
         #: file -> (content, executable, its write)
-        self.files: dict[str, tuple[bytes, bool, Future[go.IndexEntry]]] = {}
+        self.files: dict[str, tuple[bytes, bool, Future[gitindex.IndexEntry]]] = {}
         self._pool = ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="bakery-write")
 
     def mkdir(self, rel: str) -> None:
@@ -183,7 +184,7 @@ class _Tree:
         job = self._pool.submit(self._write, rel, data, executable, mtime)
         self.files[rel] = (data, executable, job)
 
-    def _write(self, rel: str, data: bytes, executable: bool, mtime: int) -> go.IndexEntry:
+    def _write(self, rel: str, data: bytes, executable: bool, mtime: int) -> gitindex.IndexEntry:
         path = self.root / rel
         fd = os.open(
             path,
@@ -200,7 +201,7 @@ class _Tree:
         finally:
             os.close(fd)
         oid = self.pack.add(go.OBJ_BLOB, data)
-        return go.IndexEntry(
+        return gitindex.IndexEntry(
             os.fsencode(rel), go.MODE_EXEC if executable else go.MODE_FILE, oid, st
         )
 
@@ -221,7 +222,8 @@ class _Tree:
             path = self.root / rel
             os.symlink(target, path)
             oid = self.pack.add(go.OBJ_BLOB, os.fsencode(target))
-            self.entries[rel] = go.IndexEntry(os.fsencode(rel), go.MODE_LINK, oid, os.lstat(path))
+            link = gitindex.IndexEntry(os.fsencode(rel), go.MODE_LINK, oid, os.lstat(path))
+            self.entries[rel] = link
 
 
 def unpack(archive: bytes, dest: Path, *, name: str, message: str, strip_top: bool = True) -> str:
@@ -293,5 +295,5 @@ def _commit(tree: _Tree, dest: Path, message: str) -> str:
     ref = head[5:] if head.startswith("ref: ") else "refs/heads/main"
     (git_dir / ref).parent.mkdir(parents=True, exist_ok=True)
     (git_dir / ref).write_text(commit.hex() + "\n")
-    go.write_index(git_dir / "index", entries)
+    gitindex.write_index(git_dir / "index", entries)
     return commit.hex()

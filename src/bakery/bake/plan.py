@@ -1,0 +1,175 @@
+"""The whole series applied in memory against the pristine files it touches, before a single
+byte is written: ``check`` and a conflicting ``apply`` never copy the tree."""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bakery.bake.merge import Fallback, diagnose
+from bakery.bake.report import BakeReport, DiffResult
+from bakery.bake.staging import display_path
+from bakery.errors import UnsafePathError
+from bakery.patch.engine import apply_file
+from bakery.patch.parse import Diff, FilePatch
+from bakery.patch.series import Series, detect_layout
+from bakery.sources.resolve import Pristine
+
+#: Called with (event, detail) as the bake proceeds; the CLI renders these.
+Events = Callable[[str, str], None]
+
+
+@dataclass
+class Plan:
+    """The in-memory result of applying the series."""
+
+    report: BakeReport
+    #: Per diff, the files it writes: path -> (content or None to delete, mode).
+    writes: list[dict[str, tuple[bytes | None, int | None]]] = field(default_factory=list)
+
+
+class _State(dict[str, tuple[bytes | None, int | None]]):
+    """Path -> (content or None when deleted, mode), counting the files each folder holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.filled: dict[str, int] = {}
+
+    def __setitem__(self, rel: str, value: tuple[bytes | None, int | None]) -> None:
+        old = self.get(rel)
+        was, now = old is not None and old[0] is not None, value[0] is not None
+        if was != now:
+            parts = rel.split("/")
+            for i in range(1, len(parts)):
+                folder = "/".join(parts[:i])
+                self.filled[folder] = self.filled.get(folder, 0) + (1 if now else -1)
+        super().__setitem__(rel, value)
+
+
+class _Overlay:
+    """The tree as the series has changed it so far: pristine files plus changes."""
+
+    def __init__(self, pristine: Pristine) -> None:
+        self.pristine = pristine
+        self.state = _State()
+
+    def read(self, diff: Diff, fp: FilePatch, rel: str) -> tuple[bytes | None, int | None]:
+        if rel in self.state:
+            return self.state[rel]
+        self._check_nesting(diff, fp, rel)
+        path = _checked_path(self.pristine, diff, fp, rel)
+        try:
+            st = path.lstat()
+            if not stat.S_ISREG(st.st_mode):
+                raise UnsafePathError(diff.path, fp.diff_line, f"{rel} is not a regular file")
+            return path.read_bytes(), stat.S_IMODE(st.st_mode)
+        except FileNotFoundError:
+            return None, None
+        except OSError as e:
+            raise UnsafePathError(
+                diff.path, fp.diff_line, f"cannot read {rel}: {e.strerror}"
+            ) from None
+
+    def _check_nesting(self, diff: Diff, fp: FilePatch, rel: str) -> None:
+        """Refuse a file inside a file the series created, or over a folder it filled."""
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            above = self.state.get("/".join(parts[:i]))
+            if above is not None and above[0] is not None:
+                raise UnsafePathError(
+                    diff.path, fp.diff_line, f"{rel}: {'/'.join(parts[:i])} is a file, not a folder"
+                )
+        if self.state.filled.get(rel, 0) > 0:
+            raise UnsafePathError(
+                diff.path, fp.diff_line, f"{rel}: is a folder (the series created files in it)"
+            )
+
+
+def _checked_path(pristine: Pristine, diff: Diff, fp: FilePatch, rel: str) -> Path:
+    """The file's path in the pristine tree, refusing any symlink on the way (as GNU patch
+    and git apply do since their CVE fixes: a link could point outside the tree)."""
+    full = pristine.file(rel)
+    base = pristine.package_dir if pristine.package_dir is not None else pristine.tree
+    parts = full.relative_to(base).parts
+    cur = base
+    for part in parts:
+        cur = cur / part
+        try:
+            st = cur.lstat()
+        except FileNotFoundError:
+            break
+        except OSError as e:  # a name too long, a file used as a folder, a loop
+            raise UnsafePathError(
+                diff.path, fp.diff_line, f"cannot read {rel}: {e.strerror}"
+            ) from None
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafePathError(
+                diff.path,
+                fp.diff_line,
+                f"{rel}: refusing to write through the symlink {cur.relative_to(base)}",
+            )
+    return full
+
+
+def plan(
+    series: Series,
+    pristine: Pristine,
+    *,
+    fuzz: int = 0,
+    fallback: Fallback | None = None,
+    events: Events | None = None,
+) -> Plan:
+    """Apply the whole series in memory. Raises DiffError for bad diffs.
+
+    ``fallback`` (merge.Fallback) merges and diagnoses files that do not apply cleanly and
+    warns about upstream drift; without it, failed hunks are still diagnosed."""
+    diffs = series.load_diffs()
+    strip, root, detected = detect_layout(
+        series, pristine.tree if pristine.package_dir is None else pristine.tree
+    )
+    if pristine.package_dir is not None and root == "":
+        root = "vllm"
+    for d in diffs:
+        d.resolve_paths(strip, root)
+    report = BakeReport(
+        series.name,
+        display_path(series.path),
+        version=pristine.version,
+        source=pristine.source,
+        sha256=pristine.sha256,
+        port=display_path(series.port) if series.port else None,
+        layout={"strip": strip, "root": root, "detected": detected},
+    )
+    if detected and events:
+        events("detected", f"strip {strip}, root {root or '.'!r} (no series.toml setting)")
+    overlay = _Overlay(pristine)
+    result = Plan(report)
+    for i, d in enumerate(diffs, 1):
+        if events:
+            events("diff", f"Applying {d.name} ({i}/{len(diffs)})")
+        dres = DiffResult(d.name, d.sha256)
+        writes: dict[str, tuple[bytes | None, int | None]] = {}
+        for fp in d.files:
+            old, mode = overlay.read(d, fp, fp.path)
+            fres = apply_file(fp, old, fuzz, mode)
+            if not fres.ok:
+                if fallback is not None:
+                    fres = fallback.resolve(d, fp, old, fres)
+                else:
+                    diagnose(fres, fp, pristine, None)
+            dres.files.append(fres)
+            # A file with failed hunks carries the hunks that did apply forward, as GNU
+            # patch leaves them: later diffs see them, and --keep-failed writes them.
+            if fres.content is not None or fres.deleted:
+                value = (None if fres.deleted else fres.content, fres.mode)
+                if (old, mode) != value:
+                    writes[fp.path] = value
+                    overlay.state[fp.path] = value
+        if fallback is not None and dres.ok:
+            dres.warnings = fallback.warnings(d)
+        report.diffs.append(dres)
+        result.writes.append(writes)
+    report.status = "checked" if report.ok else "conflict"
+    return result

@@ -1,0 +1,106 @@
+"""A baked tree's repository, assembled: objects linked from the cache, a local clone where
+the cache's repository has another form, and the series' commits written by one
+``git fast-import`` from the planned contents."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from bakery.errors import BakeryError
+from bakery.git import cmd
+from bakery.git.index import restat_index
+
+#: A new repository's config, as git init writes it on Linux.
+NEW_CONFIG = (
+    "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
+    "\tlogallrefupdates = true\n"
+)
+
+
+def link_objects(src: Path, dst: Path) -> None:
+    """Hard-link every file under src into dst (git never changes an object file in
+    place; git clone does the same), copying where a link cannot be made."""
+    for root, _dirs, files in os.walk(src):
+        here = dst / os.path.relpath(root, src)
+        here.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            try:
+                os.link(os.path.join(root, name), here / name)
+            except OSError:  # another file system, or links not allowed
+                shutil.copy2(os.path.join(root, name), here / name)
+
+
+def clone_local(source: Path, staging: Path) -> str:
+    """Give staging the history of the repository at source (a plain-path clone: objects
+    hard-linked, copied across file systems), its index restatted for staging's files."""
+    side = Path(tempfile.mkdtemp(prefix=".bakery-clone-", dir=staging))
+    try:
+        # a plain path (not --local): objects are hard-linked, copied across file systems
+        cmd.git(side, "clone", "--quiet", "--no-checkout", str(source), ".")
+        cmd.git(side, "remote", "remove", "origin")
+        os.rename(side / ".git", staging / ".git")
+    finally:
+        shutil.rmtree(side, ignore_errors=True)
+    if not restat_index(staging, source / ".git" / "index"):
+        cmd.git(staging, "read-tree", "HEAD")
+    return cmd.head(staging)
+
+
+def _fast_import_path(rel: str) -> bytes:
+    path = os.fsencode(rel)
+    if b"\n" in path or path.startswith(b'"'):
+        return (
+            b'"' + path.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n") + b'"'
+        )
+    return path
+
+
+def commit_series(
+    tree: Path,
+    parent: str,
+    messages: list[str],
+    writes: list[dict[str, tuple[bytes | None, int | None]]],
+) -> list[str]:
+    """One commit per diff, all written by one git fast-import from the planned contents
+    (it reads neither the index nor the work tree, so a long series costs no more reads of
+    the tree), then the index brought to the last commit for the paths the series wrote.
+    The commits are those `git add` + `git commit` would make. Returns their ids."""
+    head = (tree / ".git" / "HEAD").read_text().strip()
+    if not head.startswith("ref: refs/heads/"):
+        raise BakeryError(f"{tree}: HEAD is not a branch")
+    ref = head[5:].encode()
+    who = b"author %s\ncommitter %s\n" % (cmd.identity("AUTHOR"), cmd.identity("COMMITTER"))
+    stream = []
+    for i, (message, changes) in enumerate(zip(messages, writes, strict=True), 1):
+        msg = message.encode()
+        stream += [b"commit %s\nmark :%d\n%sdata %d\n" % (ref, i, who, len(msg)), msg, b"\n"]
+        if i == 1:
+            stream.append(b"from %s\n" % parent.encode())
+        for rel, (content, mode) in sorted(changes.items()):
+            if content is None:
+                stream.append(b"D %s\n" % _fast_import_path(rel))
+            else:
+                kind = b"100755" if (mode or 0) & 0o100 else b"100644"
+                stream += [
+                    b"M %s inline %s\ndata %d\n" % (kind, _fast_import_path(rel), len(content)),
+                    content,
+                    b"\n",
+                ]
+    stream += [b"get-mark :%d\n" % i for i in range(1, len(messages) + 1)]
+    stream.append(b"done\n")
+    ids = cmd.git(tree, "fast-import", "--quiet", "--done", input=b"".join(stream)).split()
+    paths = sorted({rel for changes in writes for rel in changes})
+    if paths:
+        cmd.git(
+            tree,
+            "update-index",
+            "--add",
+            "--remove",
+            "-z",
+            "--stdin",
+            input=b"".join(os.fsencode(p) + b"\0" for p in paths),
+        )
+    return ids
