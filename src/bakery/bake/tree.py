@@ -193,9 +193,7 @@ def bake(
             write_failed(pl, series, pristine, failed_out)
             report.failed_out = display_path(failed_out)
         return report
-    staging = Path(
-        tempfile.mkdtemp(prefix=staging_prefix(out) + f"{os.getpid()}-", dir=out.parent)
-    )
+    staging = Path(tempfile.mkdtemp(prefix=staging_prefix(out) + f"{os.getpid()}-", dir=out.parent))
     try:
         if events:
             events("write", f"Writing {display_path(out)}")
