@@ -16,8 +16,6 @@ from __future__ import annotations
 import ast
 import difflib
 import os
-import subprocess
-import tempfile
 from pathlib import Path
 
 from bakery.git import cmd as gitutil
@@ -31,21 +29,7 @@ from bakery.sources.resolve import Pristine, Progress
 
 def merge_file(current: bytes, base: bytes, other: bytes) -> tuple[bytes, int]:
     """git merge-file on three byte strings: (result, number of conflicts)."""
-    with tempfile.TemporaryDirectory(prefix="bakery-merge-") as tmp:
-        paths = []
-        for name, data in (("current", current), ("base", base), ("other", other)):
-            p = Path(tmp) / name
-            p.write_bytes(data)
-            paths.append(str(p))
-        proc = subprocess.run(
-            ["git", "merge-file", "-p", "-L", "release", "-L", "base", "-L", "series", *paths],
-            capture_output=True,
-            env=gitutil.clean_env(),
-            check=False,
-        )
-    if proc.returncode < 0 or proc.returncode > 127:
-        raise gitutil.GitError(f"git merge-file failed: {proc.stderr.decode(errors='replace')}")
-    return proc.stdout, proc.returncode
+    return gitutil.merge_file(current, base, other, ("release", "base", "series"))
 
 
 class _BaseSide:

@@ -152,14 +152,7 @@ def stale_ports(
 
 
 def _show(tree: Path, rev: str, path: str) -> bytes | None:
-    proc = subprocess.run(
-        ["git", "-c", "safe.directory=*", "cat-file", "blob", f"{rev}:{path}"],
-        cwd=tree,
-        capture_output=True,
-        env=gitutil.clean_env(),
-        check=False,
-    )
-    return proc.stdout if proc.returncode == 0 else None
+    return gitutil.git_bytes(tree, "cat-file", "blob", f"{rev}:{path}")
 
 
 def _work(tree: Path, path: str) -> bytes | None:

@@ -1,11 +1,40 @@
-"""The one wrapper through which bakery runs git: a clean GIT_* environment, a fixed
-identity and fixed dates (so the same inputs give the same commit ids), and errors that
-show the command, its exit code and its output."""
+"""The one door through which bakery runs git: a clean environment, configuration that
+never starts a program, a fixed identity and fixed dates (so the same inputs give the same
+commit ids), and errors that show the command, its exit code and its output.
+
+git runs in repositories bakery did not make: a local ``--vllm`` checkout, an existing
+``--out`` tree, ``refresh --tree``, cache entries and mirrors restored from another CI run.
+git reads each repository's own ``.git/config``, and several keys there name programs git
+then runs. The policy, using git's own switches and environment only:
+
+- Configuration read: never the system's (``GIT_CONFIG_NOSYSTEM=1``) nor the user's
+  (``GIT_CONFIG_GLOBAL=/dev/null``): neither may change what bakery writes. A repository's
+  own config is read by git (it has to: format version, extensions), but:
+- every key that starts a program and has a fixed name is forced off with ``-c``, which
+  wins over every file (``FORCED``): ``core.fsmonitor``, ``core.hooksPath`` (``/dev/null``:
+  no hook runs), ``core.sshCommand``, ``core.askPass``, ``credential.helper``; git's own
+  rule already ignores ``uploadpack.packObjectsHook`` outside system/global/``-c`` config,
+  which bakery never reads; pagers and editors are ``cat`` and ``true`` by environment;
+- keys whose names the repository chooses (``filter.<driver>.clean/smudge/process``), or
+  that pull in other files or move the work tree (``include.path``, ``includeIf``,
+  ``core.worktree``, ``core.gitProxy``) cannot be forced off by name: ``audit()`` finds
+  them, and a foreign repository holding one is refused (exit 2), a cached one rebuilt;
+- protocols: everything is refused (``protocol.allow=never``) but ``file`` for bakery's
+  own local clones; a remote source (remote.py) allows exactly the one scheme the user
+  typed, never ``ext``; ``GIT_PROTOCOL_FROM_USER=0``; replace refs are not followed
+  (``GIT_NO_REPLACE_OBJECTS``), so a cache cannot swap the content behind a commit id;
+- git's ownership check stays on (no ``safe.directory``): a repository owned by another
+  user is refused by git itself, and that refusal is one error line. bakery's own cache
+  entries and baked trees are made by the user who runs it.
+
+No other module starts git (tests/security/test_git_config.py checks the imports).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -13,6 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bakery.errors import BakeryError
+from bakery.safety.urls import redact_text
 
 #: Fixed identity and date of every commit bakery makes.
 IDENTITY = {
@@ -37,40 +67,102 @@ def identity(who: str) -> bytes:
 
 
 class GitError(BakeryError):
-    pass
+    def __init__(self, message: str) -> None:
+        super().__init__(redact_text(message))  # git quotes the URLs it was given
 
 
 def clean_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(IDENTITY)
-    # Neither the user's nor the system's config may change what bakery writes.
     env["GIT_CONFIG_NOSYSTEM"] = "1"
     env["GIT_CONFIG_GLOBAL"] = os.devnull
     env["GIT_TERMINAL_PROMPT"] = "0"
+    env["GIT_PROTOCOL_FROM_USER"] = "0"
+    env["GIT_NO_REPLACE_OBJECTS"] = "1"
+    env["GIT_ATTR_NOSYSTEM"] = "1"
+    env["GIT_PAGER"] = "cat"
+    env["GIT_EDITOR"] = "true"
+    env["GIT_SEQUENCE_EDITOR"] = "true"
     env["LC_ALL"] = "C"
     return env
 
 
+#: Forced on every git command: ``-c`` wins over every configuration file.
+FORCED = {
+    # keys that start a program
+    "core.fsmonitor": "false",
+    "core.hooksPath": os.devnull,
+    "core.sshCommand": "ssh",
+    "core.askPass": "",
+    "credential.helper": "",  # the empty value empties the list of helpers
+    "log.showSignature": "false",
+    "commit.gpgSign": "false",
+    "fetch.recurseSubmodules": "false",
+    "submodule.recurse": "false",
+    "protocol.allow": "never",
+    "protocol.ext.allow": "never",
+    "protocol.file.allow": "always",  # bakery's own clones; remote.py narrows it
+    "gc.auto": "0",
+    "maintenance.auto": "false",
+    # what bakery writes must not depend on the repository's settings
+    "core.autocrlf": "false",
+    "core.fileMode": "true",
+    "core.symlinks": "true",
+    "init.defaultBranch": "main",
+    "core.quotePath": "false",
+}
+
+
+def config_args(extra: dict[str, str] | None = None) -> list[str]:
+    out: list[str] = []
+    for key, value in {**FORCED, **(extra or {})}.items():
+        out += ["-c", f"{key}={value}"]
+    return out
+
+
 # --literal-pathspecs: a path from a diff is a name, never pathspec magic (":/x", "*").
-_BASE = [
-    "--literal-pathspecs",
-    "-c",
-    "safe.directory=*",
-    "-c",
-    "core.autocrlf=false",
-    "-c",
-    "core.fileMode=true",
-    "-c",
-    "core.symlinks=true",
-    "-c",
-    "gc.auto=0",
-    "-c",
-    "init.defaultBranch=main",
-    "-c",
-    "commit.gpgSign=false",
-    "-c",
-    "core.quotePath=false",
-]
+_BASE = ["--literal-pathspecs", *config_args()]
+
+#: Keys a repository names itself, or that reach outside it: they cannot be forced off
+#: by name (see the module docstring), so a repository that sets one is not used.
+_UNSAFE_KEY = re.compile(
+    r"^(include\.path|includeif\..*\.path|filter\..*\.(clean|smudge|process)"
+    r"|core\.worktree|core\.gitproxy)$"
+)
+
+
+def audit(git_dir: Path) -> list[str]:
+    """The keys of a repository's own configuration files (``config``,
+    ``config.worktree``) that bakery cannot neutralise (see _UNSAFE_KEY)."""
+    found: list[str] = []
+    for name in ("config", "config.worktree"):
+        path = git_dir / name
+        if not path.is_file():
+            continue
+        proc = _run_git(
+            Path("/"), ["config", "--file", str(path), "--no-includes", "--name-only", "--list"]
+        )
+        if proc.returncode != 0:
+            found.append(f"{name} (unreadable)")
+            continue
+        for key in proc.stdout.decode(errors="replace").splitlines():
+            if _UNSAFE_KEY.match(key.strip().lower()):
+                found.append(key.strip())
+    return found
+
+
+def check_foreign(tree: Path, what: str) -> None:
+    """Refuse a repository bakery did not make whose configuration would start a
+    program bakery cannot switch off (one line, exit 2)."""
+    out = git(tree, "rev-parse", "--path-format=absolute", "--git-dir", "--git-common-dir")
+    dirs = [Path(p) for p in out.splitlines() if p]
+    keys = sorted({k for d in dict.fromkeys(dirs) for k in audit(d)})
+    if keys:
+        raise GitError(
+            f"{what}: its git configuration sets {', '.join(keys)}, which would make git run "
+            "a program or read outside the repository; bakery does not use such a repository "
+            "(remove the setting, or pass a copy of the tree without .git)"
+        )
 
 
 @contextlib.contextmanager
@@ -149,17 +241,71 @@ def run_all(
         raise
 
 
-def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True) -> str:
-    cmd = ["git", *_BASE, *args]  # args may start with global options (--no-optional-locks)
+def _run_git(
+    cwd: Path,
+    args: list[str],
+    *,
+    input: bytes | None = None,
+    extra: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[bytes]:
+    base = _BASE if extra is None else ["--literal-pathspecs", *config_args(extra)]
     try:
-        proc = run(cmd, cwd=cwd, env=clean_env(), input=input)
+        return run(["git", *base, *args], cwd=cwd, env={**clean_env(), **(env or {})}, input=input)
     except FileNotFoundError:
         raise GitError("git is not installed (bakery needs it on PATH)") from None
+
+
+def git(
+    cwd: Path,
+    *args: str,
+    input: bytes | None = None,
+    check: bool = True,
+    extra: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Run git in cwd under the policy above; its standard output. extra: more forced
+    configuration (remote.py's protocol rules); env: more environment."""
+    proc = _run_git(cwd, list(args), input=input, extra=extra, env=env)
     if check and proc.returncode != 0:
-        out = (proc.stderr or proc.stdout).decode(errors="replace").strip().splitlines()
-        tail = out[-1] if out else ""
-        raise GitError(f"`git {' '.join(args[:3])}` failed ({proc.returncode}) in {cwd}: {tail}")
+        raise _failed(args, proc, cwd)
     return proc.stdout.decode("utf-8", errors="surrogateescape")
+
+
+def git_bytes(cwd: Path, *args: str, extra: dict[str, str] | None = None) -> bytes | None:
+    """Run git; its standard output as bytes, or None when it fails (cat-file of a path
+    that is not there, an archive of a missing commit)."""
+    proc = _run_git(cwd, list(args), extra=extra)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def _failed(
+    args: tuple[str, ...] | list[str], proc: subprocess.CompletedProcess[bytes], cwd: Path
+) -> GitError:
+    out = (proc.stderr or proc.stdout).decode(errors="replace").strip().splitlines()
+    tail = out[-1] if out else ""
+    return GitError(f"`git {' '.join(args[:3])}` failed ({proc.returncode}) in {cwd}: {tail}")
+
+
+def merge_file(
+    current: bytes, base: bytes, other: bytes, labels: tuple[str, str, str]
+) -> tuple[bytes, int]:
+    """git merge-file on three byte strings, outside any repository: (result, number of
+    conflicts). It runs in a new temporary folder with discovery stopped above it, so no
+    repository's configuration (merge drivers, attributes) is read."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="bakery-merge-") as tmp:
+        paths = []
+        for name, data in (("current", current), ("base", base), ("other", other)):
+            p = Path(tmp) / name
+            p.write_bytes(data)
+            paths.append(str(p))
+        args = ["merge-file", "-p", "-L", labels[0], "-L", labels[1], "-L", labels[2], *paths]
+        proc = _run_git(Path(tmp), args, env={"GIT_CEILING_DIRECTORIES": str(Path(tmp).parent)})
+    if proc.returncode < 0 or proc.returncode > 127:
+        raise GitError(f"git merge-file failed: {proc.stderr.decode(errors='replace')}")
+    return proc.stdout, proc.returncode
 
 
 def init_commit_all(tree: Path, message: str) -> str:

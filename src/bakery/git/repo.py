@@ -20,6 +20,27 @@ NEW_CONFIG = (
 )
 
 
+def write_new_config(git_dir: Path) -> None:
+    """Give a repository bakery made the one configuration it ever has (NEW_CONFIG),
+    whatever the installed git's init wrote: intact() then compares it byte for byte."""
+    (git_dir / "config").write_text(NEW_CONFIG)
+
+
+def intact(git_dir: Path) -> bool:
+    """A repository bakery made is still only what it made: its config is NEW_CONFIG,
+    no worktree config, no hook but git's samples, no ``commondir``. A cache entry that
+    fails this was changed by someone else (a poisoned CI cache) and is built again."""
+    try:
+        if (git_dir / "config").read_text() != NEW_CONFIG:
+            return False
+        hooks = git_dir / "hooks"
+        if hooks.is_dir() and any(not p.name.endswith(".sample") for p in hooks.iterdir()):
+            return False
+    except (OSError, UnicodeDecodeError):
+        return False
+    return not any((git_dir / n).exists() for n in ("config.worktree", "commondir"))
+
+
 def link_objects(src: Path, dst: Path) -> None:
     """Hard-link every file under src into dst (git never changes an object file in
     place; git clone does the same), copying where a link cannot be made."""

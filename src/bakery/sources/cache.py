@@ -13,8 +13,10 @@ Layout under the user's cache folder (``BAKERY_CACHE_DIR`` overrides it)::
 
 Entries are built in a temporary folder beside their final place and renamed into it.
 A damaged entry (files changed since extraction: ``git status`` is not clean, or its
-HEAD is not the recorded commit) is removed and built again, and so is an entry of an
-older ``FORMAT`` (the same release must give the same pristine commit on every machine).
+HEAD is not the recorded commit, or its ``.git`` holds configuration or hooks bakery did
+not write: a cache restored from another CI run is not trusted) is removed and built
+again, and so is an entry of an older ``FORMAT`` (the same release must give the same
+pristine commit on every machine).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from filelock import FileLock
 
 from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
+from bakery.git import repo as gitrepo
 
 #: The way entries are built. 2: unpack.py (every file of the archive in the commit, one
 #: pack); 1 was `git add` (files the archive's .gitignore names were left out).
@@ -115,7 +118,10 @@ class Cache:
         try:
             meta = json.loads(marker.read_text())
             intact = (
-                meta.get("format") == FORMAT and tree.is_dir() and _head(tree) == meta["commit"]
+                meta.get("format") == FORMAT
+                and tree.is_dir()
+                and gitrepo.intact(tree / ".git")  # config, hooks: what bakery wrote
+                and _head(tree) == meta["commit"]
             )
             if intact and defer:
                 return Entry(tree, meta, gitutil.Pending(tree, *gitutil.status_args(refresh=True)))

@@ -12,9 +12,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +20,8 @@ from packaging.version import InvalidVersion, Version
 
 from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
+from bakery.safety import paths
+from bakery.safety.urls import redact
 from bakery.sources.cache import Cache, Entry
 
 #: (bytes done, bytes total or None) while downloading.
@@ -262,7 +261,9 @@ def _local_source(path: Path, allow_dirty: bool) -> Pristine:
             m = re.search(r"""version\s*=\s*['"]([^'"]+)""", vfile.read_text(errors="replace"))
             version = m.group(1) if m else None
         return Pristine(path.parent, version, str(path), None, package_dir=path)
+    paths.git_link(path, f"--vllm {path}")
     if (path / ".git").exists():
+        gitutil.check_foreign(path, f"--vllm {path}")
         changes = gitutil.dirty(path)
         if changes and not allow_dirty:
             raise SourceError(
@@ -277,36 +278,21 @@ def _git_source(spec: str, cache: Cache, defer_check: bool = False) -> Pristine:
     if not sep or not url or "/" in ref and ref.startswith("/"):
         url, ref = spec, "HEAD"
     if not url:
-        raise SourceError(f"git+{spec}: expected git+URL@REF")
-    import git as gitpython  # GitPython, imported lazily: it is slow to import
+        raise SourceError(f"git+{redact(spec)}: expected git+URL@REF")
+    from bakery.git import remote
 
     mirror_key = "git-" + hashlib.sha256(url.encode()).hexdigest()[:16]
     with cache.lock(mirror_key):
         mirror = cache.path("git") / mirror_key
         try:
-            if mirror.exists():
-                repo = gitpython.Repo(mirror)
-                repo.git.fetch(
-                    "--quiet",
-                    "--tags",
-                    "origin",
-                    "+refs/heads/*:refs/heads/*",
-                    env=gitutil.clean_env(),
-                )
-            else:
-                tmp = Path(tempfile.mkdtemp(dir=cache.path("git"), prefix=".clone-"))
-                try:
-                    gitpython.Repo.clone_from(url, tmp, bare=True, env=gitutil.clean_env())
-                    os.replace(tmp, mirror)
-                finally:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                repo = gitpython.Repo(mirror)
-            commit = repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}")
-        except gitpython.GitCommandError as e:
-            detail = (e.stderr or str(e)).strip().splitlines()
-            raise SourceError(f"git+{spec}: {detail[-1] if detail else 'git failed'}") from None
-        except gitpython.exc.GitError as e:  # NoSuchPath, InvalidGitRepository...
-            raise SourceError(f"git+{spec}: {e}") from None
+            remote.fetch(url, mirror)
+            commit = remote.commit_of(mirror, ref)
+        except SourceError as e:
+            raise SourceError(f"git+{redact(spec)}: {e.message}") from None
+        except gitutil.GitError as e:
+            raise SourceError(
+                f"git+{redact(spec)}: {e.message.rpartition(': ')[2] or 'git failed'}"
+            ) from None
     key = f"{mirror_key}-{commit[:16]}"
     with cache.lock(key):
         entry = cache.tree_entry(key, defer=defer_check)
@@ -314,22 +300,17 @@ def _git_source(spec: str, cache: Cache, defer_check: bool = False) -> Pristine:
             with cache.building(key) as tmp:
                 top = tmp / "tree"
                 top.mkdir()
-                archive = subprocess.run(
-                    ["git", "-c", "safe.directory=*", "archive", "--format=tar", commit],
-                    cwd=mirror,
-                    capture_output=True,
-                    env=gitutil.clean_env(),
-                    check=False,
-                )
-                if archive.returncode:
-                    raise SourceError(f"git+{spec}: git archive failed")
-                _unpack(archive.stdout, top, f"vLLM {url}@{commit}", strip_top=False)
+                try:
+                    archive = remote.archive(mirror, commit)
+                except SourceError as e:
+                    raise SourceError(f"git+{redact(spec)}: {e.message}") from None
+                _unpack(archive, top, f"vLLM {redact(url)}@{commit}", strip_top=False)
                 version = _local_version(top)
                 entry = cache.commit_tree(
                     key,
                     top,
                     {
-                        "source": f"{url}@{commit}",
+                        "source": f"{redact(url)}@{commit}",
                         "sha256": None,
                         "version": version,
                         "commit": commit,

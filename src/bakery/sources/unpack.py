@@ -26,6 +26,7 @@ from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
 from bakery.git import index as gitindex
 from bakery.git import objects as go
+from bakery.git import repo as gitrepo
 from bakery.sources import tarstream
 
 _CHUNK = 1 << 20  # compressed bytes inflated at a time
@@ -233,6 +234,7 @@ def unpack(archive: bytes, dest: Path, *, name: str, message: str, strip_top: bo
     Returns the commit id."""
     tree = _Tree(dest)
     gitutil.git(dest, "init", "-q")
+    gitrepo.write_new_config(dest / ".git")
     stream = _TarStream(archive)
     top: list[str] = []
     member = "?"

@@ -1,0 +1,142 @@
+"""Remote git sources (``--vllm git+URL@REF``): a bare mirror in the cache, fetched through
+the one git door (cmd.py) under its policy, with protocols narrowed to the one scheme the
+user typed.
+
+The URL is passed on each fetch and never stored in the mirror (no ``remote.origin``), so
+a token in it is never written to disk, and a mirror restored from another run cannot
+redirect the fetch (``remote.*.url``, ``uploadpack``) or run anything: a mirror whose
+configuration holds more than ``git init --bare`` writes is removed and fetched again.
+Hand-written over GitPython: GitPython starts git its own way, outside this policy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from bakery.errors import SourceError
+from bakery.git import cmd
+from bakery.safety.urls import redact
+
+#: What a mirror's config may hold: what `git init --bare` writes.
+_MIRROR_KEYS = {
+    "core.repositoryformatversion",
+    "core.filemode",
+    "core.bare",
+    "core.logallrefupdates",
+    "core.ignorecase",
+    "core.precomposeunicode",
+    "core.symlinks",
+}
+_SCHEMES = ("https", "http", "ssh", "git", "file")
+_SCP = re.compile(r"^[A-Za-z0-9._\-]+@[A-Za-z0-9._\-]+:")
+
+
+def scheme(url: str) -> str:
+    """The transport git would use for url; SourceError for one bakery does not allow."""
+    m = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*)://", url)
+    if m:
+        name = m.group(1).lower()
+        if name.startswith("git+"):
+            name = name[4:]
+        if name in _SCHEMES:
+            return name
+        raise SourceError(f"git+{redact(url)}: the {name!r} transport is not allowed")
+    if "::" in url.split("/", 1)[0]:  # ext::cmd, fd::, <transport>::<address>
+        raise SourceError(f"git+{redact(url)}: a remote helper address is not allowed")
+    if _SCP.match(url):
+        return "ssh"
+    return "file"  # a plain path
+
+
+def _rules(url: str) -> dict[str, str]:
+    allowed = scheme(url)
+    rules = {
+        "protocol.allow": "never",
+        "protocol.ext.allow": "never",
+        "protocol.file.allow": "never",
+    }
+    rules[f"protocol.{allowed}.allow"] = "always"
+    return rules
+
+
+def mirror_intact(mirror: Path) -> bool:
+    """The mirror holds only what bakery wrote: no configuration beyond `init --bare`'s,
+    no hook, no alternates."""
+    if not (mirror / "config").is_file():
+        return False
+    proc = cmd.git_bytes(
+        Path("/"),
+        "config",
+        "--file",
+        str(mirror / "config"),
+        "--no-includes",
+        "--name-only",
+        "--list",
+    )
+    if proc is None:
+        return False
+    keys = {k.strip().lower() for k in proc.decode(errors="replace").splitlines() if k.strip()}
+    if not keys <= _MIRROR_KEYS:
+        return False
+    hooks = mirror / "hooks"
+    if hooks.is_dir() and any(not p.name.endswith(".sample") for p in hooks.iterdir()):
+        return False
+    return not (mirror / "objects" / "info" / "alternates").exists()
+
+
+def fetch(url: str, mirror: Path) -> None:
+    """Bring the mirror at ``mirror`` up to date with url (made if missing or not intact):
+    branches and tags."""
+    rules = _rules(url)
+    if mirror.exists() and not mirror_intact(mirror):
+        shutil.rmtree(mirror, ignore_errors=True)
+    made = None
+    if not mirror.exists():
+        made = Path(tempfile.mkdtemp(dir=mirror.parent, prefix=".clone-"))
+        cmd.git(made, "init", "--bare", "-q")
+    try:
+        cmd.git(
+            made or mirror,
+            "fetch",
+            "--quiet",
+            "--tags",
+            "--no-write-fetch-head",
+            "--",
+            url,
+            "+refs/heads/*:refs/heads/*",
+            extra=rules,
+        )
+        if made is not None:
+            os.replace(made, mirror)
+    finally:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+
+
+def commit_of(mirror: Path, ref: str) -> str:
+    if ref.startswith("-"):
+        raise SourceError(f"@{ref}: a ref may not start with '-'")
+    out = cmd.git(
+        mirror,
+        "rev-parse",
+        "--verify",
+        "--quiet",
+        "--end-of-options",
+        f"{ref}^{{commit}}",
+        check=False,
+    )
+    commit = out.strip()
+    if not re.fullmatch(r"[0-9a-f]{40}", commit):
+        raise SourceError(f"@{ref}: no such commit in the repository")
+    return commit
+
+
+def archive(mirror: Path, commit: str) -> bytes:
+    data = cmd.git_bytes(mirror, "archive", "--format=tar", commit)
+    if data is None:
+        raise SourceError(f"git archive of {commit} failed")
+    return data
