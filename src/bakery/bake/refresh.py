@@ -21,12 +21,14 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from bakery.bake.manifest import read as read_checked
 from bakery.bake.plan import Plan, plan
-from bakery.bake.report import MANIFEST, read_manifest
+from bakery.bake.report import MANIFEST
 from bakery.errors import BakeryError, UsageError
 from bakery.git import cmd as gitutil
 from bakery.patch.parse import Diff
 from bakery.patch.series import Series, load_series, ordered_diffs, project_root
+from bakery.safety import paths
 from bakery.sources.cache import Cache
 from bakery.sources.resolve import Pristine, release
 
@@ -156,9 +158,10 @@ def _show(tree: Path, rev: str, path: str) -> bytes | None:
 
 
 def _work(tree: Path, path: str) -> bytes | None:
-    p = tree / path
-    if p.is_symlink() or not p.is_file():
+    p = paths.inside(tree, path, f"--tree {tree}")
+    if p.is_symlink() or not p.exists():
         return None
+    paths.regular_file(p, f"--tree {tree}")  # a FIFO would block the read
     return p.read_bytes()
 
 
@@ -172,38 +175,53 @@ def refresh(
     """Write patches/<series>/<release>/ from an edited baked tree. Returns (port, notes)."""
     home = home or project_root()
     series = load_series(series_spec, home)
-    manifest = read_manifest(tree)
+    if not tree.is_dir():
+        raise UsageError(f"--tree {tree}: no such folder")
+    paths.git_link(tree, f"--tree {tree}")
+    manifest = read_checked(tree)
     if manifest is None:
         raise UsageError(f"--tree {tree}: no {MANIFEST} (not a tree bakery baked)")
-    version = release_version or (manifest.get("vllm") or {}).get("version")  # type: ignore[union-attr]
+    gitutil.check_foreign(tree, f"--tree {tree}")
+    version = release_version or manifest.version
     if not version:
         raise UsageError(f"--tree {tree}: the manifest names no vLLM release; pass --release")
-    pristine_commit = str(manifest.get("pristine_commit") or "")
+    version = paths.name(version, "--release")
+    pristine_commit = manifest.pristine_commit
     if not pristine_commit:
         raise UsageError(f"--tree {tree}: the manifest records no pristine commit")
-    layout = manifest.get("layout") or {}
-    strip, root = int(layout.get("strip", 1)), str(layout.get("root", ""))  # type: ignore[union-attr]
+    strip, root = manifest.strip, manifest.root
     # the diffs the tree was baked from: the port if it used one, else the series'
-    port_rel = manifest.get("port")
-    if port_rel and (home / str(port_rel)).is_dir():
-        series.use_port(home / str(port_rel))
+    port_rel = manifest.port
+    if port_rel and (home / port_rel).is_dir():
+        series.use_port(paths.inside(home, port_rel, f"--tree {tree}: port"))
     diffs = series.load_diffs()
     for d in diffs:
         d.resolve_paths(strip, root)
     names = [d.name for d in diffs]
     labels = _series_labels(series.path, home, strip, root)
-    baked = [str(d["name"]) for d in manifest.get("diffs", [])]  # type: ignore[union-attr]
+    baked = [name for name, _ in manifest.diffs]
     if baked != names:
         raise UsageError(f"--tree {tree}: baked from diffs {baked}, the series has {names}")
 
     touched: dict[str, list[int]] = {}
-    for k, d in enumerate(manifest.get("diffs", [])):  # type: ignore[arg-type]
-        for f in d.get("files", []):
-            touched.setdefault(str(f["path"]), []).append(k)
-    changed = gitutil.git(tree, "diff", "--name-only", "-z", "--no-renames", pristine_commit)
+    for k, (_, listed) in enumerate(manifest.diffs):
+        for rel in listed:
+            touched.setdefault(rel, []).append(k)
+    changed = gitutil.git(
+        tree,
+        "diff",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--name-only",
+        "-z",
+        "--no-renames",
+        pristine_commit,
+        "--",
+    )
     untracked = gitutil.git(tree, "ls-files", "-z", "--others", "--exclude-standard")
     notes = []
     for path in filter(None, (changed + untracked).split("\0")):
+        paths.rel_path(path, f"--tree {tree}: git")
         if path.startswith(".bakery/"):
             continue
         if path.endswith(_SKIP):
@@ -211,7 +229,15 @@ def refresh(
             continue
         touched.setdefault(path, [len(names) - 1])
     commits: dict[str, str] = {}
-    log = gitutil.git(tree, "log", "--reverse", "--format=%H %s", f"{pristine_commit}..HEAD")
+    log = gitutil.git(
+        tree,
+        "log",
+        "--no-ext-diff",
+        "--reverse",
+        "--format=%H %s",
+        f"{pristine_commit}..HEAD",
+        "--",
+    )
     for line in log.splitlines():
         sha, _, subject = line.partition(" ")
         if subject in names:

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from bakery.git import cmd as gitutil
 from bakery.git.index import restat_index
 from bakery.git.repo import NEW_CONFIG, clone_local, commit_series, link_objects
 from bakery.patch.series import Series
+from bakery.safety import paths
 from bakery.sources.cache import discard as _discard
 from bakery.sources.resolve import Pristine
 
@@ -49,16 +51,32 @@ def _populate(pristine: Pristine, staging: Path) -> str:
             pristine.tree, "ls-files", "-z", "--cached", "--others", "--exclude-standard"
         )
         for rel in filter(None, listed.split("\0")):
-            src = pristine.tree / rel
+            # an index is data: an entry may say ../x, or lead through a link
+            src = paths.inside(pristine.tree, rel, f"--vllm {pristine.tree}: git index entry")
             if not src.exists() and not src.is_symlink():
                 continue  # deleted but not committed (--allow-dirty)
+            if not src.is_symlink() and not src.is_file():
+                paths.regular_file(src, f"--vllm {pristine.tree}")  # a FIFO: one line
             dst = staging / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst, follow_symlinks=False)
     else:
-        copy_tree(pristine.tree, staging)
+        _refuse_special(pristine.tree)
+        copy_tree(pristine.tree, staging, exclude={".git"})
     label = f"vLLM {pristine.version}" if pristine.version else "vLLM tree"
     return gitutil.init_commit_all(staging, f"pristine {label}")
+
+
+def _refuse_special(tree: Path) -> None:
+    """A local tree holds only folders, files and links: a FIFO, socket or device in it
+    is refused with one line (git would refuse it later, less clearly)."""
+    for dirpath, dirnames, filenames in os.walk(tree):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in filenames:
+            p = Path(dirpath, name)
+            mode = p.lstat().st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+                paths.regular_file(p, f"--vllm {tree}")
 
 
 def _populate_from_repo(pristine: Pristine, staging: Path) -> str:

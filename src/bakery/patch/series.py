@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bakery.errors import SeriesError
 from bakery.patch.parse import Diff, read_diff
+from bakery.safety import paths
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -76,12 +77,15 @@ def ordered_diffs(folder: Path) -> list[Path]:
         raise SeriesError(f"{folder}: no such diffs folder")
     numbered: dict[int, Path] = {}
     for p in sorted(folder.iterdir()):
-        if p.name.startswith(".") or not p.is_file() and not p.is_symlink():
-            continue
-        if p.suffix not in (".diff", ".patch"):
+        if p.name.startswith(".") or p.suffix not in (".diff", ".patch"):
             continue
         if p.is_symlink():
             raise SeriesError(f"{p}: diffs must be plain files, not symlinks")
+        if not p.is_file():  # a FIFO would block the read; a folder would be skipped
+            try:
+                paths.regular_file(p, "diffs")
+            except paths.UnsafeDataError as e:
+                raise SeriesError(e.message) from None
         m = _NUMBERED.match(p.name)
         if not m:
             raise SeriesError(f"{p}: diff name lacks a numeric prefix (NN-name.diff)")
@@ -114,9 +118,14 @@ def load_series(spec: str, home: Path | None = None) -> Series:
     toml_path = folder / "series.toml"
     if toml_path.is_file():
         try:
+            paths.regular_file(toml_path, "series.toml")
             data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise SeriesError(f"{toml_path}: {e}") from None
+        except RecursionError:
+            raise SeriesError(f"{toml_path}: nested too deeply") from None
+        except OSError as e:
+            raise SeriesError(f"{toml_path}: {e.strerror}") from None
         _apply_toml(series, toml_path, data)
     tests = folder / "tests"
     series.tests = tests if tests.is_dir() else None
@@ -137,8 +146,16 @@ def _apply_toml(series: Series, path: Path, data: dict[str, object]) -> None:
     ):
         if key in data and not isinstance(data[key], typ):
             raise SeriesError(f"{path}: {key} must be a {typ.__name__}")
-    series.name = str(data.get("name", series.name))
-    series.base = data.get("base")  # type: ignore[assignment]
+    try:  # the name becomes a folder name (patches/<name>, build/<name>-<version>)
+        series.name = paths.name(data.get("name", series.name), f"{path}: name")
+    except paths.UnsafeDataError as e:
+        raise SeriesError(e.message) from None
+    base = data.get("base")
+    if base is not None and not _is_release(str(base)):
+        # the base is fetched as --vllm would be: a path or git+URL here would let the
+        # series' author choose what bakery reads or runs
+        raise SeriesError(f"{path}: base must be a release version, not {str(base)!r}")
+    series.base = base  # type: ignore[assignment]
     series.root = data.get("root")  # type: ignore[assignment]
     strip = data.get("strip")
     if strip is not None and not (0 <= int(strip) <= 16):  # type: ignore[call-overload]
@@ -146,8 +163,23 @@ def _apply_toml(series: Series, path: Path, data: dict[str, object]) -> None:
     series.strip = strip  # type: ignore[assignment]
     series.description = str(data.get("description", ""))
     root = series.root
-    if root is not None and (root.startswith("/") or ".." in root.split("/")):
+    if root is not None and (
+        root.startswith("/")
+        or ".." in root.split("/")
+        or root.strip("/")
+        and paths.unsafe(root.strip("/"))
+    ):
         raise SeriesError(f"{path}: root must be a relative folder inside the tree")
+
+
+def _is_release(text: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return "/" not in text and not text.startswith(".")
 
 
 def detect_layout(series: Series, tree: Path) -> tuple[int, str, bool]:

@@ -44,6 +44,11 @@ def _problem(text: str) -> str | None:
     return None
 
 
+def unsafe(text: str) -> str | None:
+    """Why text is not a safe relative path, or None."""
+    return _problem(text)
+
+
 def rel_path(text: object, what: str) -> str:
     """text, if it is a safe relative path; else UnsafeDataError naming ``what``."""
     if not isinstance(text, str):

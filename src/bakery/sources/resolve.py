@@ -241,11 +241,15 @@ def release(
 
 
 def _local_version(root: Path) -> str | None:
+    """PKG-INFO's Version; it names folders (build/<series>-<version>, a port), so it
+    must be a plain name (refused otherwise)."""
     pkg = root / "PKG-INFO"
-    if pkg.is_file():
-        for line in pkg.read_text(errors="replace").splitlines()[:20]:
+    if pkg.is_file() and not pkg.is_symlink():
+        with pkg.open("rb") as fh:
+            head = fh.read(64 * 1024).decode(errors="replace")
+        for line in head.splitlines()[:20]:
             if line.startswith("Version:"):
-                return line.split(":", 1)[1].strip()
+                return paths.name(line.split(":", 1)[1].strip(), f"{pkg}: Version")
     return None
 
 
@@ -259,7 +263,7 @@ def _local_source(path: Path, allow_dirty: bool) -> Pristine:
         vfile = path / "_version.py"
         if vfile.is_file():
             m = re.search(r"""version\s*=\s*['"]([^'"]+)""", vfile.read_text(errors="replace"))
-            version = m.group(1) if m else None
+            version = paths.name(m.group(1), f"{vfile}: version") if m else None
         return Pristine(path.parent, version, str(path), None, package_dir=path)
     paths.git_link(path, f"--vllm {path}")
     if (path / ".git").exists():

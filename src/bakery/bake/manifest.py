@@ -1,0 +1,125 @@
+"""A baked tree's ``.bakery/manifest.json`` read back as checked data.
+
+The manifest sits in a tree the user edits and may come from anyone (a tree in a CI
+artifact, a ``.failed`` folder): every field bakery acts on is checked here, once. Paths
+go through the one path validator (a manifest listing ``/home/u/.ssh/id_rsa`` must not make
+``refresh`` copy that file into a port), commit ids must be 40 hex digits (never an option
+git would read, such as ``--output=...``), the version must be a plain name (it names
+``patches/<series>/<version>``). A manifest that breaks a rule is one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bakery.bake.report import MANIFEST
+from bakery.errors import UsageError
+from bakery.safety import limits, paths
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+@dataclass
+class Manifest:
+    status: str
+    version: str | None
+    pristine_commit: str | None
+    head: str | None
+    strip: int
+    root: str
+    port: str | None
+    #: (diff name, [file paths]) in the order baked
+    diffs: list[tuple[str, list[str]]] = field(default_factory=list)
+    #: path -> sha256 of every file the bake wrote
+    files: dict[str, str] = field(default_factory=dict)
+
+
+class ManifestError(UsageError):
+    """A manifest that is not what bakery writes."""
+
+
+def read(tree: Path) -> Manifest | None:
+    """The tree's manifest, checked; None when there is none (not a baked tree)."""
+    path = tree / MANIFEST
+    try:
+        if path.is_symlink() or not path.is_file():
+            return None
+        if path.stat().st_size > limits.MAX_REPORT:
+            raise ManifestError(f"{path}: larger than {limits.MAX_REPORT} bytes")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError) as e:
+        raise ManifestError(f"{path}: not a bakery manifest ({type(e).__name__})") from None
+    return parse(data, str(path))
+
+
+def _get(d: object, key: str, types: type | tuple[type, ...], where: str) -> object:
+    if not isinstance(d, dict):
+        raise ManifestError(f"{where}: not a bakery manifest (expected an object)")
+    value = d.get(key)
+    if value is not None and not isinstance(value, types):
+        raise ManifestError(f"{where}: {key} has the wrong type")
+    return value
+
+
+def _list(d: object, key: str, where: str) -> list[object]:
+    value = _get(d, key, list, where)
+    return value if isinstance(value, list) else []
+
+
+def _dict(d: object, key: str, where: str) -> dict[str, object]:
+    value = _get(d, key, dict, where)
+    return value if isinstance(value, dict) else {}
+
+
+def _str(d: object, key: str, where: str) -> str | None:
+    value = _get(d, key, str, where)
+    return value if isinstance(value, str) else None
+
+
+def _commit(value: object, key: str, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _COMMIT.fullmatch(value):
+        raise ManifestError(f"{where}: {key} is not a commit id")
+    return value
+
+
+def parse(data: object, where: str) -> Manifest:
+    version = _str(_dict(data, "vllm", where), "version", where)
+    layout = _dict(data, "layout", where)
+    strip = _get(layout, "strip", int, where)
+    root = _str(layout, "root", where) or ""
+    if root:
+        paths.rel_path(root, f"{where}: layout.root")
+    port = _str(data, "port", where)
+    if port is not None:
+        paths.rel_path(port, f"{where}: port")
+    diffs = []
+    for d in _list(data, "diffs", where):
+        name = paths.name(_str(d, "name", where), f"{where}: diff name")
+        listed = [
+            paths.rel_path(_str(f, "path", where), f"{where}: {name}")
+            for f in _list(d, "files", where)
+        ]
+        diffs.append((name, listed))
+    files: dict[str, str] = {}
+    for rel, sha in _dict(data, "files", where).items():
+        files[paths.rel_path(rel, f"{where}: files")] = str(sha)
+    return Manifest(
+        status=_str(data, "status", where) or "",
+        version=paths.name(version, f"{where}: vllm.version") if version is not None else None,
+        pristine_commit=_commit(
+            _get(data, "pristine_commit", str, where), "pristine_commit", where
+        ),
+        head=_commit(_get(data, "head", str, where), "head", where),
+        strip=strip if isinstance(strip, int) and 0 <= strip <= 16 else 1,
+        root=root,
+        port=port,
+        diffs=diffs,
+        files=files,
+    )
