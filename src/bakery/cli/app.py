@@ -18,9 +18,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from bakery import __version__
-from bakery.bake.report import BakeReport, write_json
+from bakery.bake.report import BakeReport
 from bakery.cli import render
 from bakery.errors import BakeryError
+from bakery.outputs import check as check_output
+from bakery.outputs import is_stdout, write_json
+from bakery.outputs import write as write_output
+from bakery.safety.text import CILineGuard, clean
+from bakery.safety.urls import redact_text
 
 app = typer.Typer(
     name="bakery",
@@ -30,15 +35,31 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-out_console = Console(highlight=False, soft_wrap=False)
-err_console = Console(stderr=True, highlight=False)
+# Every line either console prints goes through CILineGuard: no input can start a line
+# with "::" (a GitHub Actions workflow command), however rich lays it out.
+out_console = Console(file=CILineGuard(lambda: sys.stdout), highlight=False, soft_wrap=False)  # type: ignore[arg-type]
+err_console = Console(file=CILineGuard(lambda: sys.stderr), highlight=False)  # type: ignore[arg-type]
+
+
+def _safe(text: str) -> str:
+    """Text from input (errors quote it) made safe to print: see bakery.safety."""
+    return escape(clean(redact_text(text)))
 
 
 def fail(err: BakeryError) -> NoReturn:
     err_console.print(
-        f"[bold red]error:[/] {escape(err.message)}", markup=True, highlight=False, soft_wrap=True
+        f"[bold red]error:[/] {_safe(err.message)}", markup=True, highlight=False, soft_wrap=True
     )
     raise typer.Exit(code=err.exit_code)
+
+
+def _preflight(*outputs: tuple[Path | None, str]) -> None:
+    """Outputs the user named are checked before the work starts (one line, exit 2)."""
+    try:
+        for target, what in outputs:
+            check_output(target, what)
+    except BakeryError as e:
+        fail(e)
 
 
 def _version_callback(value: bool) -> None:
@@ -61,7 +82,7 @@ def _root(
 
 def _events(event: str, detail: str) -> None:
     err_console.print(
-        f"[dim]{escape(detail)}[/]" if event == "detected" else escape(detail),
+        f"[dim]{_safe(detail)}[/]" if event == "detected" else _safe(detail),
         markup=True,
         highlight=False,
         soft_wrap=True,
@@ -149,7 +170,7 @@ def apply(
         ),
         json_file,
     )
-    render.bake_report(out_console, report)
+    render.bake_report(err_console if is_stdout(json_file) else out_console, report)
     raise typer.Exit(code=0 if report.status == "baked" else 1)
 
 
@@ -187,7 +208,7 @@ def check(
         ),
         json_file,
     )
-    render.bake_report(out_console, report)
+    render.bake_report(err_console if is_stdout(json_file) else out_console, report)
     code = 0 if report.ok else 1
     if up_to_date and code == 0:
         try:
@@ -195,7 +216,7 @@ def check(
         except BakeryError as e:
             fail(e)
         for line in stale:
-            err_console.print(f"[red]not up to date:[/] {escape(line)}", markup=True)
+            err_console.print(f"[red]not up to date:[/] {_safe(line)}", markup=True)
         code = 1 if stale else 0
     raise typer.Exit(code=code)
 
@@ -203,17 +224,25 @@ def check(
 def _run_bake(fn: object, json_file: Path | None) -> BakeReport:
     from bakery.commands.bake import ReportedError
 
+    _preflight((json_file, "--json"))
     try:
         report = fn()  # type: ignore[operator]
     except ReportedError as e:
         if json_file is not None:
-            write_json(json_file, e.report.to_json())
+            _write_report(json_file, e.report.to_json())
         fail(e.error)
     except BakeryError as e:
         fail(e)
     if json_file is not None:
-        write_json(json_file, report.to_json())
+        _write_report(json_file, report.to_json())
     return report  # type: ignore[no-any-return]
+
+
+def _write_report(target: Path, data: dict[str, object]) -> None:
+    try:
+        write_json(target, data)
+    except BakeryError as e:
+        fail(e)
 
 
 @app.command("list")
@@ -251,6 +280,7 @@ def verify(
     go to pytest."""
     from bakery.commands import bake as commands
 
+    _preflight((junit, "--junit"))
     try:
         result, edited = commands.verify(
             series, tree=tree, interpret=interpret, junit=junit, pytest_args=list(ctx.args)
@@ -299,6 +329,7 @@ def matrix(
     from bakery.commands import matrix as mx
     from bakery.patch.series import load_series, project_root
 
+    _preflight((json_file, "--json"), (markdown, "--markdown"), (junit, "--junit"))
     try:
         s = load_series(series)
         versions = list(vllm or [])
@@ -306,7 +337,7 @@ def matrix(
             versions += [v for v in mx.select_versions(since, pre) if v not in versions]
         if not versions:
             raise BakeryError("matrix needs --vllm VERSION... or --since VERSION")
-        err_console.print(escape(f"baking {s.name} on {', '.join(versions)} with {jobs} workers"))
+        err_console.print(_safe(f"baking {s.name} on {', '.join(versions)} with {jobs} workers"))
         rows = mx.run(
             str(s.path),
             versions,
@@ -318,15 +349,16 @@ def matrix(
         )
     except BakeryError as e:
         fail(e)
-    render.matrix_grid(out_console, s.name, rows)
-    if json_file:
-        write_json(json_file, mx.to_json(s.name, rows))
-    if markdown:
-        markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(mx.to_markdown(s.name, rows))
-    if junit:
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_bytes(mx.to_junit(s.name, rows))
+    render.matrix_grid(err_console if is_stdout(json_file) else out_console, s.name, rows)
+    try:
+        if json_file:
+            write_json(json_file, mx.to_json(s.name, rows))
+        if markdown:
+            write_output(markdown, mx.to_markdown(s.name, rows).encode(), "--markdown")
+        if junit:
+            write_output(junit, mx.to_junit(s.name, rows), "--junit")
+    except BakeryError as e:
+        fail(e)
     ok = all(r.ok for r in rows)
     raise typer.Exit(code=0 if ok or allow_fail else 1)
 
@@ -349,8 +381,8 @@ def refresh(
     except BakeryError as e:
         fail(e)
     for n in notes:
-        err_console.print(f"[dim]{escape(n)}[/]", markup=True)
-    out_console.print(f"wrote port {escape(str(port))}")
+        err_console.print(f"[dim]{_safe(n)}[/]", markup=True)
+    out_console.print(f"wrote port {_safe(str(port))}")
 
 
 @app.command()
@@ -361,14 +393,15 @@ def summarize(
     """Join JSON reports (one per CI job) into one Markdown summary."""
     from bakery.commands import matrix as mx
 
+    _preflight((markdown, "--markdown"))
     try:
         name, rows = mx.rows_from_reports(reports)
+        text = mx.to_markdown(name, rows)
+        if markdown:
+            write_output(markdown, text.encode(), "--markdown")
     except BakeryError as e:
         fail(e)
-    text = mx.to_markdown(name, rows)
-    if markdown:
-        markdown.write_text(text)
-    else:
+    if not markdown:
         out_console.print(text, markup=False)
     raise typer.Exit(code=0 if all(r.ok for r in rows) else 1)
 

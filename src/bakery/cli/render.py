@@ -10,9 +10,18 @@ from rich.markup import escape
 from rich.table import Table
 
 from bakery.bake.report import BakeReport
+from bakery.safety.text import clean
+from bakery.safety.urls import redact_text
 
 if TYPE_CHECKING:
     from bakery.testing.runner import VerifyResult
+
+
+def _t(text: object) -> str:
+    """Text from input, made safe to print: one line, no control characters, no rich
+    markup (see bakery.safety.text)."""
+    return escape(clean(redact_text(str(text))))
+
 
 _STYLE = {
     "applied": "green",
@@ -25,23 +34,21 @@ _STYLE = {
 
 
 def _status(s: str) -> str:
-    return f"[{_STYLE.get(s, 'white')}]{s}[/]"
+    return f"[{_STYLE.get(s, 'white')}]{_t(s)}[/]"
 
 
 def bake_report(console: Console, report: BakeReport) -> None:
     """One table per diff and file, a row per hunk, then every problem on its own line."""
     src = f"vLLM {report.version}" if report.version else report.source
-    port = f"  [cyan](port {escape(report.port)})[/]" if report.port else ""
-    console.print(
-        f"[bold]{escape(report.series_name)}[/] on {escape(str(src))}{port}", soft_wrap=True
-    )
+    port = f"  [cyan](port {_t(report.port)})[/]" if report.port else ""
+    console.print(f"[bold]{_t(report.series_name)}[/] on {_t(str(src))}{port}", soft_wrap=True)
     for d in report.diffs:
         console.print(
-            f"[bold]{escape(d.name)}[/]  {_status(d.status.value)}  [dim]{d.sha256[:12]}[/]",
+            f"[bold]{_t(d.name)}[/]  {_status(d.status.value)}  [dim]{d.sha256[:12]}[/]",
             soft_wrap=True,
         )
         for f in d.files:
-            console.print(f"  {escape(f.path)}  {_status(f.status.value)}", soft_wrap=True)
+            console.print(f"  {_t(f.path)}  {_status(f.status.value)}", soft_wrap=True)
             table = Table(box=None, padding=(0, 1), pad_edge=False, show_edge=False)
             for col in ("hunk", "outcome", "line", "offset", "fuzz", "why"):
                 table.add_column(
@@ -54,12 +61,12 @@ def bake_report(console: Console, report: BakeReport) -> None:
                     str(h.line),
                     f"{h.offset:+d}" if h.offset else "0",
                     str(h.fuzz),
-                    escape(h.reason or "") if not h.status.ok or h.status.value == "merged" else "",
+                    _t(h.reason or "") if not h.status.ok or h.status.value == "merged" else "",
                 )
             console.print(table)
     for d in report.diffs:
         for w in d.warnings:
-            console.print(f"[yellow]warning:[/] {escape(d.name)}: {escape(w)}", soft_wrap=True)
+            console.print(f"[yellow]warning:[/] {_t(d.name)}: {_t(w)}", soft_wrap=True)
         for f in d.files:
             bad = [h for h in f.hunks if not h.status.ok]
             if not bad:
@@ -67,12 +74,12 @@ def bake_report(console: Console, report: BakeReport) -> None:
             where = ", ".join(f"{h.index} (line {h.line})" for h in bad)
             actions = sorted({h.action for h in bad if h.action})
             console.print(
-                f"[red]{escape(d.name)}: {escape(f.path)}: hunks {where} "
+                f"[red]{_t(d.name)}: {_t(f.path)}: hunks {where} "
                 f"{'do' if len(bad) > 1 else 'does'} not apply[/]",
                 soft_wrap=True,
             )
             for a in actions:
-                console.print(f"  next: {escape(a)}", soft_wrap=True)
+                console.print(f"  next: {_t(a)}", soft_wrap=True)
     counts: dict[str, int] = {}
     for d in report.diffs:
         for f in d.files:
@@ -80,32 +87,32 @@ def bake_report(console: Console, report: BakeReport) -> None:
                 counts[h.status.value] = counts.get(h.status.value, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
     if report.status == "baked":
-        console.print(f"[bold green]baked[/] {escape(str(report.out))} ({summary})")
+        console.print(f"[bold green]baked[/] {_t(str(report.out))} ({summary})")
     elif report.status == "checked":
         console.print(f"[bold green]applies[/] ({summary})")
     else:
         console.print(
             f"[bold red]does not apply[/] ({summary})"
-            + (f"; attempt written to {escape(report.failed_out)}" if report.failed_out else "")
+            + (f"; attempt written to {_t(report.failed_out)}" if report.failed_out else "")
         )
 
 
 def series_list(console: Console, rows: list[dict[str, object]]) -> None:
     for row in rows:
         console.print(
-            escape(
+            _t(
                 f"{row['name']}  base {row['base'] or '-'}  "
                 f"root {row['root'] or '(detected)'}  {row['path']}"
             )
         )
         if row["description"]:
-            console.print(f"  {escape(str(row['description']))}")
+            console.print(f"  {_t(str(row['description']))}")
         if row["ports"]:
-            console.print(escape(f"  ports: {', '.join(row['ports'])}"))  # type: ignore[arg-type]
+            console.print(_t(f"  ports: {', '.join(row['ports'])}"))  # type: ignore[arg-type]
         for d in row["diffs"]:  # type: ignore[attr-defined]
-            console.print(escape(f"  {d['name']}  ({d['hunks']} hunks)"))
+            console.print(_t(f"  {d['name']}  ({d['hunks']} hunks)"))
             for f in d["files"]:
-                console.print(escape(f"    {f}"))
+                console.print(_t(f"    {f}"))
 
 
 def download_progress(console: Console) -> Callable[[int, int | None], None]:
@@ -146,32 +153,32 @@ def matrix_grid(console: Console, series: str, rows: list) -> None:  # type: ign
     from bakery.commands.matrix import diff_names, summarize
 
     names = diff_names(rows)
-    table = Table(title=escape(f"{series}: releases x diffs"), title_justify="left")
+    table = Table(title=_t(f"{series}: releases x diffs"), title_justify="left")
     table.add_column("release")
     table.add_column("status")
     table.add_column("port")
     for n in names:
-        table.add_column(escape(n if len(n) <= 24 else n[:21] + "..."))
+        table.add_column(_t(n if len(n) <= 24 else n[:21] + "..."))
     table.add_column("verify")
     table.add_column("s", justify="right")
     for r in rows:
         cells = {str(d["name"]): summarize(d) for d in r.diffs}
         status = {"baked": "[green]baked[/]", "conflict": "[red]conflict[/]"}.get(
-            r.status, f"[red]{r.status}[/]"
+            r.status, f"[red]{_t(r.status)}[/]"
         )
         verify = {"passed": "[green]passed[/]", "failed": "[red]failed[/]"}.get(r.verify or "", "-")
         table.add_row(
-            escape(r.version),
+            _t(r.version),
             status,
-            escape(r.port or "-"),
-            *[escape(cells.get(n, "-")) for n in names],
+            _t(r.port or "-"),
+            *[_t(cells.get(n, "-")) for n in names],
             verify,
             f"{r.seconds:.1f}",
         )
     console.print(table)
     for r in rows:
         if r.error:
-            console.print(f"[red]{escape(r.version)}:[/] {escape(r.error)}")
+            console.print(f"[red]{_t(r.version)}:[/] {_t(r.error)}")
 
 
 def verify_summary(console: Console, result: VerifyResult, edited: list[str]) -> None:
@@ -183,15 +190,15 @@ def verify_summary(console: Console, result: VerifyResult, edited: list[str]) ->
             "from the bake's manifest:[/]"
         )
         for f in edited:
-            console.print(f"  {escape(f)}")
+            console.print(f"  {_t(f)}")
     tree_mods = [m.name for m in r.from_tree]
     stood = [f"{m.name} ({m.detail})" for m in r.stood_in]
     if tree_mods:
-        console.print(escape(f"from the tree: {', '.join(tree_mods)}"), soft_wrap=True)
+        console.print(_t(f"from the tree: {', '.join(tree_mods)}"), soft_wrap=True)
     if stood:
-        console.print(escape(f"stood in: {', '.join(stood)}"), soft_wrap=True)
+        console.print(_t(f"stood in: {', '.join(stood)}"), soft_wrap=True)
     for fix in r.tool_fixes:
-        console.print(escape(f"test tools: {fix}"), soft_wrap=True)
+        console.print(_t(f"test tools: {fix}"), soft_wrap=True)
     parts = [
         f"{n} {label}"
         for n, label in (
@@ -205,5 +212,5 @@ def verify_summary(console: Console, result: VerifyResult, edited: list[str]) ->
     verdict = "[bold green]verified[/]" if r.exit_code == 0 else "[bold red]not verified[/]"
     console.print(
         f"{verdict}: {', '.join(parts) or 'no tests ran'} "
-        f"in {r.elapsed:.1f}s" + (f"; JUnit {escape(str(r.junit))}" if r.junit else "")
+        f"in {r.elapsed:.1f}s" + (f"; JUnit {_t(str(r.junit))}" if r.junit else "")
     )

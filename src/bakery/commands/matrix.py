@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from bakery.bake import treecopy
-from bakery.errors import BakeryError
+from bakery.errors import BakeryError, UsageError
+from bakery.safety import limits
+from bakery.safety.text import clean, md_cell
 
 
 @dataclass
@@ -48,7 +50,10 @@ class Row:
 def select_versions(since: str, include_pre: bool = False) -> list[str]:
     from bakery.sources.resolve import release_versions
 
-    floor = Version(since)
+    try:
+        floor = Version(since)
+    except InvalidVersion:
+        raise UsageError(f"--since {since!r}: not a version") from None
     return [str(v) for v in release_versions(include_pre) if v >= floor]
 
 
@@ -174,9 +179,9 @@ def to_markdown(series: str, rows: list[Row]) -> str:
     names = diff_names(rows)
     head = ["release", "status", "port", *names, "verify"]
     lines = [
-        f"### bakery matrix: {series}",
+        f"### bakery matrix: {md_cell(series)}",
         "",
-        "| " + " | ".join(head) + " |",
+        "| " + " | ".join(md_cell(h) for h in head) + " |",
         "|" + "---|" * len(head),
     ]
     for r in rows:
@@ -186,11 +191,11 @@ def to_markdown(series: str, rows: list[Row]) -> str:
             "| "
             + " | ".join(
                 [
-                    r.version,
-                    f"{icon} {r.status}" + (f": {r.error}" if r.error else ""),
-                    r.port or "-",
-                    *[cells.get(n, "-") for n in names],
-                    r.verify or "-",
+                    md_cell(r.version),
+                    f"{icon} " + md_cell(r.status + (f": {r.error}" if r.error else "")),
+                    md_cell(r.port or "-"),
+                    *[md_cell(cells.get(n, "-")) for n in names],
+                    md_cell(r.verify or "-"),
                 ]
             )
             + " |"
@@ -199,7 +204,9 @@ def to_markdown(series: str, rows: list[Row]) -> str:
 
 
 def to_junit(series: str, rows: list[Row]) -> bytes:
-    suites = ET.Element("testsuites", name=f"bakery matrix {series}")
+    # clean(): XML 1.0 cannot hold control characters or lone surrogates; ElementTree
+    # escapes the rest
+    suites = ET.Element("testsuites", name=clean(f"bakery matrix {series}"))
     for r in rows:
         cases = [
             (
@@ -216,61 +223,95 @@ def to_junit(series: str, rows: list[Row]) -> bytes:
         suite = ET.SubElement(
             suites,
             "testsuite",
-            name=f"{series} vLLM {r.version}",
+            name=clean(f"{series} vLLM {r.version}"),
             tests=str(len(cases)),
             failures=str(sum(1 for c in cases if not c[2])),
             time=f"{r.seconds:.2f}",
         )
         for name, text, ok in cases:
-            case = ET.SubElement(suite, "testcase", classname=f"{series}.{r.version}", name=name)
+            case = ET.SubElement(
+                suite, "testcase", classname=clean(f"{series}.{r.version}"), name=clean(name)
+            )
             if not ok:
-                ET.SubElement(case, "failure", message=text).text = text
+                ET.SubElement(case, "failure", message=clean(text)).text = clean(text)
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
 
 
 def rows_from_reports(paths: list[Path]) -> tuple[str, list[Row]]:
-    """Rows from `bakery apply --json` or `bakery matrix --json` reports (CI jobs)."""
+    """Rows from `bakery apply --json` or `bakery matrix --json` reports (CI jobs). A
+    report of the wrong shape is one line naming the file, never a traceback."""
     import json
 
     name = ""
     rows: list[Row] = []
     for p in paths:
         try:
-            data = json.loads(p.read_text())
-        except (OSError, ValueError) as e:
-            raise BakeryError(f"{p}: not a JSON report ({e})") from None
-        if "releases" in data:
-            name = name or str(data.get("series"))
-            for r in data["releases"]:
-                rows.append(
-                    Row(
-                        r["version"],
-                        r["status"],
-                        r.get("port"),
-                        r.get("error"),
-                        r.get("diffs", []),
-                        r.get("verify"),
-                        r.get("verify_log"),
-                        r.get("seconds", 0.0),
-                    )
-                )
-        elif "series" in data and "vllm" in data:
-            name = name or str(data["series"]["name"])
-            verify = data.get("verify")
-            rows.append(
-                Row(
-                    str(data["vllm"].get("version") or data["vllm"].get("source")),
-                    data["status"],
-                    data.get("port"),
-                    data.get("error"),
-                    data.get("diffs", []),
-                    verify,
-                )
-            )
-        else:
+            if p.stat().st_size > limits.MAX_REPORT:
+                raise BakeryError(f"{p}: larger than {limits.MAX_REPORT} bytes")
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as e:
+            raise BakeryError(f"{p}: not a JSON report ({type(e).__name__})") from None
+        try:
+            found, more = _report_rows(data)
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            raise BakeryError(f"{p}: not a bakery report (bad {type(e).__name__})") from None
+        if found is None:
             raise BakeryError(f"{p}: not a bakery report")
+        name = name or found
+        rows += more
     rows.sort(key=lambda r: Version(r.version) if _is_version(r.version) else Version("0"))
     return name, rows
+
+
+def _str(v: object) -> str | None:
+    if v is not None and not isinstance(v, str):
+        raise TypeError("a field is not text")
+    return v
+
+
+def _diffs(v: object) -> list[dict[str, object]]:
+    if not isinstance(v, list) or not all(isinstance(d, dict) for d in v):
+        raise TypeError("diffs")
+    for d in v:
+        _str(d["name"])
+        for f in d.get("files", []):
+            for h in f["hunks"]:
+                str(h["status"])
+    return v
+
+
+def _report_rows(data: object) -> tuple[str | None, list[Row]]:
+    if not isinstance(data, dict):
+        return None, []
+    if "releases" in data:
+        rows = []
+        for r in data["releases"]:
+            seconds = r.get("seconds", 0.0)
+            rows.append(
+                Row(
+                    str(_str(r["version"])),
+                    str(_str(r["status"])),
+                    _str(r.get("port")),
+                    _str(r.get("error")),
+                    _diffs(r.get("diffs", [])),
+                    _str(r.get("verify")),
+                    _str(r.get("verify_log")),
+                    float(seconds) if isinstance(seconds, (int, float)) else 0.0,
+                )
+            )
+        return str(data.get("series")), rows
+    if "series" in data and "vllm" in data:
+        vllm = data["vllm"]
+        row = Row(
+            str(_str(vllm.get("version")) or _str(vllm.get("source"))),
+            str(_str(data["status"])),
+            _str(data.get("port")),
+            _str(data.get("error")),
+            _diffs(data.get("diffs", [])),
+            _str(data.get("verify")),
+        )
+        return str(_str(data["series"]["name"])), [row]
+    return None, []
 
 
 def _is_version(v: str) -> bool:

@@ -16,6 +16,7 @@ fields, report fields) before bakery prints it or writes it into a report for pe
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import IO, Any
 
 _BAD = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -64,8 +65,8 @@ class CILineGuard:
     blanks), however the writes cut them. Other attributes (isatty, encoding) are the
     wrapped stream's, so rich still sees the terminal it writes to."""
 
-    def __init__(self, stream: IO[str]) -> None:
-        self._stream = stream
+    def __init__(self, stream: Callable[[], IO[str]]) -> None:
+        self._get = stream  # looked up at each write: tests swap sys.stdout
         self._blank = True  # the line so far is only blanks
         self._colon = False  # ... then one ':'
 
@@ -86,14 +87,14 @@ class CILineGuard:
                 if self._blank and c not in " \t":
                     self._blank = False
                 out.append(c)
-        self._stream.write("".join(out))
+        self._get().write("".join(out))
         return len(s)
 
     def flush(self) -> None:
         if self._colon:  # a lone ':' at the end of what was written so far
-            self._stream.write(":")
+            self._get().write(":")
             self._blank = self._colon = False
-        self._stream.flush()
+        self._get().flush()
 
     def __getattr__(self, item: str) -> Any:
-        return getattr(self._stream, item)
+        return getattr(self._get(), item)
