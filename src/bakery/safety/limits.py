@@ -9,9 +9,9 @@ from __future__ import annotations
 MiB = 1 << 20
 
 #: A downloaded or git-archived archive, read whole into memory.
-MAX_ARCHIVE = 1024 * MiB
+MAX_ARCHIVE = 512 * MiB
 #: The tar stream inside it, once inflated (a gzip bomb stops here).
-MAX_UNPACKED = 2048 * MiB
+MAX_UNPACKED = 1024 * MiB
 #: Members of one archive.
 MAX_MEMBERS = 200_000
 #: Symlinks followed while resolving one path of an archive (the kernel's 40).

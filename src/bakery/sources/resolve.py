@@ -20,8 +20,9 @@ from packaging.version import InvalidVersion, Version
 
 from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
-from bakery.safety import paths
-from bakery.safety.urls import redact
+from bakery.safety import limits, paths
+from bakery.safety.urls import redact, redact_text
+from bakery.sources import bounded
 from bakery.sources.cache import Cache, Entry
 
 #: (bytes done, bytes total or None) while downloading.
@@ -106,32 +107,33 @@ def resolve(
 # --- the package index -----------------------------------------------------------------------
 
 
-def _fetch_json(url: str) -> dict[str, object]:
+def _fetch_json(url: str) -> object:
     import urllib.error  # here, not above: urllib and tarfile slow every start
     import urllib.request
 
     req = urllib.request.Request(url, headers={"Accept": _JSON_ACCEPT})
     try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return json.loads(resp.read())  # type: ignore[no-any-return]
+        with urllib.request.urlopen(req, timeout=limits.NET_TIMEOUT) as resp:
+            return json.loads(bounded.read_bounded(resp, limits.MAX_INDEX_ANSWER, url))
+    except RecursionError:
+        raise SourceError(f"{redact(url)}: the index's answer is nested too deeply") from None
     except (urllib.error.URLError, OSError, ValueError) as e:
-        raise SourceError(f"cannot read the package index at {url}: {e}") from None
+        raise SourceError(
+            f"cannot read the package index at {redact(url)}: {redact_text(str(e))}"
+        ) from None
 
 
-def index_files(project: str = "vllm") -> list[dict[str, object]]:
-    data = _fetch_json(f"{index_url()}/{project}/")
-    files = data.get("files")
-    if not isinstance(files, list):
-        raise SourceError(f"{index_url()}/{project}/: unexpected answer from the index")
-    return files
+def index_files(project: str = "vllm") -> list[bounded.IndexFile]:
+    page = f"{index_url()}/{project}/"
+    return bounded.checked_files(_fetch_json(page), page)
 
 
 def release_versions(include_pre: bool = False) -> list[Version]:
     """Every release of vLLM on the index with a source distribution, oldest first."""
     out: set[Version] = set()
     for f in index_files():
-        m = re.fullmatch(r"vllm-(.+)\.tar\.gz", str(f.get("filename", "")))
-        if not m or f.get("yanked"):
+        m = re.fullmatch(r"vllm-(.+)\.tar\.gz", f.filename)
+        if not m or f.yanked:
             continue
         try:
             v = Version(m.group(1))
@@ -144,15 +146,13 @@ def release_versions(include_pre: bool = False) -> list[Version]:
 
 def _sdist_entry(version: str) -> tuple[str, str, int | None]:
     want = f"vllm-{version}.tar.gz"
+    page = f"{index_url()}/vllm/"
     for f in index_files():
-        if f.get("filename") == want:
-            hashes = f.get("hashes") or {}
-            sha = hashes.get("sha256") if isinstance(hashes, dict) else None
-            if not sha:
+        if f.filename == want:
+            if not f.sha256:
                 raise SourceError(f"{want}: the index gives no sha256")
-            size = f.get("size")
-            return str(f["url"]), str(sha), int(size) if isinstance(size, int) else None
-    raise SourceError(f"vLLM {version} has no source distribution on {index_url()}")
+            return bounded.file_url(f.url, page), f.sha256, f.size
+    raise SourceError(f"vLLM {version} has no source distribution on {redact(index_url())}")
 
 
 def _sha256_file(path: Path) -> str:
@@ -176,22 +176,44 @@ def _download(
     part = dest.with_name(f"{dest.name}.{os.getpid()}.part")
     h = hashlib.sha256()
     done = 0
+    most = bounded.download_limit(size)
     try:
-        with urllib.request.urlopen(url, timeout=120) as resp, part.open("wb") as out:
-            total = size or int(resp.headers.get("Content-Length") or 0) or None
+        with (
+            urllib.request.urlopen(url, timeout=limits.NET_TIMEOUT) as resp,
+            part.open("wb") as out,
+        ):
+            total = size or _content_length(resp) or None
             while chunk := resp.read(1 << 20):
+                done += len(chunk)
+                if done > most:  # never more than the index said, nor than the limit
+                    raise SourceError(
+                        f"{redact(url)}: the download is larger than "
+                        + (
+                            f"the index's size ({size} bytes)"
+                            if size is not None
+                            else f"{most} bytes"
+                        )
+                    )
                 out.write(chunk)
                 h.update(chunk)
-                done += len(chunk)
                 if progress:
                     progress(done, total)
         if h.hexdigest() != sha256:
-            raise SourceError(f"{url}: sha256 {h.hexdigest()} does not match the index's {sha256}")
+            raise SourceError(
+                f"{redact(url)}: sha256 {h.hexdigest()} does not match the index's {sha256}"
+            )
         os.replace(part, dest)
-    except (urllib.error.URLError, OSError) as e:
-        raise SourceError(f"cannot download {url}: {e}") from None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        raise SourceError(f"cannot download {redact(url)}: {redact_text(str(e))}") from None
     finally:
         part.unlink(missing_ok=True)
+
+
+def _content_length(resp: object) -> int:
+    try:
+        return int(resp.headers.get("Content-Length") or 0)  # type: ignore[attr-defined]
+    except ValueError:
+        return 0
 
 
 def _unpack(archive: Path | bytes, dest: Path, label: str, *, strip_top: bool = True) -> str:
@@ -201,6 +223,8 @@ def _unpack(archive: Path | bytes, dest: Path, label: str, *, strip_top: bool = 
     if isinstance(archive, Path):
         name = archive.name
         try:
+            if archive.stat().st_size > limits.MAX_ARCHIVE:
+                raise SourceError(f"{name}: larger than {limits.MAX_ARCHIVE} bytes")
             data = archive.read_bytes()
         except OSError as e:
             raise SourceError(f"{name}: {e.strerror}") from None
@@ -233,8 +257,10 @@ def release(
             top = tmp / "tree"
             top.mkdir()
             _unpack(sdist, top, f"vLLM {version}")
-            entry = cache.commit_tree(key, top, {"source": url, "sha256": sha, "version": version})
-        return Pristine(entry.tree, version, url, sha, True)
+            entry = cache.commit_tree(
+                key, top, {"source": redact(url), "sha256": sha, "version": version}
+            )
+        return Pristine(entry.tree, version, redact(url), sha, True)
 
 
 # --- local paths and git ---------------------------------------------------------------------

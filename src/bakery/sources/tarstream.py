@@ -11,6 +11,7 @@ It only reads: what is safe to write is unpack.py's decision.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -67,6 +68,28 @@ def _pax(data: bytes) -> dict[str, str]:
     return out
 
 
+#: The latest time kept from an archive (year 2514); later ones are not kept.
+_MAX_MTIME = 1 << 34
+
+
+def _pax_int(text: str, key: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise TarError(f"a pax {key} that is not a number: {text[:20]!r}") from None
+
+
+def _mtime(text: str) -> int:
+    """A pax mtime ("1700000000.5"); inf, nan and numbers past any real date are refused."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise TarError(f"a pax mtime that is not a number: {text[:20]!r}") from None
+    if not math.isfinite(value) or abs(value) > 1e12:
+        raise TarError(f"a pax mtime out of range: {text[:20]!r}")
+    return int(value)
+
+
 def members(read: Callable[[int], bytes]) -> Iterator[Member]:
     """The archive's members, read(n) giving its bytes in order."""
     global_pax: dict[str, str] = {}
@@ -117,12 +140,16 @@ def members(read: Callable[[int], bytes]) -> Iterator[Member]:
         if what == DIR:
             name = name.rstrip("/")
         if "size" in fields:
-            size = int(fields["size"])
+            size = _pax_int(fields["size"], "size")
+        if size < 0:
+            raise TarError("a negative member size")
         data = b""
         if what in (FILE, OTHER) and size:
             data = exactly(size)
             exactly(-size % _BLOCK)
-        mtime = int(float(fields["mtime"])) if "mtime" in fields else _number(block[136:148])
+        mtime = _mtime(fields["mtime"]) if "mtime" in fields else _number(block[136:148])
+        if not 0 <= mtime <= _MAX_MTIME:
+            mtime = -1  # out of range (before 1970, or far beyond): the file gets now
         linkname = fields.get("linkpath") or long_link or _text(block[157:257])
         yield Member(name, what, _number(block[100:108]), mtime, linkname, data)
         pax, long_name, long_link = {}, None, None

@@ -27,10 +27,11 @@ from bakery.git import cmd as gitutil
 from bakery.git import index as gitindex
 from bakery.git import objects as go
 from bakery.git import repo as gitrepo
+from bakery.safety import limits
 from bakery.sources import tarstream
 
 _CHUNK = 1 << 20  # compressed bytes inflated at a time
-_LINK_DEPTH = 40  # links followed while resolving one path, as the kernel allows
+_OUT_CHUNK = 16 << 20  # inflated bytes handed on at a time (a bomb never lands whole)
 _WRITERS = min(os.cpu_count() or 1, 4)  # threads writing files
 
 
@@ -44,6 +45,8 @@ class _TarStream:
         self._stop = False
         self._thread: threading.Thread | None = None
         if data[:2] != b"\x1f\x8b":  # a plain tar (git archive)
+            if len(data) > limits.MAX_UNPACKED:
+                raise SourceError(f"larger than {limits.MAX_UNPACKED} bytes")
             self._cur, self._done = memoryview(data), True
             return
         self._cur, self._done = memoryview(b""), False
@@ -55,15 +58,25 @@ class _TarStream:
     def _inflate(self, data: bytes) -> None:
         try:
             view = memoryview(data)
+            total = 0
             # gzip members one after another; what follows the last is ignored, as gzip
             # and tar do (the archive's sha256 was checked before this)
             while view[:2] == b"\x1f\x8b":
                 inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                chunk: bytes | memoryview = b""
                 while not inflate.eof:
-                    if not view:
+                    if not chunk and view:
+                        chunk, view = view[:_CHUNK], view[_CHUNK:]
+                    # at most _OUT_CHUNK at a time: a bomb is stopped, never held whole
+                    out = inflate.decompress(chunk, _OUT_CHUNK)
+                    chunk = inflate.unconsumed_tail
+                    if not out and not chunk and not view and not inflate.eof:
                         raise SourceError("the archive is cut short")
-                    chunk, view = view[:_CHUNK], view[_CHUNK:]
-                    out = inflate.decompress(chunk)
+                    total += len(out)
+                    if total > limits.MAX_UNPACKED:
+                        raise SourceError(
+                            f"it inflates to more than {limits.MAX_UNPACKED} bytes (a gzip bomb?)"
+                        )
                     if out and not self._put(out):
                         return
                 if inflate.unused_data:
@@ -126,11 +139,17 @@ def _member_path(name: str, strip_top: bool, top: list[str]) -> str:
     return "/".join(parts)
 
 
-def _resolve(path: list[str], links: dict[str, str], depth: int = 0) -> list[str]:
+def _resolve(path: list[str], links: dict[str, str]) -> list[str]:
     """path (components from the tree's root) with every link of the archive followed;
-    raises ValueError if it leaves the tree."""
+    raises ValueError if it leaves the tree. Components are taken from one stack, as the
+    kernel does, and at most MAX_LINK_STEPS links are followed in all: the work is linear
+    in the path and the links followed (a recursive walk re-resolves what a link's target
+    shares with others, exponential in a chain of links)."""
+    todo = list(reversed(path))
     out: list[str] = []
-    for comp in path:
+    steps = 0
+    while todo:
+        comp = todo.pop()
         if comp in ("", "."):
             continue
         if comp == "..":
@@ -141,11 +160,13 @@ def _resolve(path: list[str], links: dict[str, str], depth: int = 0) -> list[str
         out.append(comp)
         target = links.get("/".join(out))
         if target is not None:
-            if depth >= _LINK_DEPTH:
-                raise ValueError("a loop of links")
+            steps += 1
+            if steps > limits.MAX_LINK_STEPS:
+                raise ValueError(f"more than {limits.MAX_LINK_STEPS} links in a row (or a loop)")
             if target.startswith("/"):
                 raise ValueError("a link to an absolute path")
-            out = _resolve(out[:-1] + target.split("/"), links, depth + 1)
+            out.pop()
+            todo.extend(reversed(target.split("/")))
     return out
 
 
@@ -238,9 +259,13 @@ def unpack(archive: bytes, dest: Path, *, name: str, message: str, strip_top: bo
     stream = _TarStream(archive)
     top: list[str] = []
     member = "?"
+    count = 0
     try:
         for m in tarstream.members(stream.read):
             member = m.name
+            count += 1
+            if count > limits.MAX_MEMBERS:
+                raise ValueError(f"more than {limits.MAX_MEMBERS} members")
             rel = _member_path(m.name, strip_top, top)
             if m.kind == tarstream.DIR:
                 if rel:
