@@ -59,6 +59,7 @@ def refuse_unless_replaceable(out: Path, force: bool = False) -> None:
         return
     if not force and (out / ".git").exists():
         manifest = read_manifest(out) or {}
+        gitutil.check_foreign(out, f"--out {out}")  # a tree bakery made, since changed
         try:
             changed = gitutil.dirty(out)
             moved = gitutil.head(out) != manifest.get("head")

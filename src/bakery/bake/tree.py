@@ -29,7 +29,7 @@ from bakery.bake.staging import (
     write_files,
 )
 from bakery.bake.treecopy import copy_tree
-from bakery.errors import BakeryError
+from bakery.errors import BakeryError, UsageError
 from bakery.git import cmd as gitutil
 from bakery.git.index import restat_index
 from bakery.git.repo import NEW_CONFIG, clone_local, commit_series, link_objects
@@ -130,16 +130,19 @@ def write_tree(
         for dres, commit in zip(report.diffs, ids, strict=True):
             dres.commit = commit
         report.head = ids[-1] if ids else report.head
-    exclude = staging / ".git" / "info" / "exclude"
-    exclude.parent.mkdir(parents=True, exist_ok=True)
-    with exclude.open("a") as fh:
-        fh.write("/.bakery/\n")
+    _exclude_manifest(staging)
+
+
+#: The subject of the one commit a --keep-failed attempt carries.
+ATTEMPT = "bakery: attempt (does not apply; resolve, then `bakery refresh`)"
 
 
 def write_failed(pl: Plan, series: Series, pristine: Pristine, failed_out: Path) -> None:
     """The attempt, for a person to finish: applied hunks in place, the rest in .rej files
-    (or as conflict markers where a three-way merge left them)."""
-    remove_tree(failed_out)
+    (or as conflict markers where a three-way merge left them). The attempt is committed
+    (one commit over the pristine one) and the manifest records that commit: a later bake
+    can then prove the folder unchanged before it replaces or removes it (see
+    failed_state); a folder with the user's edits is never touched."""
     staging = Path(
         tempfile.mkdtemp(
             prefix=staging_prefix(failed_out) + f"{os.getpid()}-", dir=failed_out.parent
@@ -148,26 +151,58 @@ def write_failed(pl: Plan, series: Series, pristine: Pristine, failed_out: Path)
     try:
         report = pl.report
         report.pristine_commit = _populate(pristine, staging)
+        attempt: dict[str, tuple[bytes | None, int | None]] = {}
         for dres, writes in zip(report.diffs, pl.writes, strict=True):
-            write_files(staging, writes)
+            attempt.update(writes)
             for f in dres.files:
                 if f.ok:
                     continue
                 if f.conflict is not None:
-                    write_files(staging, {f.path: (f.conflict, f.mode)})
+                    attempt[f.path] = (f.conflict, f.mode)
                 elif f.failed_hunks:
-                    rej = staging / (f.path + ".rej")
-                    rej.parent.mkdir(parents=True, exist_ok=True)
-                    fp_text = f"--- {f.path}\n+++ {f.path}\n" + "".join(
+                    rel = f.path + ".rej"
+                    before = attempt.get(rel, (b"", None))[0] or b""
+                    text = f"--- {f.path}\n+++ {f.path}\n" + "".join(
                         h.render() for h in f.failed_hunks
                     )
-                    with rej.open("a", encoding="latin-1") as fh:
-                        fh.write(fp_text)
+                    attempt[rel] = (before + text.encode("latin-1"), 0o644)
+        write_files(staging, attempt)
+        report.head = commit_series(staging, report.pristine_commit, [ATTEMPT + "\n"], [attempt])[0]
+        _exclude_manifest(staging)
         write_json(staging / MANIFEST, {**report.manifest(), "status": "conflict"})
+        remove_tree(failed_out)  # failed_state() said it may go
         os.replace(staging, failed_out)
     except BaseException:
         _discard(staging)
         raise
+
+
+def failed_state(failed_out: Path) -> str | None:
+    """None when nothing is at failed_out, "unchanged" for an attempt bakery wrote and
+    nobody changed since, else why it must be kept (edits, or not bakery's)."""
+    from bakery.bake import manifest as manifests
+
+    if not os.path.lexists(failed_out):
+        return None
+    if failed_out.is_symlink() or not failed_out.is_dir():
+        return "it is not a folder bakery made"
+    try:
+        m = manifests.read(failed_out)
+        if m is None or m.status != "conflict" or m.head is None:
+            return "bakery did not make it (or made it before attempts were committed)"
+        gitutil.check_foreign(failed_out, str(failed_out))
+        if gitutil.head(failed_out) != m.head or gitutil.dirty(failed_out):
+            return "it holds changes made since bakery wrote it"
+    except BakeryError as e:
+        return f"it cannot be checked ({e.message})"
+    return "unchanged"
+
+
+def _exclude_manifest(tree: Path) -> None:
+    exclude = tree / ".git" / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    with exclude.open("a") as fh:
+        fh.write("/.bakery/\n")
 
 
 def bake(
@@ -189,12 +224,20 @@ def bake(
             f"--out {out}: inside the pristine tree {source}, which bakery "
             "never changes; choose another --out"
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(
+            f"--out {out}: cannot make its folder {out.parent}: {e.strerror}"
+        ) from None
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: cannot write in {out.parent} (permission denied)")
     clean_stale(out)
     refuse_unless_replaceable(out, force)
     pl = plan(series, pristine, fuzz=fuzz, fallback=fallback, events=events)
     report = pl.report
     failed_out = out.with_name(out.name + ".failed")
+    failed = failed_state(failed_out)
     base = fallback.base if fallback is not None else None
 
     def confirm() -> None:
@@ -206,6 +249,12 @@ def bake(
     if not report.ok:
         confirm()
         report.status = "conflict"
+        if keep_failed and failed not in (None, "unchanged"):
+            # before anything is removed: the user's attempt is worth more than ours
+            raise UsageError(
+                f"{failed_out}: {failed}; bakery will not overwrite it (refresh it into a "
+                "port, or move it away, then bake again with --keep-failed)"
+            )
         remove_tree(out)
         if keep_failed:
             write_failed(pl, series, pristine, failed_out)
@@ -224,6 +273,9 @@ def bake(
     except BaseException:
         _discard(staging)
         raise
-    with contextlib.suppress(OSError):
-        remove_tree(failed_out)
+    if failed == "unchanged":  # only an attempt bakery made and nobody touched
+        with contextlib.suppress(OSError):
+            remove_tree(failed_out)
+    elif failed is not None and events:
+        events("detected", f"kept {display_path(failed_out)}: {failed}")
     return report

@@ -167,6 +167,7 @@ def _apply(
         out = project_root() / "build" / f"{series.name}-{label}"
     base: Pristine | None = None
     try:
+        _refuse_in_cache(out, cache)
         fallback = _fallback(series, pristine, cache, merge, progress, defer_check)
         base = fallback.base
         report = bake(
@@ -197,8 +198,17 @@ def _apply(
         if base is not None:
             base.close()
     if report.status == "baked":
-        _remember(series.name, out)
+        _remember(series.name, out, cache)
     return report
+
+
+def _refuse_in_cache(out: Path, cache: Cache) -> None:
+    """--out inside bakery's cache would be removed by the next bake that rebuilds the
+    entry it sits in (the base release's as much as the target's)."""
+    root = cache.root.resolve()
+    where = out.resolve()
+    if where == root or root in where.parents:
+        raise UsageError(f"--out {out}: inside bakery's cache {root}; choose another --out")
 
 
 def check(
@@ -242,31 +252,43 @@ def up_to_date(series_spec: str, events: Events | None = None) -> list[str]:
 
 
 # --- the last bake of each series (verify's default tree) -------------------------------------
+# Kept in bakery's own folder (the cache), by project: apply never writes into the
+# working directory or the project beyond --out.
 
 
-def _last_file() -> Path:
-    return project_root() / "build" / ".bakery-last.json"
+def _last_file(cache: Cache | None = None) -> Path:
+    return (cache or Cache()).root / "last-bakes.json"
 
 
-def _remember(series: str, out: Path) -> None:
-    path = _last_file()
-    try:
-        data = json.loads(path.read_text()) if path.exists() else {}
-    except ValueError:
-        data = {}
-    data[series] = str(out.absolute())
+def _remember(series: str, out: Path, cache: Cache) -> None:
     from bakery.bake.report import write_json
 
-    write_json(path, data)
+    path = _last_file(cache)
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError, RecursionError):
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    project = str(project_root().absolute())
+    mine = data.get(project)
+    mine = mine if isinstance(mine, dict) else {}
+    mine[series] = str(out.absolute())
+    data[project] = mine
+    try:
+        cache.path(".")  # the cache folder and its README
+        write_json(path, data)
+    except OSError:
+        pass  # only a convenience for verify: never fails a bake
 
 
 def last_tree(series: str) -> Path | None:
     try:
         data = json.loads(_last_file().read_text())
-    except (OSError, ValueError):
+        p = data[str(project_root().absolute())][series]
+    except (OSError, ValueError, RecursionError, KeyError, TypeError):
         return None
-    p = data.get(series)
-    return Path(p) if p and Path(p).is_dir() else None
+    return Path(p) if isinstance(p, str) and Path(p).is_dir() else None
 
 
 # --- list --------------------------------------------------------------------------------------
@@ -319,14 +341,16 @@ def edited_files(tree: Path) -> list[str]:
     refresh a port); the tree's other files are the pristine release's."""
     import hashlib
 
-    from bakery.bake.report import read_manifest
+    from bakery.bake import manifest as manifests
+    from bakery.safety import paths
 
-    manifest = read_manifest(tree) or {}
-    files = manifest.get("files") or {}
+    manifest = manifests.read(tree)
+    files = manifest.files if manifest is not None else {}
     changed = []
-    for rel, sha in sorted(files.items()):  # type: ignore[union-attr]
-        p = tree / rel
-        now = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None
+    for rel, sha in sorted(files.items()):
+        p = paths.inside(tree, rel, f"--tree {tree}: manifest")
+        regular = p.is_file() and not p.is_symlink()
+        now = hashlib.sha256(p.read_bytes()).hexdigest() if regular else None
         if now != sha:
             changed.append(rel)
     return changed
