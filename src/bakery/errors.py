@@ -15,6 +15,9 @@ class BakeryError(Exception):
     exit_code = 2
 
     def __init__(self, message: str) -> None:
+        from bakery.safety.urls import redact_text  # every error line: no credentials
+
+        message = redact_text(message)
         super().__init__(message)
         self.message = message
 

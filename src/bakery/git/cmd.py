@@ -42,7 +42,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bakery.errors import BakeryError
-from bakery.safety.urls import redact_text
 
 #: Fixed identity and date of every commit bakery makes.
 IDENTITY = {
@@ -67,8 +66,7 @@ def identity(who: str) -> bytes:
 
 
 class GitError(BakeryError):
-    def __init__(self, message: str) -> None:
-        super().__init__(redact_text(message))  # git quotes the URLs it was given
+    """git failed; the message quotes git's last line (URLs redacted, as in every error)."""
 
 
 def clean_env() -> dict[str, str]:

@@ -1,0 +1,131 @@
+"""Shared pieces of the security tests: a local package index and git server on
+127.0.0.1 (nothing reaches the network), traps that record whether they ran, and the
+contract's checks of a refusal (one line on stderr, exit 2, no traceback)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import io
+import json
+import os
+import tarfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from typer.testing import Result
+
+X_PY = "".join(f"{c}\n" for c in "abcdefghij")
+DIFF = "--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1,4 +1,4 @@\n a\n-b\n+B\n c\n d\n"
+
+
+def trap(marker: Path) -> str:
+    """A shell command that leaves marker behind if anything runs it."""
+    return f"touch {marker}; false"
+
+
+def hook(git_dir: Path, name: str, marker: Path) -> None:
+    hooks = git_dir / "hooks"
+    hooks.mkdir(parents=True, exist_ok=True)
+    (hooks / name).write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (hooks / name).chmod(0o755)
+
+
+def refused(r: Result, *words: str) -> str:
+    """The contract's refusal: exit 2, one error line naming words, no traceback."""
+    assert r.exit_code == 2, r.output
+    err = r.stderr
+    assert "Traceback" not in r.output, r.output
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), err
+    for w in words:
+        assert w in err, (w, err)
+    return lines[0]
+
+
+def series(root: Path, diff: str = DIFF, toml: str = 'strip = 1\nroot = ""\n') -> Path:
+    s = root / "series"
+    (s / "diffs").mkdir(parents=True, exist_ok=True)
+    (s / "series.toml").write_text(toml)
+    (s / "diffs" / "01-x.diff").write_text(diff)
+    return s
+
+
+def sdist(version: str, extra: list[tuple[tarfile.TarInfo, bytes | None]] | None = None) -> bytes:
+    top = f"vllm-{version}"
+    members = {
+        f"{top}/PKG-INFO": f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode(),
+        f"{top}/vllm/__init__.py": b"",
+        f"{top}/vllm/x.py": X_PY.encode(),
+    }
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, 1_000_000_000
+            tar.addfile(info, io.BytesIO(data))
+        for info, data in extra or []:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+@dataclass
+class Server:
+    """Files served on 127.0.0.1 from ``root``; ``url`` is its address."""
+
+    root: Path
+    url: str = ""
+    seen: list[str] = field(default_factory=list)
+
+    def index(self, files: list[dict[str, object]] | object, project: str = "vllm") -> None:
+        """A PEP 691 page at /simple/<project>/index.json (served for /simple/<project>/)."""
+        page = self.root / "simple" / project
+        page.mkdir(parents=True, exist_ok=True)
+        body = (
+            files
+            if not isinstance(files, list)
+            else {"meta": {"api-version": "1.0"}, "files": files}
+        )
+        (page / "index.html").write_text(json.dumps(body))
+
+    def add(self, name: str, data: bytes, **entry: object) -> dict[str, object]:
+        (self.root / "files").mkdir(parents=True, exist_ok=True)
+        (self.root / "files" / name).write_bytes(data)
+        out: dict[str, object] = {
+            "filename": name,
+            "url": f"{self.url}/files/{name}",
+            "hashes": {"sha256": hashlib.sha256(data).hexdigest()},
+            "size": len(data),
+        }
+        out.update(entry)
+        return out
+
+
+@contextlib.contextmanager
+def serve(root: Path) -> Iterator[Server]:
+    root.mkdir(parents=True, exist_ok=True)
+    srv = Server(root)
+
+    class Handler(SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            srv.seen.append(self.requestline + " " + str(self.headers.get("Authorization")))
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+    srv.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def files_under(root: Path) -> Iterator[Path]:
+    for dirpath, _dirs, names in os.walk(root):
+        for n in names:
+            yield Path(dirpath, n)
