@@ -40,11 +40,11 @@ def refused(r: Result, *words: str) -> str:
     assert r.exit_code == 2, r.output
     err = r.stderr
     assert "Traceback" not in r.output, r.output
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), err
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, err  # progress lines ("Applying ...") may come before it
     for w in words:
-        assert w in err, (w, err)
-    return lines[0]
+        assert w in errors[0], (w, err)
+    return errors[0]
 
 
 def series(root: Path, diff: str = DIFF, toml: str = 'strip = 1\nroot = ""\n') -> Path:
