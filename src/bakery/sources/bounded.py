@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import IO
-from urllib.parse import urljoin, urlsplit
+from typing import IO, TYPE_CHECKING
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    import urllib.request
 
 from bakery.errors import SourceError
 from bakery.safety import limits
@@ -28,6 +31,23 @@ class IndexFile:
     sha256: str | None
     size: int | None
     yanked: bool
+
+
+def request(url: str, accept: str | None = None) -> urllib.request.Request:
+    """A request for url; userinfo in it (``https://user:token@host/``) is sent as Basic
+    authorization, never as part of the address (urllib would take it for the host)."""
+    import base64
+    import urllib.request  # here: urllib slows every start, and only downloads need it
+
+    parts = urlsplit(url)
+    headers = {"Accept": accept} if accept else {}
+    if "@" in parts.netloc:
+        userinfo, _, host = parts.netloc.rpartition("@")
+        user, _, password = userinfo.partition(":")
+        pair = f"{unquote(user)}:{unquote(password)}".encode()
+        headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+        url = urlunsplit(parts._replace(netloc=host))
+    return urllib.request.Request(url, headers=headers)
 
 
 def read_bounded(resp: IO[bytes], limit: int, what: str) -> bytes:

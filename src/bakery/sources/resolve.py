@@ -111,7 +111,7 @@ def _fetch_json(url: str) -> object:
     import urllib.error  # here, not above: urllib and tarfile slow every start
     import urllib.request
 
-    req = urllib.request.Request(url, headers={"Accept": _JSON_ACCEPT})
+    req = bounded.request(url, _JSON_ACCEPT)
     try:
         with urllib.request.urlopen(req, timeout=limits.NET_TIMEOUT) as resp:
             return json.loads(bounded.read_bounded(resp, limits.MAX_INDEX_ANSWER, url))
@@ -179,7 +179,7 @@ def _download(
     most = bounded.download_limit(size)
     try:
         with (
-            urllib.request.urlopen(url, timeout=limits.NET_TIMEOUT) as resp,
+            urllib.request.urlopen(bounded.request(url), timeout=limits.NET_TIMEOUT) as resp,
             part.open("wb") as out,
         ):
             total = size or _content_length(resp) or None
