@@ -251,6 +251,8 @@ def _run_git(
     try:
         return run(["git", *base, *args], cwd=cwd, env={**clean_env(), **(env or {})}, input=input)
     except FileNotFoundError:
+        if not cwd.is_dir():
+            raise GitError(f"{cwd}: no such folder") from None
         raise GitError("git is not installed (bakery needs it on PATH)") from None
 
 

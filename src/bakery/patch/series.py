@@ -116,7 +116,7 @@ def load_series(spec: str, home: Path | None = None) -> Series:
         raise SeriesError(f"{folder}: not a series (no diffs/ folder)")
     series = Series(name=folder.name, path=folder, diff_paths=ordered_diffs(diffs_dir))
     toml_path = folder / "series.toml"
-    if toml_path.is_file():
+    if toml_path.is_file() or toml_path.is_symlink() or toml_path.exists():
         try:
             paths.regular_file(toml_path, "series.toml")
             data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
