@@ -23,7 +23,7 @@ from bakery.safety import limits
 from bakery.sources import unpack
 
 from ..conftest import Tiny
-from ._helpers import DIFF, refused, sdist, serve, series
+from ._helpers import DIFF, refused, sdist, series, serve
 
 Cli = Callable[..., Result]
 

@@ -19,7 +19,7 @@ from typer.testing import Result
 from bakery.safety.urls import redact, redact_text
 
 from ..conftest import Tiny, git, git_repo
-from ._helpers import DIFF, Server, files_under, sdist, serve, series
+from ._helpers import DIFF, Server, files_under, sdist, series, serve
 
 Cli = Callable[..., Result]
 TOKEN = "ghp_S3CRETt0ken"

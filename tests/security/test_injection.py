@@ -22,7 +22,7 @@ from bakery.commands import matrix as mx
 from bakery.safety.text import CILineGuard, clean, md_cell
 
 from ..conftest import Tiny, make_series, udiff
-from ._helpers import refused, sdist, serve, series
+from ._helpers import refused, sdist, series, serve
 
 Cli = Callable[..., Result]
 HOSTILE = "\x1b[2J\r::error file=x::pwned\n::set-env name=X::1\x07|<img src=x onerror=alert(1)>"

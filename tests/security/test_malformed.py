@@ -22,7 +22,7 @@ from bakery.errors import SourceError
 from bakery.sources import unpack
 
 from ..conftest import Tiny, make_series, udiff
-from ._helpers import refused, sdist, serve, series
+from ._helpers import refused, sdist, series, serve
 
 Cli = Callable[..., Result]
 
