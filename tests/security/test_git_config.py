@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -109,7 +110,8 @@ def test_hostile_cache_entry_runs_nothing_and_is_rebuilt(
     r = cli("apply", "demo", "--vllm", spec, "--out", tmp_path / "two")
     assert r.exit_code == 0, r.output
     assert not marker.exists()
-    # detected and rebuilt: the entry holds only what bakery writes
+    assert "was changed since bakery built it" in r.stderr  # detected...
+    # ... and rebuilt: the entry holds only what bakery writes
     assert (entry / ".git" / "config").read_text() == NEW_CONFIG
     assert not (entry / ".git" / "hooks" / "post-index-change").exists()
     assert not (mirror / "hooks" / "reference-transaction").exists()
@@ -176,6 +178,22 @@ def test_policy_keeps_the_ownership_check_and_forces_programs_off() -> None:
     env = cmd.clean_env()
     assert env["GIT_CONFIG_NOSYSTEM"] == "1" and env["GIT_CONFIG_GLOBAL"] == cmd.os.devnull
     assert env["GIT_PROTOCOL_FROM_USER"] == "0"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the checkout to another user")
+def test_checkout_owned_by_another_user_is_refused(
+    cli: Cli, tiny: Tiny, tmp_path: Path, marker: Path
+) -> None:
+    """git's ownership check stays on: a repository another user owns is refused."""
+    git_repo(tiny.src, {})
+    poison(tiny.src / ".git", marker)
+    for dirpath, dirnames, filenames in os.walk(tiny.src):
+        for n in [dirpath, *(os.path.join(dirpath, f) for f in dirnames + filenames)]:
+            os.lchown(n, 4242, 4242)
+    r = cli("apply", "demo", "--vllm", tiny.src, "--out", tmp_path / "out")
+    refused(r, "owned by another user")
+    assert not marker.exists()
+    assert not (tmp_path / "out").exists()
 
 
 def test_only_the_git_package_starts_git() -> None:

@@ -126,6 +126,10 @@ def apply(
             cache=cache,
             defer_check=not again,
         )
+        if events:
+            for note in cache.notes:
+                events("detected", note)
+        cache.notes.clear()
         try:
             return _apply(
                 series,

@@ -283,6 +283,11 @@ def _failed(
     args: tuple[str, ...] | list[str], proc: subprocess.CompletedProcess[bytes], cwd: Path
 ) -> GitError:
     out = (proc.stderr or proc.stdout).decode(errors="replace").strip().splitlines()
+    if any("dubious ownership" in line for line in out):
+        return GitError(
+            f"{cwd}: the repository is owned by another user, and git refuses to use it "
+            "(bakery keeps git's ownership check; use a copy you own)"
+        )
     tail = out[-1] if out else ""
     return GitError(f"`git {' '.join(args[:3])}` failed ({proc.returncode}) in {cwd}: {tail}")
 

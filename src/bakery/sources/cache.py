@@ -86,6 +86,8 @@ class Cache:
 
                 root = platformdirs.user_cache_path("bakery")
         self.root = root
+        #: what was found damaged and removed (the commands say it once)
+        self.notes: list[str] = []
 
     def path(self, sub: str) -> Path:
         p = self.root / sub
@@ -129,6 +131,9 @@ class Cache:
         except (OSError, ValueError, KeyError, gitutil.GitError):
             intact = False
         if not intact:
+            self.notes.append(
+                f"the cached tree {tree} was changed since bakery built it; it is built again"
+            )
             marker.unlink(missing_ok=True)
             shutil.rmtree(tree, ignore_errors=True)
             return None
