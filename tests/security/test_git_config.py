@@ -69,6 +69,25 @@ def test_local_checkout_fsmonitor_and_hooks_never_run(
     assert not marker.exists()
 
 
+def test_submodule_configuration_is_never_reached(
+    cli: Cli, tiny: Tiny, tmp_path: Path, marker: Path
+) -> None:
+    """git status would recurse into a submodule, whose configuration bakery does not
+    audit: it never goes into one."""
+    other = git_repo(tmp_path / "other", {"f.py": "x = 1\n", ".gitattributes": "* filter=x\n"})
+    git_repo(tiny.src, {})
+    git(tiny.src, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(other), "sub")
+    git(tiny.src, "commit", "-q", "-m", "sub")
+    sub_git = tiny.src / ".git" / "modules" / "sub"
+    poison(sub_git, marker)
+    with (sub_git / "config").open("a") as fh:
+        fh.write(f'[filter "x"]\n\tclean = {trap(marker)}\n')
+    (tiny.src / "sub" / "f.py").write_text("x = 2\n")  # dirty: status would re-hash it
+    r = cli("apply", "demo", "--vllm", tiny.src, "--out", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert not marker.exists()
+
+
 @pytest.mark.parametrize(
     "config",
     [

@@ -55,10 +55,15 @@ def _populate(pristine: Pristine, staging: Path) -> str:
             src = paths.inside(pristine.tree, rel, f"--vllm {pristine.tree}: git index entry")
             if not src.exists() and not src.is_symlink():
                 continue  # deleted but not committed (--allow-dirty)
-            if not src.is_symlink() and not src.is_file():
-                paths.regular_file(src, f"--vllm {pristine.tree}")  # a FIFO: one line
             dst = staging / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
+            if src.is_dir() and not src.is_symlink():  # a submodule: its files, as they are
+                _refuse_special(src)
+                dst.mkdir()
+                copy_tree(src, dst, exclude={".git"})
+                continue
+            if not src.is_symlink() and not src.is_file():
+                paths.regular_file(src, f"--vllm {pristine.tree}")  # a FIFO: one line
             shutil.copy2(src, dst, follow_symlinks=False)
     else:
         _refuse_special(pristine.tree)

@@ -97,6 +97,9 @@ FORCED = {
     "commit.gpgSign": "false",
     "fetch.recurseSubmodules": "false",
     "submodule.recurse": "false",
+    # a submodule's own configuration is never audited: git never goes into one
+    "diff.ignoreSubmodules": "all",
+    "status.submoduleSummary": "false",
     "protocol.allow": "never",
     "protocol.ext.allow": "never",
     "protocol.file.allow": "always",  # bakery's own clones; remote.py narrows it
@@ -396,7 +399,7 @@ def read_head(git_dir: Path) -> tuple[str, str] | None:
 
 def status_args(*, refresh: bool) -> list[str]:
     lock = [] if refresh else ["--no-optional-locks"]
-    return [*lock, "status", "--porcelain", "--untracked-files=normal"]
+    return [*lock, "status", "--porcelain", "--untracked-files=normal", "--ignore-submodules=all"]
 
 
 def dirty(path: Path, *, refresh: bool = False) -> list[str]:
