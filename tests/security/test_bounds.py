@@ -155,6 +155,15 @@ def test_fifo_in_a_local_tree(cli: Cli, tiny: Tiny, tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(60)
+def test_fifo_in_an_installed_package_folder(cli: Cli, tiny: Tiny, tmp_path: Path) -> None:
+    pkg = tiny.src / "vllm"  # used as site-packages/vllm
+    os.mkfifo(pkg / "pipe.py")
+    r = cli("apply", "demo", "--vllm", pkg, "--out", tmp_path / "out")
+    refused(r, "pipe.py", "FIFO")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.timeout(60)
 def test_fifo_in_series_toml_place(cli: Cli, tiny: Tiny) -> None:
     (tiny.series / "series.toml").unlink()
     os.mkfifo(tiny.series / "series.toml")

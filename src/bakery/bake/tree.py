@@ -44,6 +44,7 @@ def _populate(pristine: Pristine, staging: Path) -> str:
     if pristine.repo:
         return _populate_from_repo(pristine, staging)
     if pristine.package_dir is not None:
+        _refuse_special(pristine.package_dir)
         (staging / "vllm").mkdir()
         copy_tree(pristine.package_dir, staging / "vllm", exclude={"__pycache__"})
     elif (pristine.tree / ".git").exists():
