@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import Result
 
 from bakery.commands import matrix as mx
@@ -52,6 +54,24 @@ def test_line_guard_across_writes() -> None:
     g.flush()
     assert_inert(buf.getvalue())
     assert "a::b" in buf.getvalue() and "\\::z" in buf.getvalue()
+
+
+@given(st.text(alphabet=" \t:\nab\r", max_size=40), st.lists(st.integers(1, 6), max_size=20))
+def test_line_guard_any_cut_gives_the_same_inert_text(text: str, cuts: list[int]) -> None:
+    whole, parts = io.StringIO(), io.StringIO()
+    g = CILineGuard(lambda: whole)
+    g.write(text)
+    g.flush()
+    h = CILineGuard(lambda: parts)
+    i = 0
+    for n in cuts + [len(text)]:
+        h.write(text[i : i + n])
+        i += n
+    h.write(text[i:])
+    h.flush()
+    assert whole.getvalue() == parts.getvalue()
+    for line in whole.getvalue().replace("\r", "\n").split("\n"):
+        assert not line.lstrip(" \t").startswith("::")
 
 
 def test_diff_name_with_workflow_command_and_escapes(cli: Cli, tiny: Tiny) -> None:

@@ -71,6 +71,13 @@ class CILineGuard:
         self._colon = False  # ... then one ':'
 
     def write(self, s: str) -> int:
+        if ":" not in s and not self._colon:  # most writes: nothing to look at
+            cut = max(s.rfind("\n"), s.rfind("\r"))
+            tail = s[cut + 1 :]
+            blank = not tail.strip(" \t")
+            self._blank = blank if cut >= 0 else self._blank and blank
+            self._get().write(s)
+            return len(s)
         out: list[str] = []
         for c in s:
             if c in "\n\r":
