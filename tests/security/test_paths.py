@@ -181,3 +181,23 @@ def test_dangling_dot_git_link(cli: Cli, tiny: Tiny, tmp_path: Path) -> None:
     refused(r, "symlink to nothing")
     assert not target.exists() and not (tmp_path / "elsewhere").exists()
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("field,value", [("version", "../../../escaped"), ("commit", "--all")])
+def test_cache_marker_fields_are_checked(
+    cli: Cli, tiny: Tiny, tmp_path: Path, field: str, value: str
+) -> None:
+    """A restored cache's marker is data: a version that would place the baked tree
+    elsewhere, or a commit that is an option, makes the entry be built again."""
+    git_repo(tiny.src, {})
+    spec = f"git+file://{tiny.src}@main"
+    assert cli("apply", "demo", "--vllm", spec, "--out", tmp_path / "one").exit_code == 0
+    (marker,) = (tmp_path / "cache" / "trees").glob("*.json")
+    meta = json.loads(marker.read_text())
+    meta[field] = value
+    marker.write_text(json.dumps(meta))
+    r = cli("apply", "demo", "--vllm", spec)  # no --out: placed by the version
+    assert r.exit_code == 0, r.output
+    assert "built again" in r.stderr
+    assert not list(tmp_path.rglob("escaped"))
+    assert json.loads(marker.read_text())[field] != value

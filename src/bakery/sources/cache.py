@@ -37,6 +37,7 @@ from filelock import FileLock
 from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
 from bakery.git import repo as gitrepo
+from bakery.safety import paths
 
 #: The way entries are built. 2: unpack.py (every file of the archive in the commit, one
 #: pack); 1 was `git add` (files the archive's .gitignore names were left out).
@@ -73,6 +74,24 @@ class CacheChanged(SourceError):
 def _head(tree: Path) -> str:
     read = gitutil.read_head(tree / ".git")
     return read[1] if read is not None else gitutil.head(tree)
+
+
+def _meta_ok(meta: object) -> bool:
+    """An entry's marker is data too (a restored cache): its version names folders
+    (build/<series>-<version>, a port), its commit is handed to git."""
+    if not isinstance(meta, dict):
+        return False
+    version, commit = meta.get("version"), meta.get("commit")
+    if version is not None and (
+        not isinstance(version, str)
+        or paths.unsafe(version)
+        or "/" in version
+        or version.startswith(".")
+    ):
+        return False
+    if not isinstance(commit, str) or not re.fullmatch(r"[0-9a-f]{40}", commit):
+        return False
+    return all(isinstance(v, str) or v is None for v in meta.values())
 
 
 class Cache:
@@ -120,7 +139,8 @@ class Cache:
         try:
             meta = json.loads(marker.read_text())
             intact = (
-                meta.get("format") == FORMAT
+                _meta_ok(meta)
+                and meta.get("format") == FORMAT
                 and tree.is_dir()
                 and gitrepo.intact(tree / ".git")  # config, hooks: what bakery wrote
                 and _head(tree) == meta["commit"]
