@@ -30,7 +30,7 @@ class Plan:
     writes: list[dict[str, tuple[bytes | None, int | None]]] = field(default_factory=list)
 
 
-class _State(dict[str, tuple[bytes | None, int | None]]):
+class _PlannedFiles(dict[str, tuple[bytes | None, int | None]]):
     """Path -> (content or None when deleted, mode), counting the files each folder holds."""
 
     def __init__(self) -> None:
@@ -53,7 +53,7 @@ class _Overlay:
 
     def __init__(self, pristine: Pristine) -> None:
         self.pristine = pristine
-        self.state = _State()
+        self.state = _PlannedFiles()
 
     def read(self, diff: Diff, fp: FilePatch, rel: str) -> tuple[bytes | None, int | None]:
         if rel in self.state:

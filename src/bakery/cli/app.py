@@ -6,12 +6,14 @@ BakeryError subclasses, which become one line on stderr and the contract's exit 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, NoReturn, ParamSpec
 
 import typer
 from rich.console import Console
@@ -20,7 +22,9 @@ from rich.markup import escape
 from bakery import __version__
 from bakery.bake.report import BakeReport, write_json
 from bakery.cli import render
-from bakery.errors import BakeryError
+from bakery.errors import BakeryError, ReportedError
+
+P = ParamSpec("P")
 
 app = typer.Typer(
     name="bakery",
@@ -39,6 +43,26 @@ def fail(err: BakeryError) -> NoReturn:
         f"[bold red]error:[/] {escape(err.message)}", markup=True, highlight=False, soft_wrap=True
     )
     raise typer.Exit(code=err.exit_code)
+
+
+def handled(command: Callable[P, None]) -> Callable[P, None]:
+    """The one place where errors become exit codes: a BakeryError from the core is one line
+    on stderr and its ``exit_code``; one raised after the series was read still writes its
+    report where ``--json`` asked (the command's ``json_file``)."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            command(*args, **kwargs)
+        except ReportedError as e:
+            json_file = kwargs.get("json_file")
+            if isinstance(json_file, Path):
+                write_json(json_file, e.report.to_json())
+            fail(e.error)
+        except BakeryError as e:
+            fail(e)
+
+    return wrapper
 
 
 def _version_callback(value: bool) -> None:
@@ -92,6 +116,7 @@ FuzzOpt = Annotated[
 
 
 @app.command()
+@handled
 def apply(
     series: SeriesArg,
     vllm: VllmOpt = None,
@@ -154,6 +179,7 @@ def apply(
 
 
 @app.command()
+@handled
 def check(
     series: SeriesArg,
     vllm: VllmOpt = None,
@@ -190,33 +216,22 @@ def check(
     render.bake_report(out_console, report)
     code = 0 if report.ok else 1
     if up_to_date and code == 0:
-        try:
-            stale = commands.up_to_date(series, events=_events)
-        except BakeryError as e:
-            fail(e)
+        stale = commands.up_to_date(series, events=_events)
         for line in stale:
             err_console.print(f"[red]not up to date:[/] {escape(line)}", markup=True)
         code = 1 if stale else 0
     raise typer.Exit(code=code)
 
 
-def _run_bake(fn: object, json_file: Path | None) -> BakeReport:
-    from bakery.commands.bake import ReportedError
-
-    try:
-        report = fn()  # type: ignore[operator]
-    except ReportedError as e:
-        if json_file is not None:
-            write_json(json_file, e.report.to_json())
-        fail(e.error)
-    except BakeryError as e:
-        fail(e)
+def _run_bake(fn: Callable[[], BakeReport], json_file: Path | None) -> BakeReport:
+    report = fn()
     if json_file is not None:
         write_json(json_file, report.to_json())
-    return report  # type: ignore[no-any-return]
+    return report
 
 
 @app.command("list")
+@handled
 def list_(
     series: Annotated[str | None, typer.Argument(help="One series; default: all.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -224,10 +239,7 @@ def list_(
     """The series, their diffs, the files they touch, and their base release."""
     from bakery.commands import bake as commands
 
-    try:
-        rows = commands.list_series(series)
-    except BakeryError as e:
-        fail(e)
+    rows = commands.list_series(series)
     if as_json:
         out_console.print_json(json.dumps(rows))
     else:
@@ -235,6 +247,7 @@ def list_(
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@handled
 def verify(
     ctx: typer.Context,
     series: Annotated[str, typer.Argument(help="The series whose bundled tests run.")] = "dcp2",
@@ -251,17 +264,15 @@ def verify(
     go to pytest."""
     from bakery.commands import bake as commands
 
-    try:
-        result, edited = commands.verify(
-            series, tree=tree, interpret=interpret, junit=junit, pytest_args=list(ctx.args)
-        )
-    except BakeryError as e:
-        fail(e)
+    result, edited = commands.verify(
+        series, tree=tree, interpret=interpret, junit=junit, pytest_args=list(ctx.args)
+    )
     render.verify_summary(err_console, result, edited)
     raise typer.Exit(code=result.exit_code)
 
 
 @app.command()
+@handled
 def matrix(
     series: SeriesArg,
     vllm: Annotated[
@@ -299,25 +310,22 @@ def matrix(
     from bakery.commands import matrix as mx
     from bakery.patch.series import load_series, project_root
 
-    try:
-        s = load_series(series)
-        versions = list(vllm or [])
-        if since:
-            versions += [v for v in mx.select_versions(since, pre) if v not in versions]
-        if not versions:
-            raise BakeryError("matrix needs --vllm VERSION... or --since VERSION")
-        err_console.print(escape(f"baking {s.name} on {', '.join(versions)} with {jobs} workers"))
-        rows = mx.run(
-            str(s.path),
-            versions,
-            out_root=out.absolute(),
-            jobs=jobs,
-            verify=do_verify,
-            interpret=interpret,
-            home=project_root(),
-        )
-    except BakeryError as e:
-        fail(e)
+    s = load_series(series)
+    versions = list(vllm or [])
+    if since:
+        versions += [v for v in mx.select_versions(since, pre) if v not in versions]
+    if not versions:
+        raise BakeryError("matrix needs --vllm VERSION... or --since VERSION")
+    err_console.print(escape(f"baking {s.name} on {', '.join(versions)} with {jobs} workers"))
+    rows = mx.run(
+        str(s.path),
+        versions,
+        out_root=out.absolute(),
+        jobs=jobs,
+        verify=do_verify,
+        interpret=interpret,
+        home=project_root(),
+    )
     render.matrix_grid(out_console, s.name, rows)
     if json_file:
         write_json(json_file, mx.to_json(s.name, rows))
@@ -332,6 +340,7 @@ def matrix(
 
 
 @app.command()
+@handled
 def refresh(
     series: SeriesArg,
     tree: Annotated[Path, typer.Option("--tree", help="The edited baked tree.")],
@@ -344,16 +353,14 @@ def refresh(
     patches/<series>/<release>/."""
     from bakery.bake import refresh as refresh_mod
 
-    try:
-        port, notes = refresh_mod.refresh(series, tree, release, events=_events)
-    except BakeryError as e:
-        fail(e)
+    port, notes = refresh_mod.refresh(series, tree, release, events=_events)
     for n in notes:
         err_console.print(f"[dim]{escape(n)}[/]", markup=True)
     out_console.print(f"wrote port {escape(str(port))}")
 
 
 @app.command()
+@handled
 def summarize(
     reports: Annotated[list[Path], typer.Argument(help="Matrix or apply JSON reports.")],
     markdown: Annotated[Path | None, typer.Option("--markdown")] = None,
@@ -361,10 +368,7 @@ def summarize(
     """Join JSON reports (one per CI job) into one Markdown summary."""
     from bakery.commands import matrix as mx
 
-    try:
-        name, rows = mx.rows_from_reports(reports)
-    except BakeryError as e:
-        fail(e)
+    name, rows = mx.rows_from_reports(reports)
     text = mx.to_markdown(name, rows)
     if markdown:
         markdown.write_text(text)

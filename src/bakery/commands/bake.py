@@ -14,7 +14,7 @@ from bakery.bake.plan import Events, plan
 from bakery.bake.report import BakeReport
 from bakery.bake.staging import display_path
 from bakery.bake.tree import bake
-from bakery.errors import BakeryError, UsageError
+from bakery.errors import BakeryError, ReportedError, UsageError
 from bakery.patch.series import Series, load_series, project_root
 from bakery.sources import resolve as sources
 from bakery.sources.cache import Cache, CacheChanged
@@ -23,16 +23,6 @@ from bakery.sources.resolve import Pristine, Progress
 if TYPE_CHECKING:
     from bakery.bake.merge import Fallback
     from bakery.testing.runner import VerifyResult
-
-
-class ReportedError(BakeryError):
-    """A BakeryError raised after the series was read: the report says so too."""
-
-    def __init__(self, error: BakeryError, report: BakeReport) -> None:
-        super().__init__(error.message)
-        self.error = error
-        self.report = report
-        self.exit_code = error.exit_code
 
 
 def _pristine(

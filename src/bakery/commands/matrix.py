@@ -72,22 +72,22 @@ def _worker_init(busy: Any) -> None:
     treecopy.set_jobs(lambda: max(cores // max(busy.value, 1), 1))
 
 
-def _one(
+def _bake_release_in_worker(
     series: str, version: str, out_root: str, verify: bool, interpret: bool, home: str
 ) -> dict[str, Any]:
     """Runs in a worker process: bake one release, verify it if asked."""
     if _busy is None:
-        return _one_bake(series, version, out_root, verify, interpret, home)
+        return _bake_release(series, version, out_root, verify, interpret, home)
     with _busy.get_lock():
         _busy.value += 1
     try:
-        return _one_bake(series, version, out_root, verify, interpret, home)
+        return _bake_release(series, version, out_root, verify, interpret, home)
     finally:
         with _busy.get_lock():
             _busy.value -= 1
 
 
-def _one_bake(
+def _bake_release(
     series: str, version: str, out_root: str, verify: bool, interpret: bool, home: str
 ) -> dict[str, Any]:
     os.environ["BAKERY_HOME"] = home
@@ -130,13 +130,13 @@ def run(
     # Download/extract each release once, before the workers race for it.
     args = [(series, v, str(out_root), verify, interpret, str(home)) for v in versions]
     if jobs <= 1 or len(versions) == 1:
-        results = [_one(*a) for a in args]
+        results = [_bake_release_in_worker(*a) for a in args]
     else:
         # imported before the workers fork, so that each does not import them again
         from bakery.bake import merge  # noqa: F401
 
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(_one, *zip(*args, strict=True)))
+            results = list(pool.map(_bake_release_in_worker, *zip(*args, strict=True)))
     rows = []
     for r in results:
         row = Row(

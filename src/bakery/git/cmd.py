@@ -174,10 +174,6 @@ def head(tree: Path) -> str:
     return git(tree, "rev-parse", "HEAD").strip()
 
 
-def is_repo(path: Path) -> bool:
-    return (path / ".git").exists()
-
-
 class Pending:
     """A git command started in the background (it runs while bakery does other work);
     result() waits for it, cancel() kills it if nobody waits."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -551,9 +550,3 @@ class _Parser:
         at_new_end = last_kind in " +" and new_seen == new_len
         if not (at_old_end or at_new_end):
             raise self.err(ln, "'\\ No newline at end of file' is not after a last line")
-
-
-def iter_hunks(diff: Diff) -> Iterator[tuple[FilePatch, Hunk]]:
-    for fp in diff.files:
-        for h in fp.hunks:
-            yield fp, h
