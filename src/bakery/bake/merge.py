@@ -215,7 +215,7 @@ def diagnose(res: FileResult, fp: FilePatch, target: Pristine, base: Pristine | 
     for h in res.hunks:
         if h.status is Outcome.ALREADY:
             h.reason = "already upstream (the hunk's result is in the file)"
-            h.action = ACTIONS["already-upstream"]  # type: ignore[attr-defined]
+            h.action = ACTIONS["already-upstream"]
         elif h.status is Outcome.FAILED:
             if not (target.tree / fp.path).exists():
                 base_content = None
@@ -224,14 +224,14 @@ def diagnose(res: FileResult, fp: FilePatch, target: Pristine, base: Pristine | 
                 moved = find_moved(target.tree, fp.path, base_content)
                 if moved:
                     h.reason = f"file moved upstream to {moved}"
-                    h.action = ACTIONS["moved"]  # type: ignore[attr-defined]
+                    h.action = ACTIONS["moved"]
                 else:
                     h.reason = "the file does not exist in this release"
-                    h.action = ACTIONS["missing"]  # type: ignore[attr-defined]
+                    h.action = ACTIONS["missing"]
             else:
                 merged = f"; {h.reason}" if h.reason and "merge" in h.reason else ""
                 h.reason = "context drift" + merged
-                h.action = ACTIONS["context-drift"]  # type: ignore[attr-defined]
+                h.action = ACTIONS["context-drift"]
 
 
 # --- drift warnings -------------------------------------------------------------------------------

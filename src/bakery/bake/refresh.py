@@ -182,14 +182,14 @@ def refresh(
     manifest = read_manifest(tree)
     if manifest is None:
         raise UsageError(f"--tree {tree}: no {MANIFEST} (not a tree bakery baked)")
-    version = release_version or (manifest.get("vllm") or {}).get("version")  # type: ignore[union-attr]
+    version = release_version or (manifest.get("vllm") or {}).get("version")
     if not version:
         raise UsageError(f"--tree {tree}: the manifest names no vLLM release; pass --release")
     pristine_commit = str(manifest.get("pristine_commit") or "")
     if not pristine_commit:
         raise UsageError(f"--tree {tree}: the manifest records no pristine commit")
     layout = manifest.get("layout") or {}
-    strip, root = int(layout.get("strip", 1)), str(layout.get("root", ""))  # type: ignore[union-attr]
+    strip, root = int(layout.get("strip", 1)), str(layout.get("root", ""))
     # the diffs the tree was baked from: the port if it used one, else the series'
     port_rel = manifest.get("port")
     if port_rel and (home / str(port_rel)).is_dir():
@@ -199,12 +199,12 @@ def refresh(
         d.resolve_paths(strip, root)
     names = [d.name for d in diffs]
     labels = _series_labels(series.path, home, strip, root)
-    baked = [str(d["name"]) for d in manifest.get("diffs", [])]  # type: ignore[union-attr]
+    baked = [str(d["name"]) for d in manifest.get("diffs", [])]
     if baked != names:
         raise UsageError(f"--tree {tree}: baked from diffs {baked}, the series has {names}")
 
     touched: dict[str, list[int]] = {}
-    for k, d in enumerate(manifest.get("diffs", [])):  # type: ignore[arg-type]
+    for k, d in enumerate(manifest.get("diffs", [])):
         for f in d.get("files", []):
             touched.setdefault(str(f["path"]), []).append(k)
     changed = gitutil.git(tree, "diff", "--name-only", "-z", "--no-renames", pristine_commit)

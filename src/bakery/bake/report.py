@@ -110,6 +110,6 @@ def write_json(path: Path, data: dict[str, object]) -> None:
 
 def read_manifest(tree: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((tree / MANIFEST).read_text())  # type: ignore[no-any-return]
+        return json.loads((tree / MANIFEST).read_text())
     except (OSError, ValueError):
         return None

@@ -135,14 +135,14 @@ def download_progress(console: Console) -> Callable[[int, int | None], None]:
             state["p"] = p
             state["t"] = p.add_task("download", total=total)
         p = state["p"]
-        p.update(state["t"], completed=done)  # type: ignore[attr-defined]
+        p.update(state["t"], completed=done)
         if total and done >= total:
-            p.stop()  # type: ignore[attr-defined]
+            p.stop()
 
     return update
 
 
-def matrix_grid(console: Console, series: str, rows: list) -> None:  # type: ignore[type-arg]
+def matrix_grid(console: Console, series: str, rows: list) -> None:
     from bakery.commands.matrix import diff_names, summarize
 
     names = diff_names(rows)

@@ -314,7 +314,7 @@ def edited_files(tree: Path) -> list[str]:
     manifest = read_manifest(tree) or {}
     files = manifest.get("files") or {}
     changed = []
-    for rel, sha in sorted(files.items()):  # type: ignore[union-attr]
+    for rel, sha in sorted(files.items()):
         p = tree / rel
         now = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None
         if now != sha:

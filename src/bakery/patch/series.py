@@ -138,12 +138,12 @@ def _apply_toml(series: Series, path: Path, data: dict[str, object]) -> None:
         if key in data and not isinstance(data[key], typ):
             raise SeriesError(f"{path}: {key} must be a {typ.__name__}")
     series.name = str(data.get("name", series.name))
-    series.base = data.get("base")  # type: ignore[assignment]
-    series.root = data.get("root")  # type: ignore[assignment]
-    strip = data.get("strip")
-    if strip is not None and not (0 <= int(strip) <= 16):  # type: ignore[call-overload]
+    base, root, strip = data.get("base"), data.get("root"), data.get("strip")
+    series.base = base if isinstance(base, str) else None
+    series.root = root if isinstance(root, str) else None
+    if isinstance(strip, int) and not (0 <= strip <= 16):
         raise SeriesError(f"{path}: strip must be between 0 and 16")
-    series.strip = strip  # type: ignore[assignment]
+    series.strip = strip if isinstance(strip, int) else None
     series.description = str(data.get("description", ""))
     root = series.root
     if root is not None and (root.startswith("/") or ".." in root.split("/")):

@@ -114,7 +114,7 @@ def _fetch_json(url: str) -> dict[str, object]:
     req = urllib.request.Request(url, headers={"Accept": _JSON_ACCEPT})
     try:
         with urllib.request.urlopen(req, timeout=60) as resp:
-            return json.loads(resp.read())  # type: ignore[no-any-return]
+            return json.loads(resp.read())
     except (urllib.error.URLError, OSError, ValueError) as e:
         raise SourceError(f"cannot read the package index at {url}: {e}") from None
 
