@@ -167,7 +167,7 @@ def check(
         typer.Option(
             "--up-to-date",
             help="Also fail when a port's committed diffs do not reproduce from "
-            "their own bake (for CI).",
+            "their own bake (for CI); with --vllm VERSION, only that release's port.",
         ),
     ] = False,
 ) -> None:
@@ -191,7 +191,7 @@ def check(
     code = 0 if report.ok else 1
     if up_to_date and code == 0:
         try:
-            stale = commands.up_to_date(series, events=_events)
+            stale = commands.up_to_date(series, events=_events, vllm=vllm)
         except BakeryError as e:
             fail(e)
         for line in stale:
