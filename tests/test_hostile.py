@@ -19,8 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomllib
 from typer.testing import CliRunner, Result
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"
 CASES: list[dict[str, Any]] = tomllib.loads((HOSTILE / "catalogue.toml").read_text())["case"]

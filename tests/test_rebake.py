@@ -127,6 +127,23 @@ def test_conflict_markers_then_refresh_then_port(
     assert r.exit_code == 1 and "not up to date" in r.output
 
 
+def test_up_to_date_with_a_release_checks_only_that_releases_port(
+    cli: Cli, drifted: str, home: Path, tmp_path: Path
+) -> None:
+    # CI checks each port in the job that has its release cached, not every port in one job
+    assert cli("apply", "s", "--vllm", drifted, "--out", "out").exit_code == 0
+    assert cli("refresh", "s", "--tree", tmp_path / "out").exit_code == 0
+    port = home / f"patches/s/{drifted}/01-change.diff"
+    first, rest = port.read_text().split("\n", 1)
+    port.write_text("--- a/mod.py\n" + rest)  # applies, but is not what refresh writes
+    assert first != "--- a/mod.py"
+    assert cli("check", "s", "--vllm", "1.0.0", "--up-to-date").exit_code == 0
+    r = cli("check", "s", "--vllm", drifted, "--up-to-date")
+    assert r.exit_code == 1 and f"patches/s/{drifted}" in r.output, r.output
+    r = cli("check", "s", "--up-to-date")  # without --vllm: every port
+    assert r.exit_code == 1 and "not up to date" in r.output
+
+
 def test_refresh_takes_edits_made_after_the_bake(cli: Cli, home: Path, tmp_path: Path) -> None:
     release("1.0.0", {"vllm/mod.py": BASE})
     series(home, BASE, BASE.replace("line15\n", "FIFTEEN\n"))

@@ -21,6 +21,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from bakery.bake.plan import Plan, plan
 from bakery.bake.report import MANIFEST, read_manifest
 from bakery.errors import BakeryError, UsageError
@@ -112,16 +114,30 @@ def changes_from_plan(pl: Plan, pristine: Pristine) -> list[list[Change]]:
     return out
 
 
+def _is_port_of(name: str, version: Version) -> bool:
+    try:
+        return Version(name) == version
+    except InvalidVersion:
+        return False
+
+
 def stale_ports(
-    series: Series, cache: Cache, events: Events | None = None, home: Path | None = None
+    series: Series,
+    cache: Cache,
+    events: Events | None = None,
+    home: Path | None = None,
+    only: Version | None = None,
 ) -> list[str]:
-    """Ports whose committed diffs differ from what refresh writes for their own bake."""
+    """Ports whose committed diffs differ from what refresh writes for their own bake;
+    with ``only``, just that release's port (a CI job checks the release it has cached)."""
     home = home or project_root()
     root_dir = home / "patches" / series.name
     problems: list[str] = []
     if not root_dir.is_dir():
         return problems
     for port in sorted(p for p in root_dir.iterdir() if p.is_dir()):
+        if only is not None and not _is_port_of(port.name, only):
+            continue
         if events:
             events("diff", f"Checking port {port.relative_to(home)}")
         s = load_series(str(series.path), home)

@@ -193,7 +193,7 @@ def check(
         typer.Option(
             "--up-to-date",
             help="Also fail when a port's committed diffs do not reproduce from "
-            "their own bake (for CI).",
+            "their own bake (for CI); with --vllm VERSION, only that release's port.",
         ),
     ] = False,
 ) -> None:
@@ -216,7 +216,7 @@ def check(
     render.bake_report(out_console, report)
     code = 0 if report.ok else 1
     if up_to_date and code == 0:
-        stale = commands.up_to_date(series, events=_events)
+        stale = commands.up_to_date(series, events=_events, vllm=vllm)
         for line in stale:
             err_console.print(f"[red]not up to date:[/] {escape(line)}", markup=True)
         code = 1 if stale else 0

@@ -225,10 +225,20 @@ def check(
         ) from None
 
 
-def up_to_date(series_spec: str, events: Events | None = None) -> list[str]:
+def up_to_date(
+    series_spec: str, events: Events | None = None, vllm: str | None = None
+) -> list[str]:
+    """Stale ports of the series: every port, or with ``vllm`` a release version, only that
+    release's port (where CI has that release cached; a path or git+ spec checks them all)."""
+    from packaging.version import InvalidVersion, Version
+
     from bakery.bake import refresh
 
-    return refresh.stale_ports(load_series(series_spec), Cache(), events=events)
+    try:
+        only = Version(vllm) if vllm else None
+    except InvalidVersion:
+        only = None
+    return refresh.stale_ports(load_series(series_spec), Cache(), events=events, only=only)
 
 
 # --- the last bake of each series (verify's default tree) -------------------------------------
