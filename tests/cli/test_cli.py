@@ -15,7 +15,7 @@ from typer.testing import Result
 
 from bakery import __version__
 
-from .conftest import (
+from ..conftest import (
     Tiny,
     commits,
     git,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import git as _git
+from ..conftest import git as _git
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -249,7 +249,7 @@ def test_signal_while_starting(big: Big, sig: int, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Big, dict[str, str]]]:
     """vLLM 9.9.0 of 1 000 files from a local index, in a cache of its own, baked once."""
-    from tests.test_concurrency import _series, sdist, serve_index
+    from tests.sources.test_concurrency import _series, sdist, serve_index
 
     root = tmp_path_factory.mktemp("release")
     with serve_index() as index:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from bakery.patch.parse import read_diff
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SERIES_DIFFS = sorted((ROOT / "launcher").glob("*/diffs/*.diff")) + sorted(
     (ROOT / "patches").glob("*/*/*.diff")
 )

@@ -11,7 +11,7 @@ import unidiff
 from bakery.errors import DiffError, UnsafePathError
 from bakery.patch.parse import DEV_NULL, read_diff
 
-from .conftest import PROJECT, SAMPLES
+from ..conftest import PROJECT, SAMPLES
 
 GOOD = [
     "two_hunks.diff",

@@ -22,9 +22,9 @@ from bakery.testing import loader
 from bakery.testing.dist import RankError, RankPool, RankTimeout
 from bakery.testing.runner import pytest_command, run_verify
 
-from .conftest import PROJECT, write_files
+from ..conftest import PROJECT, write_files
 
-FIXTURE = Path(__file__).parent / "fixtures" / "dcp2_baked_0.30.0" / "candidate_blocks.py"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "dcp2_baked_0.30.0" / "candidate_blocks.py"
 MODULE = "vllm.model_executor.kernels.attention.dsa.candidate_blocks"
 FILE = "vllm/model_executor/kernels/attention/dsa/candidate_blocks.py"
 BUNDLED = PROJECT / "launcher" / "dcp2" / "tests"

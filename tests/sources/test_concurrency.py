@@ -30,7 +30,7 @@ from typer.testing import CliRunner, Result
 
 from bakery.sources.cache import FORMAT
 
-from .conftest import git as _git
+from ..conftest import git as _git
 
 X_PY = "".join(f"{c}\n" for c in "abcdefghij")
 DIFF = "--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1,4 +1,4 @@\n a\n-b\n+B\n c\n d\n"
