@@ -14,8 +14,7 @@ from typer.testing import Result
 
 from bakery.git import cmd as gitutil
 from bakery.sources.cache import Cache
-
-from ..conftest import make_series, udiff, write_files
+from tests.helpers import make_series, udiff, write_files
 
 BASE = "".join(f"line{i}\n" for i in range(1, 31))
 CODE = (

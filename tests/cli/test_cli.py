@@ -14,8 +14,7 @@ import pytest
 from typer.testing import Result
 
 from bakery import __version__
-
-from ..conftest import (
+from tests.helpers import (
     Tiny,
     commits,
     git,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import git as _git
+from tests.helpers import git as _git
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -249,7 +249,7 @@ def test_signal_while_starting(big: Big, sig: int, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Big, dict[str, str]]]:
     """vLLM 9.9.0 of 1 000 files from a local index, in a cache of its own, baked once."""
-    from tests.sources.test_concurrency import _series, sdist, serve_index
+    from tests.fakeindex import index_series, sdist, serve_index
 
     root = tmp_path_factory.mktemp("release")
     with serve_index() as index:
@@ -261,7 +261,7 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Big, dic
             "BAKERY_HOME": str(root),
             "HOME": str(root / "home"),
         }
-        b = Big(root, Path("9.9.0"), _series(root), "", 0.0)
+        b = Big(root, Path("9.9.0"), index_series(root), "", 0.0)
         run = Bakery(b, root / "baseline", env=env)
         assert run.writing.wait(120)
         start = time.monotonic()

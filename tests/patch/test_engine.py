@@ -13,8 +13,7 @@ import pytest
 
 from bakery.patch.engine import FileResult, Outcome, apply_file, split_lines, worst
 from bakery.patch.parse import FilePatch, read_diff
-
-from ..conftest import SAMPLES, gnu_patch, needs_patch
+from tests.helpers import SAMPLES, gnu_patch, needs_patch
 
 BASE30 = "".join(f"line {i}\n" for i in range(1, 31))
 

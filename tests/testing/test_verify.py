@@ -21,10 +21,9 @@ from bakery.errors import BakeryError, VerifyError
 from bakery.testing import loader
 from bakery.testing.dist import RankError, RankPool, RankTimeout
 from bakery.testing.runner import pytest_command, run_verify
+from tests.helpers import FIXTURES, PROJECT, write_files
 
-from ..conftest import PROJECT, write_files
-
-FIXTURE = Path(__file__).parents[1] / "fixtures" / "dcp2_baked_0.30.0" / "candidate_blocks.py"
+FIXTURE = FIXTURES / "dcp2_baked_0.30.0" / "candidate_blocks.py"
 MODULE = "vllm.model_executor.kernels.attention.dsa.candidate_blocks"
 FILE = "vllm/model_executor/kernels/attention/dsa/candidate_blocks.py"
 BUNDLED = PROJECT / "launcher" / "dcp2" / "tests"
