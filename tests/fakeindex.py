@@ -131,8 +131,8 @@ def sdist(
             info.size, info.mode, info.mtime = len(data), 0o644, 1_000_000_000
             tar.addfile(info, io.BytesIO(data))
         for info in extra or []:
-            data = (extra_data or {}).get(info.name)
-            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+            payload = (extra_data or {}).get(info.name)
+            tar.addfile(info, io.BytesIO(payload) if payload is not None else None)
     return buf.getvalue()
 
 

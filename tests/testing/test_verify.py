@@ -74,7 +74,7 @@ def test_loads_the_tree_file_under_its_real_name(tree: Path, clean_loader: None)
     module = loader.load_tree_module(MODULE, tree)
 
     assert module.__name__ == MODULE
-    assert Path(module.__file__) == tree / FILE
+    assert module.__file__ is not None and Path(module.__file__) == tree / FILE
     assert callable(module.select_candidate_blocks) and module._DCP_REDUCE_BYTES > 0
     origins = loader.provenance()
     assert origins[MODULE] == loader.Origin("tree", str(tree / FILE))
