@@ -99,6 +99,24 @@ def make_series(
     return folder
 
 
+def cache_release(version: str, files: Mapping[str, str]) -> None:
+    """Put release ``version`` of vLLM into bakery's cache (BAKERY_CACHE_DIR), as bakery
+    would after downloading it: bakes of that version need no index."""
+    from bakery.git import cmd as gitutil
+    from bakery.sources.cache import Cache
+
+    cache = Cache()
+    key = f"vllm-{version}"
+    with cache.lock(key), cache.building(key) as tmp:
+        top = write_files(tmp / f"vllm-{version}", {"setup.py": "", **files})
+        gitutil.init_commit_all(top, f"pristine vLLM {version}")
+        cache.commit_tree(
+            key,
+            top,
+            {"source": f"test://vllm-{version}.tar.gz", "sha256": "0" * 64, "version": version},
+        )
+
+
 def tree_digest(root: Path) -> str:
     """A hash of every entry under root (.git included): names, modes, contents, links."""
     h = hashlib.sha256()

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import Result
 
-from bakery.git import cmd as gitutil
 from bakery.sources.cache import Cache
-from tests.helpers import make_series, udiff, write_files
+from tests.helpers import cache_release as release
+from tests.helpers import make_series, udiff
 
 BASE = "".join(f"line{i}\n" for i in range(1, 31))
 CODE = (
@@ -23,20 +23,6 @@ CODE = (
     "def c():\n    return 3\n"
 )
 Cli = Callable[..., Result]
-
-
-def release(version: str, files: dict[str, str]) -> None:
-    """Put a release into the test's cache, as bakery would after downloading it."""
-    cache = Cache()
-    key = f"vllm-{version}"
-    with cache.lock(key), cache.building(key) as tmp:
-        top = write_files(tmp / f"vllm-{version}", {"setup.py": "", **files})
-        gitutil.init_commit_all(top, f"pristine vLLM {version}")
-        cache.commit_tree(
-            key,
-            top,
-            {"source": f"test://vllm-{version}.tar.gz", "sha256": "0" * 64, "version": version},
-        )
 
 
 def series(home: Path, before: str, after: str, path: str = "mod.py") -> Path:
