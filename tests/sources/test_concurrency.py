@@ -436,16 +436,17 @@ def test_bad_downloads_are_refused(
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_killed_cache_builds_are_cleaned(index: Index, tmp_path: Path) -> None:
-    """SIGKILL while the cache downloads, extracts and commits a release: no entry is ever
-    seen half-made, and the next build of that entry removes what the killed ones left."""
+    """SIGKILL while the cache downloads a release, then while it builds its tree: no entry
+    is left half-made, and the next build of that entry removes what the killed ones left."""
     index.add("vllm-9.9.0.tar.gz", sdist("9.9.0", files=2000))
     series = index_series(tmp_path)
     cache = Path(os.environ["BAKERY_CACHE_DIR"])
     marker = cache / "trees" / "vllm-9.9.0.json"
-    left = []
-    for delay in (0.3, 0.5, 0.7, 0.9, 1.2):
-        if marker.exists():
-            break
+    left: list[str] = []
+    # killed once its download is under way (a .part file), then once its build is (a
+    # .build- folder): seen in the cache, not guessed with sleeps
+    for stage in ("sdists/", "trees/"):
+        before = set(cache_debris(cache))
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -461,12 +462,15 @@ def test_killed_cache_builds_are_cleaned(index: Index, tmp_path: Path) -> None:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        time.sleep(delay)
+        while proc.poll() is None:
+            if any(p.startswith(stage) for p in set(cache_debris(cache)) - before):
+                break
+            time.sleep(0.0005)
         proc.kill()
         proc.wait()
         left += cache_debris(cache)
-        if marker.exists():  # complete: then its tree is intact
-            assert _git(cache / "trees" / "vllm-9.9.0", "status", "--porcelain") == ""
+        assert not marker.exists(), f"the build was done before the kill ({stage})"
+    assert {p.split("/")[0] for p in left} == {"sdists", "trees"}, left
     result = bake_cli(series, "9.9.0", tmp_path / "final")
     assert result.exit_code == 0, result.stderr
     assert_baked(tmp_path / "final", "9.9.0")
