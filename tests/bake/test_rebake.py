@@ -159,7 +159,8 @@ def test_drift_warning_names_the_changed_function(cli: Cli, home: Path, tmp_path
     assert "warning" in r.output
     # unchanged upstream: no warning
     release("1.2.0", {"vllm/mod.py": CODE, "vllm/other.py": "x = 1\n"})
-    cli("apply", "s", "--vllm", "1.2.0", "--out", "out3", "--json", "r3.json")
+    r = cli("apply", "s", "--vllm", "1.2.0", "--out", "out3", "--json", "r3.json")
+    assert r.exit_code == 0, r.output
     (d,) = json.loads((tmp_path / "r3.json").read_text())["diffs"]
     assert "warnings" not in d
 
@@ -201,8 +202,9 @@ def test_matrix_reports(cli: Cli, conflicting: str, tmp_path: Path) -> None:
 
 
 def test_summarize_joins_job_reports(cli: Cli, drifted: str, tmp_path: Path) -> None:
-    cli("apply", "s", "--vllm", "1.0.0", "--out", "a", "--json", "r-1.0.0.json")
-    cli("apply", "s", "--vllm", drifted, "--out", "b", "--json", "r-1.1.0.json")
+    for version, out in (("1.0.0", "a"), (drifted, "b")):
+        r = cli("apply", "s", "--vllm", version, "--out", out, "--json", f"r-{version}.json")
+        assert r.exit_code == 0, r.output
     r = cli("summarize", "r-1.1.0.json", "r-1.0.0.json", "--markdown", "sum.md")
     assert r.exit_code == 0, r.output
     lines = (tmp_path / "sum.md").read_text().splitlines()
@@ -213,6 +215,43 @@ def test_summarize_joins_job_reports(cli: Cli, drifted: str, tmp_path: Path) -> 
     bad.write_text("{}")
     r = cli("summarize", bad)
     assert r.exit_code == 2 and "not a bakery report" in r.output
+
+
+def test_summarize_exits_1_when_a_row_failed(cli: Cli, conflicting: str, tmp_path: Path) -> None:
+    """A conflict among the reports, or a matrix row whose verify did not run: exit 1,
+    and the Markdown says which."""
+    r = cli("apply", "s", "--vllm", "1.0.0", "--out", "a", "--json", "ok.json")
+    assert r.exit_code == 0, r.output
+    r = cli("apply", "s", "--vllm", conflicting, "--out", "b", "--json", "bad.json")
+    assert r.exit_code == 1, r.output
+    assert cli("summarize", "ok.json").exit_code == 0
+    r = cli("summarize", "ok.json", "bad.json", "--markdown", "sum.md")
+    assert r.exit_code == 1, r.output
+    text = (tmp_path / "sum.md").read_text()
+    assert f"| {conflicting} | ❌ conflict" in text and "| 1.0.0 | ✅ baked" in text
+    # a matrix report whose verify could not run
+    row = json.loads((tmp_path / "ok.json").read_text())
+    matrix = {
+        "series": "s",
+        "ok": False,
+        "releases": [
+            {
+                "version": "1.0.0",
+                "status": "baked",
+                "port": None,
+                "error": None,
+                "verify": "error",
+                "verify_error": "no CUDA GPU is visible to torch",
+                "verify_log": None,
+                "seconds": 1.0,
+                "diffs": row["diffs"],
+            }
+        ],
+    }
+    (tmp_path / "m.json").write_text(json.dumps(matrix))
+    r = cli("summarize", "m.json")
+    assert r.exit_code == 1, r.output
+    assert "✅" not in r.stdout and "not verified: no CUDA GPU" in r.stdout
 
 
 def test_matrix_workers_share_the_cores_for_copies(monkeypatch: pytest.MonkeyPatch) -> None:
