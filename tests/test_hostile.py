@@ -386,7 +386,7 @@ def test_symlink_to_outside_as_root_folder(tmp_path: Path) -> None:
 # --- too big to keep as files: bounded time and memory -----------------------------------------
 
 
-def _huge_cases() -> dict[str, tuple[bytes, int | None, str]]:
+def _huge_cases() -> dict[str, tuple[bytes, int | None, str | None]]:
     """name -> (diff, line named, part of the message)."""
     head = b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1,3 +1,3 @@\n a\n-b\n"
     return {

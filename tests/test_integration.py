@@ -14,8 +14,7 @@ from typer.testing import Result
 
 from bakery.git import cmd as gitutil
 from bakery.sources.cache import Cache
-
-from .conftest import PROJECT, TEST_CACHE, commits, gnu_patch, needs_patch, tree_digest
+from tests.helpers import PROJECT, TEST_CACHE, commits, gnu_patch, needs_patch, tree_digest
 
 pytestmark = pytest.mark.network
 

@@ -22,7 +22,7 @@ from rich.markup import escape
 from bakery import __version__
 from bakery.bake.report import BakeReport, write_json
 from bakery.cli import render
-from bakery.errors import BakeryError, ReportedError
+from bakery.errors import BakeryError, ReportedError, UsageError
 
 P = ParamSpec("P")
 
@@ -271,9 +271,10 @@ def verify(
     raise typer.Exit(code=result.exit_code)
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True})
 @handled
 def matrix(
+    ctx: typer.Context,
     series: SeriesArg,
     vllm: Annotated[
         list[str] | None,
@@ -303,7 +304,11 @@ def matrix(
     ] = None,
     junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML.")] = None,
     allow_fail: Annotated[
-        bool, typer.Option("--allow-fail", help="Exit 0 even when a release fails.")
+        bool,
+        typer.Option(
+            "--allow-fail",
+            help="Exit 0 even when a release fails (not when a verify could not run).",
+        ),
     ] = False,
 ) -> None:
     """Bake (and verify) a series on many vLLM releases, in parallel."""
@@ -311,7 +316,10 @@ def matrix(
     from bakery.patch.series import load_series, project_root
 
     s = load_series(series)
-    versions = list(vllm or [])
+    # `--vllm A B C`: click takes B and C for extra arguments
+    if ctx.args and not vllm:
+        raise UsageError(f"unexpected argument {ctx.args[0]}: releases go after --vllm")
+    versions = [*(vllm or []), *ctx.args]
     if since:
         versions += [v for v in mx.select_versions(since, pre) if v not in versions]
     if not versions:
@@ -335,8 +343,7 @@ def matrix(
     if junit:
         junit.parent.mkdir(parents=True, exist_ok=True)
         junit.write_bytes(mx.to_junit(s.name, rows))
-    ok = all(r.ok for r in rows)
-    raise typer.Exit(code=0 if ok or allow_fail else 1)
+    raise typer.Exit(code=mx.exit_code(rows, allow_fail))
 
 
 @app.command()

@@ -159,7 +159,11 @@ def matrix_grid(console: Console, series: str, rows: list) -> None:
         status = {"baked": "[green]baked[/]", "conflict": "[red]conflict[/]"}.get(
             r.status, f"[red]{r.status}[/]"
         )
-        verify = {"passed": "[green]passed[/]", "failed": "[red]failed[/]"}.get(r.verify or "", "-")
+        verify = {
+            "passed": "[green]passed[/]",
+            "failed": "[red]failed[/]",
+            "error": "[bold red]not verified[/]",
+        }.get(r.verify or "", "-")
         table.add_row(
             escape(r.version),
             status,
@@ -172,6 +176,8 @@ def matrix_grid(console: Console, series: str, rows: list) -> None:
     for r in rows:
         if r.error:
             console.print(f"[red]{escape(r.version)}:[/] {escape(r.error)}")
+        if r.verify == "error":
+            console.print(f"[red]{escape(r.version)}:[/] {escape(r.verify_cell)}")
 
 
 def verify_summary(console: Console, result: VerifyResult, edited: list[str]) -> None:

@@ -24,13 +24,24 @@ class Row:
     port: str | None = None
     error: str | None = None
     diffs: list[dict[str, object]] = field(default_factory=list)
-    verify: str | None = None  # passed | failed | None (not run)
+    #: passed | failed | error (asked for, but could not run: no GPU, no tests, pytest
+    #: crashed) | None (not asked for). Only "passed" counts as verified.
+    verify: str | None = None
     verify_log: str | None = None
     seconds: float = 0.0
+    #: why verify could not run (with verify == "error")
+    verify_error: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "baked" and self.verify in (None, "passed")
+
+    @property
+    def verify_cell(self) -> str:
+        """The verify outcome in words: "not verified: why" for a verify that did not run."""
+        if self.verify == "error":
+            return f"not verified: {self.verify_error or 'verify did not run'}"
+        return self.verify or "-"
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -39,6 +50,7 @@ class Row:
             "port": self.port,
             "error": self.error,
             "verify": self.verify,
+            "verify_error": self.verify_error,
             "verify_log": self.verify_log,
             "seconds": round(self.seconds, 2),
             "diffs": self.diffs,
@@ -101,12 +113,7 @@ def _bake_release(
         row.status, row.port = report.status, report.port
         row.diffs = [d.to_json() for d in report.diffs]
         if verify and report.status == "baked":
-            log = out.with_name(out.name + ".verify.log")
-            result, _ = commands.verify(
-                series, tree=out, interpret=interpret, junit=None, pytest_args=["-q"], log=log
-            )
-            row.verify_log = str(log)
-            row.verify = "passed" if result.exit_code == 0 else "failed"
+            _verify(row, series, out, interpret)
     except commands.ReportedError as e:
         row.error = e.message
         row.diffs = [d.to_json() for d in e.report.diffs]
@@ -114,6 +121,34 @@ def _bake_release(
         row.error = e.message
     row.seconds = time.monotonic() - start
     return row.to_json()
+
+
+def _verify(row: Row, series: str, out: Path, interpret: bool) -> None:
+    """Verify a baked tree into ``row``. A verify that cannot run (no GPU, no tests/
+    folder, pytest stopped) is "error", never left unset: unset would read as ok."""
+    from bakery.commands import bake as commands
+
+    log = out.with_name(out.name + ".verify.log")
+    try:
+        result, _ = commands.verify(
+            series, tree=out, interpret=interpret, junit=None, pytest_args=["-q"], log=log
+        )
+    except BakeryError as e:
+        row.verify, row.verify_error = "error", e.message
+        return
+    except OSError as e:
+        row.verify, row.verify_error = "error", f"cannot run verify: {e}"
+        return
+    row.verify_log = str(log)
+    row.verify = "passed" if result.exit_code == 0 else "failed"
+
+
+def exit_code(rows: list[Row], allow_fail: bool) -> int:
+    """0 when every release is ok; 1 when one is not (0 with ``allow_fail``); 2 when a
+    verify could not run, whatever ``allow_fail`` says: nothing was verified there."""
+    if any(r.verify == "error" for r in rows):
+        return 2
+    return 0 if allow_fail or all(r.ok for r in rows) else 1
 
 
 def run(
@@ -148,6 +183,7 @@ def run(
             r["verify"],
             r["verify_log"],
             float(r["seconds"]),
+            r["verify_error"],
         )
         rows.append(row)
     return rows
@@ -190,7 +226,7 @@ def to_markdown(series: str, rows: list[Row]) -> str:
                     f"{icon} {r.status}" + (f": {r.error}" if r.error else ""),
                     r.port or "-",
                     *[cells.get(n, "-") for n in names],
-                    r.verify or "-",
+                    r.verify_cell.replace("|", "\\|"),
                 ]
             )
             + " |"
@@ -212,19 +248,23 @@ def to_junit(series: str, rows: list[Row]) -> bytes:
         if r.error:
             cases.append(("bake", r.error, False))
         if r.verify is not None:
-            cases.append(("verify", r.verify, r.verify == "passed"))
+            cases.append(("verify", r.verify_cell, r.verify == "passed"))
+        # a verify that did not run is a JUnit error, not a failed test
+        errors = 1 if r.verify == "error" else 0
         suite = ET.SubElement(
             suites,
             "testsuite",
             name=f"{series} vLLM {r.version}",
             tests=str(len(cases)),
-            failures=str(sum(1 for c in cases if not c[2])),
+            failures=str(sum(1 for c in cases if not c[2]) - errors),
+            errors=str(errors),
             time=f"{r.seconds:.2f}",
         )
         for name, text, ok in cases:
             case = ET.SubElement(suite, "testcase", classname=f"{series}.{r.version}", name=name)
             if not ok:
-                ET.SubElement(case, "failure", message=text).text = text
+                kind = "error" if name == "verify" and errors else "failure"
+                ET.SubElement(case, kind, message=text).text = text
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
 
 
@@ -252,6 +292,7 @@ def rows_from_reports(paths: list[Path]) -> tuple[str, list[Row]]:
                         r.get("verify"),
                         r.get("verify_log"),
                         r.get("seconds", 0.0),
+                        r.get("verify_error"),
                     )
                 )
         elif "series" in data and "vllm" in data:

@@ -21,8 +21,7 @@ from bakery.errors import BakeryError, UnsafePathError
 from bakery.git import cmd as gitutil
 from bakery.patch.series import load_series
 from bakery.sources.resolve import Pristine
-
-from .conftest import Tiny, commits, git, make_series, tree_digest, udiff, write_files
+from tests.helpers import Tiny, commits, git, make_series, tree_digest, udiff, write_files
 
 
 def local(tree: Path, version: str | None = None) -> Pristine:

@@ -21,10 +21,9 @@ from bakery.errors import BakeryError, VerifyError
 from bakery.testing import loader
 from bakery.testing.dist import RankError, RankPool, RankTimeout
 from bakery.testing.runner import pytest_command, run_verify
+from tests.helpers import FIXTURES, PROJECT, write_files
 
-from .conftest import PROJECT, write_files
-
-FIXTURE = Path(__file__).parent / "fixtures" / "dcp2_baked_0.30.0" / "candidate_blocks.py"
+FIXTURE = FIXTURES / "dcp2_baked_0.30.0" / "candidate_blocks.py"
 MODULE = "vllm.model_executor.kernels.attention.dsa.candidate_blocks"
 FILE = "vllm/model_executor/kernels/attention/dsa/candidate_blocks.py"
 BUNDLED = PROJECT / "launcher" / "dcp2" / "tests"
@@ -75,7 +74,7 @@ def test_loads_the_tree_file_under_its_real_name(tree: Path, clean_loader: None)
     module = loader.load_tree_module(MODULE, tree)
 
     assert module.__name__ == MODULE
-    assert Path(module.__file__) == tree / FILE
+    assert module.__file__ is not None and Path(module.__file__) == tree / FILE
     assert callable(module.select_candidate_blocks) and module._DCP_REDUCE_BYTES > 0
     origins = loader.provenance()
     assert origins[MODULE] == loader.Origin("tree", str(tree / FILE))

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import Result
 
-from bakery.git import cmd as gitutil
 from bakery.sources.cache import Cache
-
-from .conftest import make_series, udiff, write_files
+from tests.helpers import cache_release as release
+from tests.helpers import make_series, udiff
 
 BASE = "".join(f"line{i}\n" for i in range(1, 31))
 CODE = (
@@ -24,20 +23,6 @@ CODE = (
     "def c():\n    return 3\n"
 )
 Cli = Callable[..., Result]
-
-
-def release(version: str, files: dict[str, str]) -> None:
-    """Put a release into the test's cache, as bakery would after downloading it."""
-    cache = Cache()
-    key = f"vllm-{version}"
-    with cache.lock(key), cache.building(key) as tmp:
-        top = write_files(tmp / f"vllm-{version}", {"setup.py": "", **files})
-        gitutil.init_commit_all(top, f"pristine vLLM {version}")
-        cache.commit_tree(
-            key,
-            top,
-            {"source": f"test://vllm-{version}.tar.gz", "sha256": "0" * 64, "version": version},
-        )
 
 
 def series(home: Path, before: str, after: str, path: str = "mod.py") -> Path:
@@ -191,7 +176,8 @@ def test_drift_warning_names_the_changed_function(cli: Cli, home: Path, tmp_path
     assert "warning" in r.output
     # unchanged upstream: no warning
     release("1.2.0", {"vllm/mod.py": CODE, "vllm/other.py": "x = 1\n"})
-    cli("apply", "s", "--vllm", "1.2.0", "--out", "out3", "--json", "r3.json")
+    r = cli("apply", "s", "--vllm", "1.2.0", "--out", "out3", "--json", "r3.json")
+    assert r.exit_code == 0, r.output
     (d,) = json.loads((tmp_path / "r3.json").read_text())["diffs"]
     assert "warnings" not in d
 
@@ -233,8 +219,9 @@ def test_matrix_reports(cli: Cli, conflicting: str, tmp_path: Path) -> None:
 
 
 def test_summarize_joins_job_reports(cli: Cli, drifted: str, tmp_path: Path) -> None:
-    cli("apply", "s", "--vllm", "1.0.0", "--out", "a", "--json", "r-1.0.0.json")
-    cli("apply", "s", "--vllm", drifted, "--out", "b", "--json", "r-1.1.0.json")
+    for version, out in (("1.0.0", "a"), (drifted, "b")):
+        r = cli("apply", "s", "--vllm", version, "--out", out, "--json", f"r-{version}.json")
+        assert r.exit_code == 0, r.output
     r = cli("summarize", "r-1.1.0.json", "r-1.0.0.json", "--markdown", "sum.md")
     assert r.exit_code == 0, r.output
     lines = (tmp_path / "sum.md").read_text().splitlines()
@@ -245,6 +232,43 @@ def test_summarize_joins_job_reports(cli: Cli, drifted: str, tmp_path: Path) -> 
     bad.write_text("{}")
     r = cli("summarize", bad)
     assert r.exit_code == 2 and "not a bakery report" in r.output
+
+
+def test_summarize_exits_1_when_a_row_failed(cli: Cli, conflicting: str, tmp_path: Path) -> None:
+    """A conflict among the reports, or a matrix row whose verify did not run: exit 1,
+    and the Markdown says which."""
+    r = cli("apply", "s", "--vllm", "1.0.0", "--out", "a", "--json", "ok.json")
+    assert r.exit_code == 0, r.output
+    r = cli("apply", "s", "--vllm", conflicting, "--out", "b", "--json", "bad.json")
+    assert r.exit_code == 1, r.output
+    assert cli("summarize", "ok.json").exit_code == 0
+    r = cli("summarize", "ok.json", "bad.json", "--markdown", "sum.md")
+    assert r.exit_code == 1, r.output
+    text = (tmp_path / "sum.md").read_text()
+    assert f"| {conflicting} | ❌ conflict" in text and "| 1.0.0 | ✅ baked" in text
+    # a matrix report whose verify could not run
+    row = json.loads((tmp_path / "ok.json").read_text())
+    matrix = {
+        "series": "s",
+        "ok": False,
+        "releases": [
+            {
+                "version": "1.0.0",
+                "status": "baked",
+                "port": None,
+                "error": None,
+                "verify": "error",
+                "verify_error": "no CUDA GPU is visible to torch",
+                "verify_log": None,
+                "seconds": 1.0,
+                "diffs": row["diffs"],
+            }
+        ],
+    }
+    (tmp_path / "m.json").write_text(json.dumps(matrix))
+    r = cli("summarize", "m.json")
+    assert r.exit_code == 1, r.output
+    assert "✅" not in r.stdout and "not verified: no CUDA GPU" in r.stdout
 
 
 def test_matrix_workers_share_the_cores_for_copies(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,8 +14,7 @@ import pytest
 from typer.testing import Result
 
 from bakery import __version__
-
-from .conftest import (
+from tests.helpers import (
     Tiny,
     commits,
     git,
@@ -36,11 +35,11 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def load(path: Path) -> dict:  # type: ignore[type-arg]
+def load(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def hunks(report: dict) -> list[tuple[str, str, int, str, int]]:  # type: ignore[type-arg]
+def hunks(report: dict) -> list[tuple[str, str, int, str, int]]:
     return [
         (d["name"], f["path"], h["index"], h["status"], h["line"])
         for d in report["diffs"]
@@ -363,6 +362,7 @@ def test_list(cli: Cli, tiny: Tiny, home: Path) -> None:
 def test_pristine_source_is_never_changed(cli: Cli, tiny: Tiny) -> None:
     before = tree_digest(tiny.src)
     assert cli("apply", "demo", "--vllm", tiny.src, "--out", "out").exit_code == 0
+    assert tree_digest(tiny.src) == before  # a bake that applies
     break_hunk(tiny)
     before = tree_digest(tiny.src)
     assert (
@@ -377,7 +377,7 @@ def test_pristine_source_is_never_changed(cli: Cli, tiny: Tiny) -> None:
         ).exit_code
         == 1
     )
-    assert tree_digest(tiny.src) == before
+    assert tree_digest(tiny.src) == before  # a bake that does not
 
 
 def test_git_checkout_source_is_never_changed(cli: Cli, tmp_path: Path, home: Path) -> None:
