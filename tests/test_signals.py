@@ -191,6 +191,8 @@ def test_interrupt_at_many_points(big: Big, sig: int, tmp_path: Path) -> None:
         assert code in (130, 0), (frac, code, run.stderr)
         if code == 0:
             assert state == "complete"  # it finished before the signal came
+        else:  # a clean Ctrl-C says so, in one line
+            assert run.stderr.splitlines()[-1] == "interrupted", run.stderr
         assert debris(out) == [], (frac, debris(out))
         seen.append((frac, code, state))
     assert any(code == 130 for _, code, _ in seen), seen

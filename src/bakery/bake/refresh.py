@@ -356,7 +356,7 @@ def _unclaimed(
         if _show(tree, pristine_commit, path) == _work(tree, path):
             continue  # a file staged in a stopped tree, not changed
         extra.append(path)
-    return extra
+    return sorted(extra)
 
 
 def _commits(

@@ -564,6 +564,7 @@ def main() -> None:
     try:
         app()
     except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
         sys.exit(130)
 
 
