@@ -307,8 +307,9 @@ def refresh(
     commits = _commits(tree, pristine_commit, mdiffs, names)
     per_diff, edited = _changes(tree, pristine_commit, touched, names, commits)
     texts: dict[str, bytes | None] = {}  # None: keep the diff as it is
+    pending = {name for k, name in enumerate(names) if k > last and name != new_name}
     for k, name in enumerate(names):
-        if k > last and name != new_name:
+        if name in pending:
             texts[name] = None  # not applied in a stopped tree
             continue
         if not is_port and k < len(diffs) and name in commits and k not in edited:
@@ -321,7 +322,12 @@ def refresh(
         if body and not is_port and own is not None:
             body = _head_text(own.path.read_bytes()) + body
         texts[name] = body
-    return _write(folder, is_port, version, diffs, names, texts, notes, tree)
+    done = _write(folder, is_port, version, diffs, names, texts, notes, tree)
+    done.diffstat = [
+        (name, "kept as it is (not applied in the tree)" if name in pending else stat)
+        for name, stat in done.diffstat
+    ]
+    return done
 
 
 def _release(tree: Path, manifest: dict[str, Any], asked: str | None) -> str:

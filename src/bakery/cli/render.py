@@ -266,7 +266,7 @@ def matrix_grid(console: Console, series: str, rows: list[Row]) -> None:
             "yes" if r.port else "-",
             *[escape(cells.get(n, "-")) for n in names],
             verify,
-            f"{r.seconds:.0f}",
+            f"{r.seconds:.1f}",
         )
     console.print(table)
     for h, n in zip(heads, names, strict=True):
@@ -284,7 +284,9 @@ def refresh_done(
     console: Console, done: Refreshed, next_steps: list[str], *, quiet: bool = False
 ) -> None:
     """What refresh wrote: the folder, a diffstat per diff, and the next step."""
-    console.print(f"refreshed {escape(str(done.folder))}", soft_wrap=True)
+    from bakery.bake.staging import display_path
+
+    console.print(f"refreshed {escape(str(display_path(done.folder)))}", soft_wrap=True)
     if not quiet:
         for name, stat in done.diffstat:
             console.print(escape(f"  {name}  {stat}"), soft_wrap=True)
