@@ -148,6 +148,8 @@ def test_matrix_grid_is_readable_at_80_columns(home: Path, tmp_path: Path) -> No
         assert any(ln.split()[1:2] == [v] for ln in lines if "│" in ln), (v, r.stdout)
     for n in names:  # each column's diff is named under the grid
         assert any(ln.strip() == f"{n[:2]}: {n}" for ln in lines), r.stdout
+    quiet = invoke("matrix", "s", "--vllm", "1.0.0", "1.10.0rc1", "-j", "1", "-q")
+    assert quiet.stdout == "1.0.0 baked\n1.10.0rc1 baked\n" and quiet.stderr == ""
 
 
 # --- options, help, usage errors --------------------------------------------------------------
@@ -345,6 +347,7 @@ def test_hints_are_whole_commands(cli: Cli, tiny: Tiny) -> None:
     r = cli("apply", "demo", "--vllm", tiny.src, "--out", "o", "--keep-failed")
     assert r.exit_code == 1
     assert "bakery refresh demo --tree o.failed" in r.stdout
+    assert "attempt written to o.failed, stopped at 01-kernel.diff" in r.stdout
     assert "--keep-failed" not in r.stdout.split("next:")[1]
     assert "git -C o.failed status" in r.stdout
 

@@ -451,7 +451,7 @@ def matrix(
         interpret=interpret,
         home=project_root(),
     )
-    render.matrix_grid(human(), s.name, rows)
+    render.matrix_grid(human(), s.name, rows, quiet=_Invocation.quiet)
     if json_file:
         write_report(str(json_file), mx.to_json(s.name, rows))
     if markdown:

@@ -128,11 +128,13 @@ def _verdict(console: Console, report: BakeReport) -> None:
     elif report.status == "checked":
         console.print(f"[bold green]applies[/] ({summary})", soft_wrap=True)
     else:
-        console.print(
-            f"[bold red]does not apply[/] ({summary})"
-            + (f"; attempt written to {escape(report.failed_out)}" if report.failed_out else ""),
-            soft_wrap=True,
+        stop = next((d.name for d in report.diffs if not d.ok), None)
+        where = (
+            f"; attempt written to {escape(report.failed_out)}, stopped at {escape(stop)}"
+            if report.failed_out and stop
+            else ""
         )
+        console.print(f"[bold red]does not apply[/] ({summary}){where}", soft_wrap=True)
 
 
 def series_list(console: Console, rows: list[dict[str, object]]) -> None:
@@ -234,10 +236,18 @@ def _cell(diff: dict[str, object]) -> str:
     return " ".join(parts)
 
 
-def matrix_grid(console: Console, series: str, rows: list[Row]) -> None:
+def matrix_grid(console: Console, series: str, rows: list[Row], *, quiet: bool = False) -> None:
     """Releases by diffs. A diff's column is headed by its number (the names follow the
-    grid), so that the grid stays readable at 80 columns; a release is never cut."""
+    grid), so that the grid stays readable at 80 columns; a release is never cut. quiet:
+    one line per release instead."""
     from bakery.commands.matrix import diff_names
+
+    if quiet:
+        for r in rows:
+            verify = f", verify {r.verify}" if r.verify else ""
+            error = f": {r.error}" if r.error else ""
+            console.print(escape(f"{r.version} {r.status}{verify}{error}"), soft_wrap=True)
+        return
 
     names = diff_names(rows)
     heads = [n.split("-", 1)[0] if "-" in n else n for n in names]
