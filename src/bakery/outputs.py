@@ -1,7 +1,9 @@
 """Where bakery writes its reports: a file the user named, or stdout for ``-``.
 
-A small writer for the CLI's ``--json -``; the project's one output writer (FIFOs and
-symlinks honoured, outputs checked before the work starts) replaces it where it lands.
+A small stand-in with the same names as the project's one output writer (branch ``sec``:
+FIFOs, symlinks and ``/dev/stdout`` honoured, outputs checked before the work starts),
+which replaces this module where it lands; the CLI calls only ``is_stdout`` and
+``write_json``.
 """
 
 from __future__ import annotations
@@ -9,18 +11,19 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
-
-#: The target that means standard output.
-STDOUT = "-"
 
 
-def write_report(target: str, data: Any) -> None:
+def is_stdout(target: Path | str | None) -> bool:
+    """``--json -``: the report takes standard output."""
+    return target is not None and str(target) == "-"
+
+
+def write_json(target: Path | str, data: object, what: str = "--json") -> None:
     """The report as indented JSON: to stdout for ``-``, else atomically to the file."""
-    if target == STDOUT:
+    if is_stdout(target):
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         sys.stdout.flush()
         return
-    from bakery.bake.report import write_json
+    from bakery.bake.report import write_json as write_file
 
-    write_json(Path(target), data)
+    write_file(Path(target), data)  # type: ignore[arg-type]

@@ -31,7 +31,7 @@ from bakery.cli.parsing import (
     Word,
 )
 from bakery.errors import BakeryError, ReportedError
-from bakery.outputs import STDOUT, write_report
+from bakery.outputs import is_stdout, write_json
 
 P = ParamSpec("P")
 
@@ -75,7 +75,7 @@ def _fit_consoles() -> None:
 
 def _json_target(json_file: Path | None) -> None:
     """--json -: the report takes stdout, the human output goes to stderr."""
-    if json_file is not None and str(json_file) == STDOUT:
+    if is_stdout(json_file):
         _Invocation.human = err_console
 
 
@@ -98,7 +98,7 @@ def handled(command: Callable[P, None]) -> Callable[P, None]:
         except ReportedError as e:
             json_file = kwargs.get("json_file")
             if isinstance(json_file, Path):
-                write_report(str(json_file), e.report.to_json())
+                write_json(json_file, e.report.to_json())
             fail(e.error)
         except BakeryError as e:
             fail(e)
@@ -315,7 +315,7 @@ def check(
 def _run_bake(fn: Callable[[], BakeReport], json_file: Path | None) -> BakeReport:
     report = fn()
     if json_file is not None:
-        write_report(str(json_file), report.to_json())
+        write_json(json_file, report.to_json())
     return report
 
 
@@ -453,7 +453,7 @@ def matrix(
     )
     render.matrix_grid(human(), s.name, rows, quiet=_Invocation.quiet)
     if json_file:
-        write_report(str(json_file), mx.to_json(s.name, rows))
+        write_json(json_file, mx.to_json(s.name, rows))
     if markdown:
         markdown.parent.mkdir(parents=True, exist_ok=True)
         markdown.write_text(mx.to_markdown(s.name, rows))
