@@ -184,6 +184,11 @@ def write_failed(pl: Plan, series: Series, pristine: Pristine, failed_out: Path)
         failed_paths = {f.path for f in dres.files if not f.ok}
         conflicts.stage(staging, sorted(p for p in writes if p not in failed_paths))
         conflicts.record(staging, unresolved)
+        # what bakery wrote, so that edits since (the resolution) can be told apart
+        for rel in sorted({p for w in pl.writes[: stop + 1] for p in w} | failed_paths):
+            written = staging / rel
+            if written.is_file() and not written.is_symlink():
+                report.files_sha256[rel] = hashlib.sha256(written.read_bytes()).hexdigest()
         _ignore_bakery(staging)
         manifest = {**report.manifest(), "status": "conflict", "stopped_at": dres.name}
         write_json(staging / MANIFEST, manifest)
