@@ -364,6 +364,7 @@ def test_outside_a_project_bakery_says_where_it_looked(
     assert "BAKERY_HOME" in p.stderr
     p = run_bakery("list", cwd=away, env={"BAKERY_HOME": str(away)})
     assert p.returncode == 2 and f"BAKERY_HOME={away} has no launcher/ folder" in p.stderr
+    assert "$BAKERY_HOME when set" in " ".join(invoke("--help", columns=300).stdout.split())
 
 
 # --- versions ---------------------------------------------------------------------------------

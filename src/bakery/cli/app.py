@@ -38,7 +38,9 @@ P = ParamSpec("P")
 app = typer.Typer(
     name="bakery",
     cls=BakeryGroup,
-    help="Bake patched vLLM trees from ordered series of plain diffs.",
+    help="Bake patched vLLM trees from ordered series of plain diffs.\n\n"
+    "Series live in launcher/ of the project: $BAKERY_HOME when set, else the nearest "
+    "folder above the working directory that holds launcher/.",
     no_args_is_help=True,
     # typer's --install-completion/--show-completion; the completion code loads only when
     # a shell asks (see BENCHMARKS.md, "Process start")
@@ -134,10 +136,7 @@ def _root(
         typer.Option("--verbose", "-v", help="More detail: the source's hash, each diff's commit."),
     ] = False,
 ) -> None:
-    """Bake patched vLLM trees from ordered series of plain diffs.
-
-    Series are looked up in launcher/ of the project: BAKERY_HOME, else the nearest folder
-    above the working directory that holds launcher/."""
+    """The options of every command (the help is the Typer's)."""
     _Invocation.quiet, _Invocation.verbose = quiet and not verbose, verbose
     _Invocation.human = out_console
     _fit_consoles()
