@@ -129,15 +129,24 @@ def test_up_to_date_with_a_release_checks_only_that_releases_port(
     assert r.exit_code == 1 and "not up to date" in r.output
 
 
-def test_refresh_takes_edits_made_after_the_bake(cli: Cli, home: Path, tmp_path: Path) -> None:
+def test_refresh_of_a_base_release_tree_rewrites_the_series_own_diffs(
+    cli: Cli, home: Path, tmp_path: Path
+) -> None:
+    """As quilt refresh: a tree of the series' base release refreshes launcher/s/diffs/,
+    never a port that would shadow them; the edit made after the bake is in it."""
     release("1.0.0", {"vllm/mod.py": BASE})
     series(home, BASE, BASE.replace("line15\n", "FIFTEEN\n"))
     assert cli("apply", "s", "--vllm", "1.0.0", "--out", "out").exit_code == 0
     mod = tmp_path / "out/vllm/mod.py"
     mod.write_text(mod.read_text().replace("line20\n", "TWENTY\n"))
-    assert cli("refresh", "s", "--tree", "out", "--release", "1.0.0").exit_code == 0
-    port = (home / "patches/s/1.0.0/01-change.diff").read_text()
-    assert "+FIFTEEN" in port and "+TWENTY" in port
+    r = cli("refresh", "s", "--tree", "out", "--release", "1.0")  # 1.0 is 1.0.0
+    assert r.exit_code == 0, r.output
+    assert not (home / "patches").exists()
+    own = (home / "launcher/s/diffs/01-change.diff").read_text()
+    assert "+FIFTEEN" in own and "+TWENTY" in own
+    # a diffstat and the next step, pasteable
+    assert "01-change.diff  1 file, +2 -2" in r.stdout
+    assert "bakery apply s --vllm 1.0.0" in r.stdout
     assert cli("apply", "s", "--vllm", "1.0.0", "--out", "out2").exit_code == 0
     assert (tmp_path / "out2/vllm/mod.py").read_bytes() == mod.read_bytes()
 

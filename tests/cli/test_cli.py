@@ -194,8 +194,13 @@ def test_keep_failed_writes_the_attempt_with_rej_files(
     assert not (tmp_path / "out").exists()
     failed = tmp_path / "out.failed"
     k = (failed / "vllm/model_executor/k.py").read_text()
-    assert "return 2 + 1\n" in k  # the hunks that applied are in place
+    # stopped as git am stops: the failing diff's hunks that applied are in place, the
+    # diffs after it are not applied (10-again would make it "2 + 1")
+    assert "return 2 + 0\n" in k and "return 2 + 1\n" not in k
     assert '"""Fourteen."""' not in k
+    assert [s for _, s, _ in commits(failed)] == ["pristine vLLM tree"]
+    manifest = load(failed / ".bakery" / "manifest.json")
+    assert manifest["stopped_at"] == "01-kernel.diff"
     rej = (failed / "vllm/model_executor/k.py.rej").read_text()
     assert rej.startswith("--- vllm/model_executor/k.py\n+++ vllm/model_executor/k.py\n@@ -51,6")
     assert '+    """Fourteen."""\n' in rej

@@ -244,6 +244,8 @@ def test_interrupt_at_many_points(big: Big, sig: int, tmp_path: Path) -> None:
         assert "Traceback" not in run.stderr, run.stderr
         if sent:
             assert_outcome(stage, code, state)
+            if code == 130:  # a clean Ctrl-C says so, in one line
+                assert run.stderr.splitlines()[-1] == "interrupted", run.stderr
         else:
             assert (code, state) == (0, "complete"), (stage, run.stderr)
         assert debris(out) == [], (stage, debris(out))

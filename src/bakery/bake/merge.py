@@ -30,7 +30,9 @@ from bakery.sources.resolve import Pristine, Progress
 
 
 def merge_file(current: bytes, base: bytes, other: bytes) -> tuple[bytes, int]:
-    """git merge-file on three byte strings: (result, number of conflicts)."""
+    """git merge-file on three byte strings: (result, number of conflicts). Conflicts are
+    marked diff3-style: the base's lines between ||||||| and =======, as git's
+    merge.conflictStyle=diff3 shows them."""
     with tempfile.TemporaryDirectory(prefix="bakery-merge-") as tmp:
         paths = []
         for name, data in (("current", current), ("base", base), ("other", other)):
@@ -38,7 +40,8 @@ def merge_file(current: bytes, base: bytes, other: bytes) -> tuple[bytes, int]:
             p.write_bytes(data)
             paths.append(str(p))
         proc = subprocess.run(
-            ["git", "merge-file", "-p", "-L", "release", "-L", "base", "-L", "series", *paths],
+            ["git", "merge-file", "-p", "--diff3", "-L", "release", "-L", "base", "-L", "series"]
+            + paths,
             capture_output=True,
             env=gitutil.clean_env(),
             check=False,
@@ -129,6 +132,7 @@ class Fallback:
                 if h.status is Outcome.FAILED:
                     h.reason = f"merge: {conflicts} conflict(s)"
             res.conflict = merged
+            res.sides = (ours_before, current, ours_after)
             return res
         hunks = [
             HunkResult(
@@ -180,7 +184,7 @@ def make_fallback(
 ACTIONS = {
     "already-upstream": "drop the hunk (or the diff) from this release's port: upstream has it",
     "moved": "the file moved upstream: make a port whose diff names the new path",
-    "context-drift": "resolve with `bakery apply --keep-failed`, then `bakery refresh` a port",
+    "context-drift": "resolve the conflict by hand, then refresh a port from the resolved tree",
     "missing": "the file is gone upstream: drop or rewrite the diff in a port",
 }
 

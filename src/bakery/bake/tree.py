@@ -12,7 +12,6 @@ import contextlib
 import hashlib
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from bakery.bake.merge import Fallback
@@ -21,17 +20,19 @@ from bakery.bake.report import MANIFEST, BakeReport, write_json
 from bakery.bake.staging import (
     clean_stale,
     display_path,
+    make_staging,
     move_into_place,
     refuse_unless_replaceable,
     remove_tree,
-    staging_prefix,
     write_files,
 )
 from bakery.bake.treecopy import copy_tree
 from bakery.errors import BakeryError
 from bakery.git import cmd as gitutil
+from bakery.git import conflicts
 from bakery.git.index import restat_index
 from bakery.git.repo import NEW_CONFIG, clone_local, commit_series, link_objects
+from bakery.patch import mail
 from bakery.patch.series import Series
 from bakery.sources.cache import discard as _discard
 from bakery.sources.resolve import Pristine
@@ -92,6 +93,40 @@ def _populate_from_repo(pristine: Pristine, staging: Path) -> str:
     return commit
 
 
+def _messages(series: Series) -> tuple[list[str], list[str | None]]:
+    """Each diff's commit message and author (a format-patch file's own, as git am takes
+    them; bakery's fixed identity for a plain diff)."""
+    messages: list[str] = []
+    authors: list[str | None] = []
+    for d in series.load_diffs():
+        try:
+            info = mail.read(d.path.read_bytes())
+        except OSError:
+            info = None
+        messages.append(mail.commit_message(d.name, d.sha256, info))
+        authors.append(info.author if info else None)
+    return messages, authors
+
+
+def _ignore_bakery(staging: Path) -> None:
+    exclude = staging / ".git" / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    with exclude.open("a") as fh:
+        fh.write("/.bakery/\n")
+
+
+def _commit(pl: Plan, series: Series, staging: Path, upto: int) -> None:
+    """The first upto diffs as commits, one each, on the pristine commit."""
+    report = pl.report
+    messages, authors = _messages(series)
+    ids = commit_series(
+        staging, str(report.pristine_commit), messages[:upto], pl.writes[:upto], authors[:upto]
+    )
+    for dres, commit in zip(report.diffs, ids, strict=False):
+        dres.commit = commit
+    report.head = ids[-1] if ids else report.pristine_commit
+
+
 def write_tree(
     pl: Plan, series: Series, pristine: Pristine, staging: Path, commits: bool = True
 ) -> None:
@@ -107,45 +142,56 @@ def write_tree(
                 report.files_sha256[rel] = hashlib.sha256(content).hexdigest()
     report.head = report.pristine_commit
     if commits:
-        messages = [f"{d.name}\n\nBakery-Diff-Sha256: {d.sha256}\n" for d in series.load_diffs()]
-        ids = commit_series(staging, report.pristine_commit, messages, pl.writes)
-        for dres, commit in zip(report.diffs, ids, strict=True):
-            dres.commit = commit
-        report.head = ids[-1] if ids else report.head
-    exclude = staging / ".git" / "info" / "exclude"
-    exclude.parent.mkdir(parents=True, exist_ok=True)
-    with exclude.open("a") as fh:
-        fh.write("/.bakery/\n")
+        _commit(pl, series, staging, len(pl.writes))
+    _ignore_bakery(staging)
 
 
 def write_failed(pl: Plan, series: Series, pristine: Pristine, failed_out: Path) -> None:
-    """The attempt, for a person to finish: applied hunks in place, the rest in .rej files
-    (or as conflict markers where a three-way merge left them)."""
+    """The attempt, for a person to finish, stopped the way ``git am -3`` stops: the diffs
+    before the first that does not apply are commits; that one is applied as far as it
+    goes, its clean files staged, its three-way conflicts in git's index as unmerged
+    entries (and diff3 markers in the file), its other failed hunks in .rej files; the
+    diffs after it are not applied (refresh keeps them as they are)."""
     remove_tree(failed_out)
-    staging = Path(
-        tempfile.mkdtemp(
-            prefix=staging_prefix(failed_out) + f"{os.getpid()}-", dir=failed_out.parent
-        )
-    )
+    staging = make_staging(failed_out)
     try:
         report = pl.report
+        stop = next(i for i, d in enumerate(report.diffs) if not d.ok)
         report.pristine_commit = _populate(pristine, staging)
-        for dres, writes in zip(report.diffs, pl.writes, strict=True):
+        for writes in pl.writes[:stop]:
             write_files(staging, writes)
-            for f in dres.files:
-                if f.ok:
-                    continue
-                if f.conflict is not None:
-                    write_files(staging, {f.path: (f.conflict, f.mode)})
-                elif f.failed_hunks:
-                    rej = staging / (f.path + ".rej")
-                    rej.parent.mkdir(parents=True, exist_ok=True)
-                    fp_text = f"--- {f.path}\n+++ {f.path}\n" + "".join(
-                        h.render() for h in f.failed_hunks
+        _commit(pl, series, staging, stop)
+        dres, writes = report.diffs[stop], pl.writes[stop]
+        write_files(staging, writes)
+        unresolved: list[conflicts.Conflict] = []
+        for f in dres.files:
+            if f.ok:
+                continue
+            if f.conflict is not None:
+                write_files(staging, {f.path: (f.conflict, f.mode)})
+                if f.sides is not None:
+                    unresolved.append(
+                        conflicts.Conflict(f.path, *f.sides, executable=bool((f.mode or 0) & 0o100))
                     )
-                    with rej.open("a", encoding="latin-1") as fh:
-                        fh.write(fp_text)
-        write_json(staging / MANIFEST, {**report.manifest(), "status": "conflict"})
+            elif f.failed_hunks:
+                rej = staging / (f.path + ".rej")
+                rej.parent.mkdir(parents=True, exist_ok=True)
+                fp_text = f"--- {f.path}\n+++ {f.path}\n" + "".join(
+                    h.render() for h in f.failed_hunks
+                )
+                with rej.open("a", encoding="latin-1") as fh:
+                    fh.write(fp_text)
+        failed_paths = {f.path for f in dres.files if not f.ok}
+        conflicts.stage(staging, sorted(p for p in writes if p not in failed_paths))
+        conflicts.record(staging, unresolved)
+        # what bakery wrote, so that edits since (the resolution) can be told apart
+        for rel in sorted({p for w in pl.writes[: stop + 1] for p in w} | failed_paths):
+            written = staging / rel
+            if written.is_file() and not written.is_symlink():
+                report.files_sha256[rel] = hashlib.sha256(written.read_bytes()).hexdigest()
+        _ignore_bakery(staging)
+        manifest = {**report.manifest(), "status": "conflict", "stopped_at": dres.name}
+        write_json(staging / MANIFEST, manifest)
         os.replace(staging, failed_out)
     except BaseException:
         _discard(staging)
@@ -193,7 +239,7 @@ def bake(
             write_failed(pl, series, pristine, failed_out)
             report.failed_out = display_path(failed_out)
         return report
-    staging = Path(tempfile.mkdtemp(prefix=staging_prefix(out) + f"{os.getpid()}-", dir=out.parent))
+    staging = make_staging(out)
     try:
         if events:
             events("write", f"Writing {display_path(out)}")

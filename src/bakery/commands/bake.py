@@ -278,6 +278,11 @@ def list_series(spec: str | None) -> list[dict[str, Any]]:
         names = [spec]
     else:
         names = sorted(p.name for p in (home / "launcher").glob("*") if (p / "diffs").is_dir())
+        if not names:
+            from bakery.errors import SeriesError
+            from bakery.patch.series import where_series_are
+
+            raise SeriesError(f"no series{where_series_are(home)}")
     rows = []
     for name in names:
         s = load_series(name, home)

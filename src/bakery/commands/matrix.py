@@ -34,7 +34,8 @@ class Row:
 
     @property
     def ok(self) -> bool:
-        return self.status == "baked" and self.verify in (None, "passed")
+        # "checked": a `bakery check --json` report that applies
+        return self.status in ("baked", "checked") and self.verify in (None, "passed")
 
     @property
     def verify_cell(self) -> str:
@@ -58,10 +59,28 @@ class Row:
 
 
 def select_versions(since: str, include_pre: bool = False) -> list[str]:
-    from bakery.sources.resolve import release_versions
+    from bakery.commands.releases import releases
 
-    floor = Version(since)
-    return [str(v) for v in release_versions(include_pre) if v >= floor]
+    return releases(since, include_pre)
+
+
+def asked_versions(vllm: list[str], since: str | None, include_pre: bool) -> list[str]:
+    """The releases a matrix bakes: --vllm's (normalised: 0.32 and v0.32.0 are 0.32.0;
+    latest is the newest release), then --since's that are not among them."""
+    from bakery.sources import versions as v
+
+    out: list[str] = []
+    for spec in vllm:
+        if spec == v.LATEST:
+            from bakery.commands.releases import latest
+
+            spec = latest()
+        spec = v.normalize(spec)
+        if spec not in out:
+            out.append(spec)
+    if since:
+        out += [x for x in select_versions(since, include_pre) if x not in out]
+    return out
 
 
 def summarize(diff: dict[str, object]) -> str:

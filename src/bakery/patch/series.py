@@ -71,6 +71,22 @@ def project_root() -> Path:
     return cwd
 
 
+def where_series_are(home: Path) -> str:
+    """The end of an "unknown series" line: the series known, or where bakery looked."""
+    import os
+
+    launcher = home / "launcher"
+    if launcher.is_dir():
+        known = sorted(p.name for p in launcher.glob("*") if p.is_dir())
+        return f" (known: {', '.join(known)})" if known else f" (none in {launcher})"
+    if os.environ.get("BAKERY_HOME"):
+        return f": BAKERY_HOME={home} has no launcher/ folder"
+    return (
+        f": no launcher/ folder in {home} or above it; run bakery inside a project, "
+        "set BAKERY_HOME to one, or give the path to a series folder"
+    )
+
+
 def ordered_diffs(folder: Path) -> list[Path]:
     if not folder.is_dir():
         raise SeriesError(f"{folder}: no such diffs folder")
@@ -103,9 +119,7 @@ def load_series(spec: str, home: Path | None = None) -> Series:
     elif candidate.is_dir():
         folder = candidate
     else:
-        known = sorted(p.name for p in (home / "launcher").glob("*") if p.is_dir())
-        hint = f" (known: {', '.join(known)})" if known else ""
-        raise SeriesError(f"unknown series {spec!r}{hint}")
+        raise SeriesError(f"unknown series {spec!r}{where_series_are(home)}")
     folder = folder.resolve()
     diffs_dir = folder / "diffs"
     if not diffs_dir.is_dir():

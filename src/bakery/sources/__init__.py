@@ -1,3 +1,3 @@
 """Pristine vLLM trees: where a ``--vllm`` spec points (``resolve``: index, local tree,
-``git+`` URL), the locked cache that keeps them (``cache``), and a release unpacked once,
-safely (``unpack``, ``tarstream``)."""
+``git+`` URL), versions as people type them (``versions``), the locked cache that keeps
+them (``cache``), and a release unpacked once, safely (``unpack``, ``tarstream``)."""

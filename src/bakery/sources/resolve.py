@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
+from bakery.sources import versions
 from bakery.sources.cache import Cache, Entry
 
 #: (bytes done, bytes total or None) while downloading.
@@ -99,9 +100,16 @@ def resolve(
     path = Path(spec).expanduser()
     if path.exists():
         return _local_source(path, allow_dirty)
+    if spec == versions.LATEST:
+        from bakery.commands.releases import latest
+
+        spec = latest()
     if is_version(spec):
-        return release(spec, cache, progress, defer_check)
-    raise SourceError(f"--vllm {spec!r}: not a release version, an existing path, or git+URL@REF")
+        return release(versions.normalize(spec), cache, progress, defer_check)
+    raise SourceError(
+        f"--vllm {spec!r}: not a release version, {versions.LATEST!r}, an existing path, "
+        "or git+URL@REF"
+    )
 
 
 # --- the package index -----------------------------------------------------------------------

@@ -1,0 +1,24 @@
+"""``bakery releases``: the vLLM releases on the package index, for people and for CI's
+matrix (``--json`` prints one JSON list that a workflow passes to ``fromJSON``)."""
+
+from __future__ import annotations
+
+from bakery.sources import versions
+
+
+def releases(since: str | None = None, include_pre: bool = False) -> list[str]:
+    """Every release with a source distribution on the index, from since on, oldest first."""
+    from bakery.sources.resolve import release_versions
+
+    return versions.since(release_versions(include_pre), since or "0", include_pre)
+
+
+def latest() -> str:
+    """The newest final release on the index (``--vllm latest``)."""
+    from bakery.errors import SourceError
+    from bakery.sources.resolve import index_url, release_versions
+
+    found = release_versions(False)
+    if not found:
+        raise SourceError(f"no vLLM release with a source distribution on {index_url()}")
+    return str(found[-1])
