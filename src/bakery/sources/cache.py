@@ -11,6 +11,10 @@ Layout under the user's cache folder (``BAKERY_CACHE_DIR`` overrides it)::
                       written by unpack.py in the pass that extracts the files
     trees/KEY.json    written last: the entry is complete (source, sha256, commit, format)
 
+Every entry (a release: its tree, marker and sdist; a git tree; a git mirror) has the lock
+of its key, held while it is built, read or removed (``bakery cache clean``, see
+housekeeping.py); the marker's mtime (a mirror's own) is the time it was last used.
+
 Entries are built in a temporary folder beside their final place and renamed into it.
 A damaged entry (files changed since extraction: ``git status`` is not clean, or its
 HEAD is not the recorded commit) is removed and built again, and so is an entry of an
@@ -19,6 +23,7 @@ older ``FORMAT`` (the same release must give the same pristine commit on every m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -41,6 +46,8 @@ FORMAT = "2"
 
 _README = """This folder is bakery's cache of vLLM source distributions and pristine trees.
 It is safe to delete; bakery downloads and extracts again what it needs.
+`bakery cache list` shows its entries, `bakery cache clean --keep N` removes all but
+the N used last (without a bake in progress losing its tree).
 """
 
 
@@ -95,6 +102,13 @@ class Cache:
             raise SourceError(f"cache folder {self.root}: {e.strerror}") from None
         return p
 
+    @staticmethod
+    def touch(path: Path) -> None:
+        """Note that an entry was used now (its marker's, or a mirror's, mtime): ``bakery
+        cache clean --keep N`` keeps the N used last."""
+        with contextlib.suppress(OSError):  # a read-only cache still bakes; its ages are off
+            os.utime(path)
+
     @contextmanager
     def lock(self, key: str) -> Iterator[None]:
         with FileLock(str(self.path("locks") / f"{key}.lock")):
@@ -118,6 +132,7 @@ class Cache:
                 meta.get("format") == FORMAT and tree.is_dir() and _head(tree) == meta["commit"]
             )
             if intact and defer:
+                self.touch(marker)
                 return Entry(tree, meta, gitutil.Pending(tree, *gitutil.status_args(refresh=True)))
             intact = intact and not gitutil.dirty(tree, refresh=True)
         except (OSError, ValueError, KeyError, gitutil.GitError):
@@ -126,6 +141,7 @@ class Cache:
             marker.unlink(missing_ok=True)
             shutil.rmtree(tree, ignore_errors=True)
             return None
+        self.touch(marker)
         return Entry(tree, meta)
 
     def confirm(self, key: str, entry: Entry) -> None:
