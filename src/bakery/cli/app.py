@@ -234,17 +234,31 @@ def list_(
         render.series_list(out_console, rows)
 
 
+InterpretOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--interpret/--gpu",
+        help="Run the kernels on the CPU (Triton's interpreter, gloo) or on a GPU. "
+        "Default: a GPU when torch sees one, else the CPU.",
+    ),
+]
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def verify(
     ctx: typer.Context,
-    series: Annotated[str, typer.Argument(help="The series whose bundled tests run.")] = "dcp2",
+    series: Annotated[
+        str | None,
+        typer.Argument(
+            help="The series whose bundled tests run (default: the one --tree was baked "
+            "from, else the last one applied)."
+        ),
+    ] = None,
     tree: Annotated[
         Path | None,
-        typer.Option("--tree", help="The baked tree (default: the last one baked for the series)."),
+        typer.Option("--tree", help="The baked tree (default: the series' last `bakery apply`)."),
     ] = None,
-    interpret: Annotated[
-        bool, typer.Option("--interpret", help="CPU only: Triton's interpreter and gloo.")
-    ] = False,
+    interpret: InterpretOpt = None,
     junit: Annotated[Path | None, typer.Option("--junit", help="Write a JUnit XML file.")] = None,
 ) -> None:
     """Run the series' bundled tests against a baked tree's own code. Arguments after --
@@ -253,7 +267,12 @@ def verify(
 
     try:
         result, edited = commands.verify(
-            series, tree=tree, interpret=interpret, junit=junit, pytest_args=list(ctx.args)
+            series,
+            tree=tree,
+            interpret=interpret,
+            junit=junit,
+            pytest_args=list(ctx.args),
+            events=_events,
         )
     except BakeryError as e:
         fail(e)
@@ -274,12 +293,7 @@ def matrix(
     ] = None,
     pre: Annotated[bool, typer.Option("--pre", help="With --since: pre-releases too.")] = False,
     do_verify: Annotated[bool, typer.Option("--verify", help="Verify each baked tree.")] = False,
-    interpret: Annotated[
-        bool,
-        typer.Option(
-            "--interpret/--gpu", help="Verify on the CPU (Triton interpreter) or on a GPU."
-        ),
-    ] = True,
+    interpret: InterpretOpt = None,
     jobs: Annotated[
         int, typer.Option("--jobs", "-j", min=1, help="Parallel workers (default: 2).")
     ] = 2,
@@ -307,13 +321,18 @@ def matrix(
         if not versions:
             raise BakeryError("matrix needs --vllm VERSION... or --since VERSION")
         err_console.print(escape(f"baking {s.name} on {', '.join(versions)} with {jobs} workers"))
+        if do_verify:
+            from bakery.commands.bake import choose_device
+
+            interpret, where = choose_device(interpret)
+            err_console.print(escape(f"verifying each baked tree {where}"))
         rows = mx.run(
             str(s.path),
             versions,
             out_root=out.absolute(),
             jobs=jobs,
             verify=do_verify,
-            interpret=interpret,
+            interpret=bool(interpret),
             home=project_root(),
         )
     except BakeryError as e:
@@ -371,6 +390,15 @@ def summarize(
     else:
         out_console.print(text, markup=False)
     raise typer.Exit(code=0 if all(r.ok for r in rows) else 1)
+
+
+def _add_subcommands() -> None:
+    from bakery.cli.cache import cache_app
+
+    app.add_typer(cache_app)
+
+
+_add_subcommands()
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
