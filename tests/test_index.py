@@ -15,6 +15,9 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
+import ssl
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -51,7 +54,7 @@ def pip_answer() -> str:
 def pip_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No index variable set; user config folders in tmp_path; global files named by
     XDG_CONFIG_DIRS (in tmp_path; pip also reads /etc/pip.conf, as bakery does)."""
-    for name in (*pipconf.ENV_ORDER, "PIP_CONFIG_FILE"):
+    for name in (*pipconf.ENV_ORDER, "PIP_CONFIG_FILE", "PIP_CERT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "userhome" / ".config"))
     monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path / "xdg"))
@@ -279,13 +282,15 @@ class LocalIndex:
     auth: str | None = None
     redirect: bool = False
     yanked: set[str] = field(default_factory=set)
+    #: (certificate, key) files: serve HTTPS
+    tls: tuple[Path, Path] | None = None
     #: (host header, path, Authorization header or None) of every request
     seen: list[tuple[str, str, str | None]] = field(default_factory=list)
     port: int = 0
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/simple"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/simple"
 
     def page(self) -> tuple[bytes, str]:
         # relative URLs, as both PEPs allow
@@ -345,6 +350,10 @@ def serve(idx: LocalIndex) -> Iterator[LocalIndex]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     idx.port = server.server_address[1]
+    if idx.tls is not None:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*idx.tls)
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
@@ -523,3 +532,44 @@ def test_session_names_where_the_index_was_set() -> None:
     assert s.shown == "https://me:***@idx.invalid/simple (from PIP_INDEX_URL)"
     assert s.credentials("https://idx.invalid/files/x") == ("me", SECRET)
     assert s.credentials("https://other.invalid/files/x") is None
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        + ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+        + ["-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl makes the test's certificate")
+def test_https_index_checked_against_pips_cert(
+    tiny_series: Path,
+    tmp_path: Path,
+    pip_env: Path,
+    cli: Callable[..., Result],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cert, key = _self_signed(tmp_path)
+    idx = LocalIndex({"vllm-1.0.0.tar.gz": sdist("1.0.0", files=3)}, tls=(cert, key))
+    with serve(idx):
+        monkeypatch.setenv("BAKERY_INDEX_URL", idx.url)
+        refused = cli("apply", tiny_series, "--vllm", "1.0.0", "--out", "no")
+        conf(pip_env / "env.conf", "global", str(cert), key="cert")
+        monkeypatch.setenv("PIP_CONFIG_FILE", str(pip_env / "env.conf"))
+        assert pipconf.configured_cert() == str(cert) == pip_cert()
+        r = cli("apply", tiny_series, "--vllm", "1.0.0", "--out", "out")
+    assert refused.exit_code == 2 and "CERTIFICATE_VERIFY_FAILED" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1
+    assert r.exit_code == 0, r.output
+
+
+def pip_cert() -> str:
+    from pip._internal.commands import create_command
+
+    options, _ = create_command("install").parse_args([])
+    return str(options.cert)

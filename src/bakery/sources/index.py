@@ -6,6 +6,7 @@ read by the answer's ``Content-Type``. File URLs may be relative: they are resol
 the page's URL (after redirects; an HTML ``<base href>`` counts). HTML gives a file's
 sha256 in the URL's fragment (``#sha256=...``).
 
+HTTPS is checked against pip's ``cert`` (``PIP_CERT`` or pip.conf) where one is set.
 Credentials come from the index URL's userinfo (for that host only) or from netrc
 (``NETRC``, else ``~/.netrc``), by host, as pip and requests take them. They are sent
 as an ``Authorization`` header that never follows a redirect to another host, and never
@@ -20,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ from typing import IO, Any
 from urllib.parse import urldefrag, urljoin, urlsplit
 
 from bakery.errors import SourceError
-from bakery.sources.pipconf import IndexSetting, configured_index
+from bakery.sources.pipconf import IndexSetting, configured_cert, configured_index
 from bakery.sources.urls import redact_text, redact_url, split_userinfo
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
@@ -54,6 +56,10 @@ class Session:
         self.url, auth = split_userinfo(self.setting.url)
         self._auth = {urlsplit(self.url).netloc.lower(): auth} if auth else {}
         self._netrc: Any = None
+        self._handlers: list[urllib.request.BaseHandler] = [_Redirect(self)]
+        cert = configured_cert()
+        if cert:
+            self._handlers.append(urllib.request.HTTPSHandler(context=_ssl_context(cert)))
 
     @property
     def shown(self) -> str:
@@ -101,7 +107,7 @@ class Session:
             self._auth.setdefault(urlsplit(bare).netloc.lower(), auth)
         req = urllib.request.Request(bare, headers={"Accept": accept} if accept else {})
         self.authorize(req)
-        opener = urllib.request.build_opener(_Redirect(self))
+        opener = urllib.request.build_opener(*self._handlers)
         return opener.open(req, timeout=timeout)  # type: ignore[no-any-return]
 
     def error(self, url: str, e: BaseException) -> SourceError:
@@ -133,6 +139,14 @@ class Session:
             f"{redact_url(page)}: the index answered {ctype}, neither JSON (PEP 691) "
             "nor HTML (PEP 503)"
         )
+
+
+def _ssl_context(cert: str) -> ssl.SSLContext:
+    """pip's ``cert``: this CA bundle instead of the system's."""
+    try:
+        return ssl.create_default_context(cafile=cert)
+    except (OSError, ssl.SSLError) as e:
+        raise SourceError(f"pip's cert {cert}: {getattr(e, 'strerror', None) or e}") from None
 
 
 class _Redirect(urllib.request.HTTPRedirectHandler):

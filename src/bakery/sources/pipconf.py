@@ -11,7 +11,8 @@ it has changed between releases): global files (``$XDG_CONFIG_DIRS/pip/pip.conf`
 skipped when ``PIP_CONFIG_FILE`` names a file that exists), the site file
 (``sys.prefix/pip.conf``), then ``PIP_CONFIG_FILE``; a later file overrides an earlier one,
 and ``PIP_CONFIG_FILE=/dev/null`` turns them all off. In them, ``[install]`` overrides
-``[global]``, whichever file each comes from, as it does for ``pip install``.
+``[global]``, whichever file each comes from, as it does for ``pip install``. pip's
+``cert`` (``PIP_CERT``) is read the same way: the CA bundle for HTTPS.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ _BASENAME = "pip.ini" if _WINDOWS else "pip.conf"
 
 @dataclass(frozen=True)
 class IndexSetting:
-    """The index URL (it may carry credentials: show it through urls.redact_url) and where
-    it was set (an environment variable, a file and section, or pip's default)."""
+    """The index URL (it may carry credentials: show it through urls.redact_url), or
+    another setting, and where it was set (an environment variable, a file and section, or
+    pip's default)."""
 
     url: str
     origin: str
@@ -108,31 +110,46 @@ def _read(path: Path) -> configparser.RawConfigParser | None:
     return parser
 
 
-def _index_in(parser: configparser.RawConfigParser, section: str) -> str | None:
+def _value_in(parser: configparser.RawConfigParser, section: str, name: str) -> str | None:
     if not parser.has_section(section):
         return None
     for key, value in parser.items(section):
         # pip's names: "index_url" and "--index-url" mean "index-url".
-        if key.lstrip("-").replace("_", "-") == "index-url" and value.strip():
+        if key.lstrip("-").replace("_", "-") == name and value.strip():
             return value.strip()
     return None
 
 
-def pip_config_index(files: list[Path]) -> IndexSetting | None:
-    """index-url from pip's files: [install] before [global], then the latest file."""
+def pip_config_value(files: list[Path], name: str) -> IndexSetting | None:
+    """A setting from pip's files: [install] before [global], then the latest file."""
     found: dict[str, IndexSetting] = {}
     for path in files:
         parser = _read(path)
         if parser is None:
             continue
         for section in SECTIONS:
-            url = _index_in(parser, section)
-            if url is not None:
-                found[section] = IndexSetting(url.rstrip("/"), f"{path} [{section}] index-url")
+            value = _value_in(parser, section, name)
+            if value is not None:
+                found[section] = IndexSetting(value, f"{path} [{section}] {name}")
     for section in reversed(SECTIONS):
         if section in found:
             return found[section]
     return None
+
+
+def pip_config_index(files: list[Path]) -> IndexSetting | None:
+    found = pip_config_value(files, "index-url")
+    return IndexSetting(found.url.rstrip("/"), found.origin) if found is not None else None
+
+
+def configured_cert(environ: Mapping[str, str] | None = None) -> str | None:
+    """pip's ``cert`` (``PIP_CERT``, else pip.conf): the CA bundle that replaces the
+    system's for HTTPS, as it does for pip. None: the system's (``SSL_CERT_FILE`` too)."""
+    env = os.environ if environ is None else environ
+    if env.get("PIP_CERT", "").strip():
+        return env["PIP_CERT"].strip()
+    found = pip_config_value(pip_config_files(env), "cert")
+    return found.url if found is not None else None
 
 
 def pip_default_index() -> IndexSetting:

@@ -105,13 +105,6 @@ def resolve(
 # --- the package index -----------------------------------------------------------------------
 
 
-def index_url() -> str:
-    """The index bakery reads (see pipconf.py), credentials hidden, and where it was set."""
-    from bakery.sources.index import Session
-
-    return Session().shown
-
-
 def index_files(project: str = "vllm") -> list[IndexFile]:
     from bakery.sources.index import Session
 
