@@ -1,3 +1,4 @@
-"""Pristine vLLM trees: where a ``--vllm`` spec points (``resolve``: index, local tree,
-``git+`` URL), the locked cache that keeps them (``cache``), and a release unpacked once,
-safely (``unpack``, ``tarstream``)."""
+"""Pristine vLLM trees: where a ``--vllm`` spec points (``resolve``: index, local tree;
+``gitsource``: ``git+`` URLs), which package index and how it is read (``pipconf``,
+``index``, ``urls``), the locked cache that keeps them (``cache``, ``housekeeping``), and a
+release unpacked once, safely (``unpack``, ``tarstream``)."""

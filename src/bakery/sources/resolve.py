@@ -1,5 +1,7 @@
 """Pristine vLLM trees: a release from the package index, a local path, or ``git+URL@REF``.
 
+Which index, and how it is read, are pipconf.py and index.py; ``git+`` is gitsource.py.
+
 Releases and git refs are cached (see cache.py) as an extracted tree holding a git repo
 with one deterministic commit, both written in one pass over the archive (unpack.py), so a
 bake copies files and clones history without extracting, adding or hashing the tree
