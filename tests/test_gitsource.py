@@ -136,3 +136,16 @@ def test_credentials_in_a_git_url_are_not_printed(tiny: Tiny, cli: Callable[...,
     line = one_error_line(cli("apply", "demo", "--vllm", spec))
     assert SECRET not in line
     assert line.startswith("error: git+http://me:***@127.0.0.1:9/repo.git@main: ")
+
+
+def test_transports_that_run_commands_are_refused(
+    tiny: Tiny, tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    lines = []
+    for spec in (f"ext::sh -c touch% {tmp_path}/pwned", f"--upload-pack=touch {tmp_path}/pwned"):
+        lines.append(one_error_line(cli("apply", "demo", "--vllm", f"git+{spec}")))
+        assert lines[-1].startswith(f"error: git+{spec}@HEAD: ")
+    assert not (tmp_path / "pwned").exists()
+    refused = "refused: that transport or option runs commands (ext::, --upload-pack)"
+    assert lines[0].endswith(refused)
+    assert lines[1].endswith("does not exist")  # a path, never an option

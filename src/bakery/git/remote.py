@@ -40,6 +40,8 @@ def _git_error(url: str, e: Exception) -> RemoteError:
 
     if isinstance(e, gitpython.GitCommandError):
         detail = one_line(str(e.stderr or ""))
+    elif isinstance(e, gitpython.exc.UnsafeProtocolError | gitpython.exc.UnsafeOptionError):
+        detail = "refused: that transport or option runs commands (ext::, --upload-pack)"
     else:  # UnsafeProtocolError, NoSuchPathError...
         detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return RemoteError(redact_text(detail, url))
