@@ -524,7 +524,7 @@ def test_broken_netrc_is_one_line(
         monkeypatch.setenv("BAKERY_INDEX_URL", idx.url)
         r = cli("apply", tiny_series, "--vllm", "1.0.0")
     assert r.exit_code == 2
-    assert f"netrc {bad}: cannot parse line" in r.output and SECRET not in r.output
+    assert f"netrc {bad}: cannot parse it (near line" in r.output and SECRET not in r.output
 
 
 def test_session_names_where_the_index_was_set() -> None:

@@ -90,7 +90,8 @@ class Session:
                 self._netrc = False
             except netrc.NetrcParseError as e:
                 # Not e.msg: it quotes the token it choked on, which may be a password.
-                raise SourceError(f"netrc {e.filename}: cannot parse line {e.lineno}") from None
+                where = f"netrc {e.filename}"
+                raise SourceError(f"{where}: cannot parse it (near line {e.lineno})") from None
         return self._netrc or None
 
     def authorize(self, req: urllib.request.Request) -> None:
