@@ -28,6 +28,10 @@ def size(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def _entries(n: int) -> str:
+    return f"{n} entry" if n == 1 else f"{n} entries"
+
+
 def _ago(when: float) -> str:
     days = (time.time() - when) / 86400
     if days < 1:
@@ -71,11 +75,11 @@ def list_(
         elif not r.complete:
             what += " (incomplete)"
         out_console.print(
-            escape(f"{r.key:<36} {r.kind:<8} {size(r.size):>9}  {_ago(r.used):<13} {what}"),
+            escape(f"{r.key:<38} {r.kind:<8} {size(r.size):>9}  {_ago(r.used):<13} {what}"),
             soft_wrap=True,
         )
     out_console.print(
-        escape(f"{len(rows)} entries, {size(sum(r.size for r in rows))} in {cache.root}"),
+        escape(f"{_entries(len(rows))}, {size(sum(r.size for r in rows))} in {cache.root}"),
         soft_wrap=True,
     )
 
@@ -111,7 +115,7 @@ def clean(
         err_console.print(escape(f"in use by a running bake, kept: {r.key}"), soft_wrap=True)
     out_console.print(
         escape(
-            f"{verb} {len(result.removed)} entries ({size(result.freed)}), "
+            f"{verb} {_entries(len(result.removed))} ({size(result.freed)}), "
             f"kept {len(result.kept) + len(result.busy)}"
         ),
         soft_wrap=True,
