@@ -391,6 +391,21 @@ def test_bake_from_a_local_index_in_either_format(
     assert report["vllm"]["sha256"] == hashlib.sha256(idx.files["vllm-1.0.0.tar.gz"]).hexdigest()
 
 
+def test_file_index_is_a_folder_of_pages(
+    tiny_series: Path, tmp_path: Path, cli: Callable[..., Result], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    idx = LocalIndex({"vllm-1.0.0.tar.gz": sdist("1.0.0", files=3)}, fmt="html")
+    root = tmp_path / "www"
+    (root / "simple" / "vllm").mkdir(parents=True)
+    (root / "simple" / "vllm" / "index.html").write_bytes(idx.page()[0])
+    (root / "files").mkdir()
+    (root / "files" / "vllm-1.0.0.tar.gz").write_bytes(idx.files["vllm-1.0.0.tar.gz"])
+    monkeypatch.setenv("BAKERY_INDEX_URL", (root / "simple").as_uri())
+    r = cli("apply", tiny_series, "--vllm", "1.0.0", "--out", "out")
+    assert r.exit_code == 0, r.output
+    assert baked_x(Path("out")) == X_PY.replace("b\n", "B\n", 1)
+
+
 def test_html_yanked_release_is_not_listed(monkeypatch: pytest.MonkeyPatch) -> None:
     from bakery.sources.resolve import release_versions
 

@@ -2,7 +2,8 @@
 (PEP 691) or HTML (PEP 503), and its files, with the credentials pip would use.
 
 The format is negotiated the way pip asks (``Accept`` names JSON first, HTML after) and
-read by the answer's ``Content-Type``. File URLs may be relative: they are resolved against
+read by the answer's ``Content-Type``. A ``file://`` index is a folder of
+``PROJECT/index.html`` pages, as pip reads it. File URLs may be relative: they are resolved against
 the page's URL (after redirects; an HTML ``<base href>`` counts). HTML gives a file's
 sha256 in the URL's fragment (``#sha256=...``).
 
@@ -121,6 +122,8 @@ class Session:
     def project_files(self, project: str) -> list[IndexFile]:
         """The files of a project's page, in the page's order."""
         url = f"{self.url.rstrip('/')}/{project}/"
+        if urlsplit(url).scheme == "file":  # a folder of pages, as pip reads it
+            url = urljoin(url, "index.html")
         try:
             with self.open(url, accept=ACCEPT) as resp:
                 body = resp.read()
