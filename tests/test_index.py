@@ -406,6 +406,23 @@ def test_file_index_is_a_folder_of_pages(
     assert baked_x(Path("out")) == X_PY.replace("b\n", "B\n", 1)
 
 
+@pytest.mark.parametrize("link", ["file:///etc/passwd", "ftp://127.0.0.1/vllm-1.0.0.tar.gz"])
+def test_an_http_index_cannot_send_bakery_elsewhere(
+    link: str, tiny_series: Path, cli: Callable[..., Result], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    idx = LocalIndex({"vllm-1.0.0.tar.gz": b"x"}, fmt="html")
+    page = idx.page
+    idx.page = lambda: (
+        page()[0].replace(b"../../files/vllm-1.0.0.tar.gz", link.encode()),
+        "text/html",
+    )  # type: ignore[method-assign]
+    with serve(idx):
+        monkeypatch.setenv("BAKERY_INDEX_URL", idx.url)
+        r = cli("apply", tiny_series, "--vllm", "1.0.0")
+    assert r.exit_code == 2
+    assert r.output.strip() == f"error: {link}: not an http(s) URL (the index is {idx.url})"
+
+
 def test_html_yanked_release_is_not_listed(monkeypatch: pytest.MonkeyPatch) -> None:
     from bakery.sources.resolve import release_versions
 

@@ -105,6 +105,12 @@ class Session:
     def open(self, url: str, *, accept: str | None = None, timeout: float = 60) -> IO[bytes]:
         """GET url (credentials in its userinfo are taken out and sent as a header)."""
         bare, auth = split_userinfo(url)
+        # An http(s) index may not send bakery to a local file (file://) or elsewhere.
+        allowed = ("http", "https", "file") if self.url.startswith("file:") else ("http", "https")
+        if urlsplit(bare).scheme not in allowed:
+            raise SourceError(
+                f"{redact_url(url)}: not an http(s) URL (the index is {redact_url(self.url)})"
+            )
         if auth is not None:
             self._auth.setdefault(urlsplit(bare).netloc.lower(), auth)
         req = urllib.request.Request(bare, headers={"Accept": accept} if accept else {})
