@@ -415,7 +415,7 @@ def test_an_http_index_cannot_send_bakery_elsewhere(
     idx.page = lambda: (
         page()[0].replace(b"../../files/vllm-1.0.0.tar.gz", link.encode()),
         "text/html",
-    )  # type: ignore[method-assign]
+    )
     with serve(idx):
         monkeypatch.setenv("BAKERY_INDEX_URL", idx.url)
         r = cli("apply", tiny_series, "--vllm", "1.0.0")
