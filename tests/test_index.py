@@ -30,7 +30,7 @@ from typer.testing import Result
 
 from bakery.errors import SourceError
 from bakery.sources import pipconf
-from bakery.sources.index import Session, parse_html, parse_json
+from bakery.sources.index import IndexFile, Session, parse_html, parse_json
 from bakery.sources.pipconf import IndexSetting, configured_index
 from bakery.sources.urls import redact_text, redact_url, split_userinfo
 
@@ -605,3 +605,26 @@ def pip_cert() -> str:
 
     options, _ = create_command("install").parse_args([])
     return str(options.cert)
+
+
+@pytest.mark.network
+def test_html_and_json_pages_of_the_real_index_agree() -> None:
+    """The index pip is configured with (or pip's default), read in both formats."""
+    s = Session()
+    url = s.url + "/vllm/"
+    try:
+        with s.open(url, accept="application/vnd.pypi.simple.v1+html") as resp:
+            ctype = resp.headers.get_content_type()  # type: ignore[attr-defined]
+            html, page = resp.read().decode(), resp.geturl()  # type: ignore[attr-defined]
+        from_json = s.project_files("vllm")
+    except (OSError, SourceError) as e:
+        pytest.skip(f"the package index is not reachable: {e}")
+    if ctype not in ("text/html", "application/vnd.pypi.simple.v1+html"):
+        pytest.skip(f"this index serves no HTML ({ctype})")
+
+    def key(f: IndexFile) -> tuple[str, str, str | None, bool]:
+        return f.filename, f.url, f.sha256, f.yanked
+
+    from_html = parse_html(html, page)
+    assert len(from_html) > 100
+    assert sorted(map(key, from_html)) == sorted(map(key, from_json))
