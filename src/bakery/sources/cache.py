@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
@@ -68,6 +68,10 @@ class Entry:
     meta: dict[str, str]
     #: tree_entry(defer=True): the ``git status`` still running; see Cache.confirm.
     check: gitutil.Pending | None = None
+
+
+class EntryBusy(SourceError):
+    """Cache.lock(wait=False) of an entry that another process holds."""
 
 
 class CacheChanged(SourceError):
@@ -110,9 +114,18 @@ class Cache:
             os.utime(path)
 
     @contextmanager
-    def lock(self, key: str) -> Iterator[None]:
-        with FileLock(str(self.path("locks") / f"{key}.lock")):
+    def lock(self, key: str, *, wait: bool = True) -> Iterator[None]:
+        """key's lock (across processes). Without wait, EntryBusy at once where another
+        process holds it (``bakery cache clean`` leaves a bake's entry alone)."""
+        lock = FileLock(str(self.path("locks") / f"{key}.lock"), timeout=-1 if wait else 0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise EntryBusy(f"cache entry {key} is in use") from None
+        try:
             yield
+        finally:
+            lock.release()
 
     def tree_entry(self, key: str, *, defer: bool = False) -> Entry | None:
         """The complete, intact entry for key, or None (a damaged one is removed). With

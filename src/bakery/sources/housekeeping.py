@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bakery.sources.cache import Cache
+from bakery.sources.cache import Cache, EntryBusy
 
 DAY = 86400.0
 
@@ -168,8 +168,6 @@ def _leftovers(cache: Cache, key: str) -> list[Path]:
 def clean(
     cache: Cache, *, keep: int | None = None, older_than: float | None = None, dry_run: bool = False
 ) -> Cleaned:
-    from filelock import FileLock, Timeout
-
     all_items = items(cache)
     doomed = select(all_items, keep, older_than)
     result = Cleaned(kept=[i for i in all_items if i not in doomed])
@@ -178,10 +176,10 @@ def clean(
             result.removed.append(item)
             continue
         try:
-            with FileLock(str(cache.path("locks") / f"{item.key}.lock"), timeout=0):
+            with cache.lock(item.key, wait=False):
                 item.paths += _leftovers(cache, item.key)
                 _remove(item)
-        except Timeout:
+        except EntryBusy:
             result.busy.append(item)
             continue
         result.removed.append(item)
