@@ -134,3 +134,21 @@ def test_git_mirror_goes_with_its_last_tree(
     assert cli("cache", "clean", "--keep", "0").exit_code == 0
     assert listing(cli) == []
     assert not any((cache / "git").iterdir())
+
+
+def test_clean_leaves_a_tree_a_bake_is_still_copying(
+    baked: Path, cache: Path, cli: Callable[..., Result]
+) -> None:
+    """The key's lock covers a bake's lookup; the entry's hold covers the copy after it."""
+    from bakery.sources.cache import Cache
+    from bakery.sources.resolve import release
+
+    pristine = release("1.1.0", Cache())  # looked up, lock released, copy not done
+    try:
+        r = cli("cache", "clean")
+        assert "in use by a running bake, kept: vllm-1.1.0" in r.output
+        assert (pristine.tree / "vllm" / "x.py").is_file()
+    finally:
+        pristine.close()
+    assert cli("cache", "clean").exit_code == 0
+    assert listing(cli) == []

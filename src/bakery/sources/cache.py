@@ -74,6 +74,33 @@ class EntryBusy(SourceError):
     """Cache.lock(wait=False) of an entry that another process holds."""
 
 
+class Hold:
+    """An entry in use: a shared ``flock`` on ``locks/KEY.use``, from the bake's lookup of
+    the entry to the end of its copy (Pristine.close, or the process's exit). ``bakery
+    cache clean`` takes it exclusively, without waiting, before it removes the entry; the
+    key's lock alone covers only the lookup and the build. Where there is no fcntl
+    (Windows), no hold is taken."""
+
+    def __init__(self, path: Path, *, exclusive: bool = False) -> None:
+        self._fd: int | None = None
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            return
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if exclusive else fcntl.LOCK_SH)
+        except OSError:
+            os.close(fd)
+            raise EntryBusy(f"cache entry {path.stem} is in use") from None
+        self._fd = fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
 class CacheChanged(SourceError):
     """A cache entry turned out damaged after a bake began reading it (see confirm)."""
 
@@ -126,6 +153,10 @@ class Cache:
             yield
         finally:
             lock.release()
+
+    def hold(self, key: str, *, exclusive: bool = False) -> Hold:
+        """key's entry in use (see Hold); exclusive: EntryBusy at once while it is."""
+        return Hold(self.path("locks") / f"{key}.use", exclusive=exclusive)
 
     def tree_entry(self, key: str, *, defer: bool = False) -> Entry | None:
         """The complete, intact entry for key, or None (a damaged one is removed). With

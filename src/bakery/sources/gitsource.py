@@ -81,14 +81,20 @@ def git_source(spec: str, cache: Cache, defer_check: bool = False) -> Pristine:
         key = f"{mirror_key}-{pinned[:16]}"
         with cache.lock(key):
             entry = cache.tree_entry(key, defer=defer_check)
+            hold = cache.hold(key) if entry is not None else None
     if entry is None:
         with cache.lock(mirror_key):
             mirror, commit = _mirror_commit(url, ref, cache, mirror_key)
-        key = f"{mirror_key}-{commit[:16]}"
-        with cache.lock(key):
-            entry = cache.tree_entry(key, defer=defer_check)
-            if entry is None:
-                entry = _build(cache, key, mirror, url, commit)
+            mirror_hold = cache.hold(mirror_key)  # read below: cache clean waits for it
+        try:
+            key = f"{mirror_key}-{commit[:16]}"
+            with cache.lock(key):
+                entry = cache.tree_entry(key, defer=defer_check)
+                if entry is None:
+                    entry = _build(cache, key, mirror, url, commit)
+                hold = cache.hold(key)
+        finally:
+            mirror_hold.release()
     from bakery.sources.resolve import Pristine
 
     return Pristine(
@@ -99,6 +105,7 @@ def git_source(spec: str, cache: Cache, defer_check: bool = False) -> Pristine:
         True,
         commit=entry.meta.get("upstream"),
         pending=(cache, key, entry) if entry.check else None,
+        hold=hold,
     )
 
 

@@ -3,8 +3,9 @@ used, and their removal.
 
 An entry is what one key's lock guards (cache.py): a release (``trees/vllm-X``, its marker
 and ``sdists/vllm-X.tar.gz``), a git tree (``trees/git-URL-COMMIT``), or a git mirror
-(``git/git-URL``). Each is removed under its lock, taken without waiting: an entry that a
-bake holds is skipped and said so, never pulled from under it. The marker goes first, so
+(``git/git-URL``). Each is removed under its lock and its hold (cache.Hold: a bake holds
+its entries from the lookup to the end of the copy), both taken without waiting: an entry
+a bake holds is skipped and said so, never pulled from under it. The marker goes first, so
 an entry is never seen complete and half removed; a mirror goes when no tree cut from it
 is left.
 """
@@ -177,8 +178,12 @@ def clean(
             continue
         try:
             with cache.lock(item.key, wait=False):
-                item.paths += _leftovers(cache, item.key)
-                _remove(item)
+                hold = cache.hold(item.key, exclusive=True)  # no bake copies from it now
+                try:
+                    item.paths += _leftovers(cache, item.key)
+                    _remove(item)
+                finally:
+                    hold.release()
         except EntryBusy:
             result.busy.append(item)
             continue

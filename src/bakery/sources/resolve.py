@@ -22,7 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
-from bakery.sources.cache import Cache, Entry
+from bakery.sources.cache import Cache, Entry, Hold
 from bakery.sources.urls import redact_url
 
 if TYPE_CHECKING:
@@ -49,6 +49,8 @@ class Pristine:
     commit: str | None = None
     #: resolve(defer_check=True) of a cached tree: its look for changed files, running.
     pending: tuple[Cache, str, Entry] | None = field(default=None, repr=False, compare=False)
+    #: A cached tree's entry, held in use until close() (cache clean leaves it alone).
+    hold: Hold | None = field(default=None, repr=False, compare=False)
 
     def confirm(self) -> None:
         """Wait for the cached tree's look for changed files (a no-op for other trees);
@@ -59,10 +61,14 @@ class Pristine:
             cache.confirm(key, entry)
 
     def close(self) -> None:
-        """Stop a look that nobody waited for (the bake failed before its copy)."""
+        """Stop a look that nobody waited for (the bake failed before its copy), and let
+        the cache entry go."""
         if self.pending is not None and self.pending[2].check is not None:
             self.pending[2].check.cancel()
         self.pending = None
+        if self.hold is not None:
+            self.hold.release()
+            self.hold = None
 
     def file(self, rel: str) -> Path:
         if self.package_dir is not None:
@@ -214,6 +220,7 @@ def release(
                 entry.meta["sha256"],
                 True,
                 pending=(cache, key, entry) if entry.check else None,
+                hold=cache.hold(key),
             )
         found = _sdist_entry(version)
         sha, url = str(found.sha256), redact_url(found.url)
@@ -225,7 +232,7 @@ def release(
             top.mkdir()
             _unpack(sdist, top, f"vLLM {version}")
             entry = cache.commit_tree(key, top, {"source": url, "sha256": sha, "version": version})
-        return Pristine(entry.tree, version, url, sha, True)
+        return Pristine(entry.tree, version, url, sha, True, hold=cache.hold(key))
 
 
 # --- local paths and git ---------------------------------------------------------------------
