@@ -4,6 +4,7 @@ Layout under the user's cache folder (``BAKERY_CACHE_DIR`` overrides it)::
 
     README            what this folder is
     locks/KEY.lock    one lock per entry: concurrent bakes lock, then look again
+    locks/KEY.use     held (shared) by each bake reading the entry, until its copy is done
     sdists/           vllm-X.tar.gz, sha256-checked against the index
     git/              bare mirrors of git+URL sources
     trees/KEY/        an extracted tree whose .git holds the pristine commit: one pack of
