@@ -69,7 +69,7 @@ def _events(event: str, detail: str) -> None:
 
 
 SeriesArg = Annotated[
-    str, typer.Argument(help="A series under launcher/ (dcp2), or a path to a series folder.")
+    str, typer.Argument(help="A series: a folder name under launcher/, or a series folder.")
 ]
 VllmOpt = Annotated[
     str | None,
