@@ -216,7 +216,7 @@ def test_run_verify_refuses_bad_input(
     with pytest.raises(VerifyError, match="pytest stopped: usage error") as info:
         run_verify(tests, tree, interpret=True, pytest_args=["--no-such-option"])
     assert isinstance(info.value, BakeryError) and info.value.exit_code == 2
-    monkeypatch.setattr("bakery.testing.runner._cuda_available", lambda: False)
+    monkeypatch.setattr("bakery.testing.runner.cuda_available", lambda: False)
     with pytest.raises(VerifyError, match="--interpret"):
         run_verify(tests, tree, interpret=False)
 

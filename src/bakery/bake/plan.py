@@ -139,6 +139,7 @@ def plan(
         version=pristine.version,
         source=pristine.source,
         sha256=pristine.sha256,
+        commit=pristine.commit,
         port=display_path(series.port) if series.port else None,
         layout={"strip": strip, "root": root, "detected": detected},
     )

@@ -162,7 +162,7 @@ SeriesArg = Annotated[
     typer.Argument(
         metavar="SERIES",
         click_type=Word(),
-        help="A series under launcher/ (dcp2), or a path to a series folder.",
+        help="A series: a folder name under launcher/, or a series folder.",
     ),
 ]
 VllmOpt = Annotated[
@@ -343,6 +343,16 @@ def list_(
         render.series_list(human(), rows)
 
 
+InterpretOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--interpret/--gpu",
+        help="Run the kernels on the CPU (Triton's interpreter, gloo) or on a GPU. "
+        "Default: a GPU when torch sees one, else the CPU.",
+    ),
+]
+
+
 @app.command(
     cls=PytestArgsCommand,
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
@@ -351,22 +361,23 @@ def list_(
 def verify(
     ctx: typer.Context,
     series: Annotated[
-        str,
+        str | None,
         typer.Argument(
-            metavar="[SERIES]", click_type=Word(), help="The series whose bundled tests run."
+            metavar="[SERIES]",
+            click_type=Word(),
+            help="The series whose bundled tests run (default: the one --tree was baked "
+            "from, else the last one applied).",
         ),
-    ] = "dcp2",
+    ] = None,
     tree: Annotated[
         Path | None,
         typer.Option(
             "--tree",
             metavar="DIR",
-            help="The baked tree (default: the last one baked for the series).",
+            help="The baked tree (default: the series' last `bakery apply`).",
         ),
     ] = None,
-    interpret: Annotated[
-        bool, typer.Option("--interpret", help="CPU only: Triton's interpreter and gloo.")
-    ] = False,
+    interpret: InterpretOpt = None,
     junit: Annotated[
         Path | None, typer.Option("--junit", metavar="FILE", help="Write a JUnit XML file.")
     ] = None,
@@ -377,7 +388,12 @@ def verify(
 
     pytest_args = [*ctx.args, *ctx.meta.get(PYTEST_ARGS, [])]
     result, edited = commands.verify(
-        series, tree=tree, interpret=interpret, junit=junit, pytest_args=pytest_args
+        series,
+        tree=tree,
+        interpret=interpret,
+        junit=junit,
+        pytest_args=pytest_args,
+        events=_events,
     )
     render.verify_summary(err_console, result, edited)
     raise typer.Exit(code=result.exit_code)
@@ -405,12 +421,7 @@ def matrix(
     ] = None,
     pre: Annotated[bool, typer.Option("--pre", help="With --since: pre-releases too.")] = False,
     do_verify: Annotated[bool, typer.Option("--verify", help="Verify each baked tree.")] = False,
-    interpret: Annotated[
-        bool,
-        typer.Option(
-            "--interpret/--gpu", help="Verify on the CPU (Triton interpreter) or on a GPU."
-        ),
-    ] = True,
+    interpret: InterpretOpt = None,
     jobs: Annotated[
         int,
         typer.Option("--jobs", "-j", min=1, metavar="N", help="Parallel workers (default: 2)."),
@@ -445,13 +456,19 @@ def matrix(
         raise BakeryError("matrix needs --vllm VERSION... or --since VERSION")
     if not _Invocation.quiet:
         err_console.print(escape(f"baking {s.name} on {', '.join(versions)} with {jobs} workers"))
+    if do_verify:
+        from bakery.commands.bake import choose_device
+
+        interpret, where = choose_device(interpret)
+        if not _Invocation.quiet:
+            err_console.print(escape(f"verifying each baked tree {where}"))
     rows = mx.run(
         str(s.path),
         versions,
         out_root=out.absolute(),
         jobs=jobs,
         verify=do_verify,
-        interpret=interpret,
+        interpret=bool(interpret),
         home=project_root(),
     )
     render.matrix_grid(human(), s.name, rows, quiet=_Invocation.quiet)
@@ -553,6 +570,15 @@ def summarize(
     else:
         sys.stdout.write(text)  # as is: Markdown must not be wrapped or styled
     raise typer.Exit(code=0 if all(r.ok for r in rows) else 1)
+
+
+def _add_subcommands() -> None:
+    from bakery.cli.cache import cache_app
+
+    app.add_typer(cache_app)
+
+
+_add_subcommands()
 
 
 def _on_sigterm(signum: int, frame: object) -> None:

@@ -103,7 +103,10 @@ def apply(
     events: Events | None = None,
     progress: Progress | None = None,
     cache: Cache | None = None,
+    remember: bool = True,
 ) -> BakeReport:
+    """remember: note the baked tree as the series' last apply (verify's default tree);
+    matrix workers do not."""
     # A cached tree is checked for changes (git status) while the bake copies it; if it
     # had changed, the entry is extracted again and the bake done again, once.
     for again in (False, True):
@@ -129,6 +132,7 @@ def apply(
                 events=events,
                 progress=progress,
                 defer_check=not again,
+                remember=remember,
             )
         except CacheChanged as e:
             if events:
@@ -151,6 +155,7 @@ def _apply(
     events: Events | None,
     progress: Progress | None,
     defer_check: bool,
+    remember: bool,
 ) -> BakeReport:
     if out is None:
         label = pristine.version or Path(pristine.source).name or "tree"
@@ -181,12 +186,13 @@ def _apply(
                 version=pristine.version,
                 source=pristine.source,
                 sha256=pristine.sha256,
+                commit=pristine.commit,
             ),
         ) from None
     finally:
         if base is not None:
             base.close()
-    if report.status == "baked":
+    if report.status == "baked" and remember:
         _remember(series.name, out)
     return report
 
@@ -249,24 +255,56 @@ def _last_file() -> Path:
 
 
 def _remember(series: str, out: Path) -> None:
+    """The tree of the series' last ``bakery apply`` (the last key: the last apply of all)."""
     path = _last_file()
     try:
         data = json.loads(path.read_text()) if path.exists() else {}
     except ValueError:
         data = {}
+    data.pop(series, None)
     data[series] = str(out.absolute())
     from bakery.bake.report import write_json
 
     write_json(path, data)
 
 
-def last_tree(series: str) -> Path | None:
+def _last_applies() -> dict[str, str]:
     try:
         data = json.loads(_last_file().read_text())
     except (OSError, ValueError):
-        return None
-    p = data.get(series)
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def last_tree(series: str) -> Path | None:
+    p = _last_applies().get(series)
     return Path(p) if p and Path(p).is_dir() else None
+
+
+def _default_series(tree: Path | None) -> str:
+    """verify's series when none is named: the one the tree was baked from, else the
+    project's only series, else the series of the last ``bakery apply``."""
+    from bakery.bake.report import read_manifest
+
+    if tree is not None:
+        manifest = read_manifest(tree) or {}
+        baked = manifest.get("series") or {}
+        for key in ("path", "name"):
+            if isinstance(baked, dict) and baked.get(key):
+                candidate = str(baked[key])
+                if key == "name" or Path(candidate).is_dir():
+                    return candidate
+        raise UsageError(f"--tree {tree}: not a baked tree (no manifest); name the series")
+    launcher = project_root() / "launcher"
+    names = sorted(p.name for p in launcher.glob("*") if (p / "diffs").is_dir())
+    if len(names) == 1:
+        return names[0]
+    applied = list(_last_applies())
+    if applied:
+        return applied[-1]
+    raise UsageError(
+        f"verify: name the series (the project has {len(names)}) or run `bakery apply` first"
+    )
 
 
 # --- list --------------------------------------------------------------------------------------
@@ -337,24 +375,42 @@ def edited_files(tree: Path) -> list[str]:
     return changed
 
 
+def choose_device(interpret: bool | None) -> tuple[bool, str]:
+    """(interpret, where the tests run, in words). None: a GPU when torch sees one, else
+    the CPU; verify and matrix --verify both decide here, and say what they chose."""
+    if interpret is None:
+        from bakery.testing.runner import cuda_available
+
+        if cuda_available():
+            return False, "on the GPU (found one; --interpret for the CPU)"
+        return True, "on the CPU with Triton's interpreter (no CUDA GPU visible)"
+    if interpret:
+        return True, "on the CPU with Triton's interpreter (--interpret)"
+    return False, "on the GPU (--gpu)"
+
+
 def verify(
-    series_spec: str,
+    series_spec: str | None,
     *,
     tree: Path | None,
-    interpret: bool,
+    interpret: bool | None,
     junit: Path | None,
     pytest_args: list[str],
     log: Path | None = None,
+    events: Events | None = None,
 ) -> tuple[VerifyResult, list[str]]:
     """Run the series' bundled tests against a baked tree: (result, files edited since
-    the bake)."""
+    the bake). The tree: ``tree``, else the series' last ``bakery apply`` (never a
+    matrix worker's); ``events`` hears which tree, and where the tests run."""
     from bakery.errors import VerifyError
     from bakery.testing.runner import run_verify
 
-    series = load_series(series_spec)
+    series = load_series(series_spec or _default_series(tree))
     if series.tests is None:
         raise VerifyError(f"series {series.name} has no tests/ folder")
-    tree = tree or last_tree(series.name)
+    why = "--tree"
+    if tree is None:
+        tree, why = last_tree(series.name), f"the last `bakery apply {series.name}`"
     if tree is None:
         raise VerifyError(
             f"no baked tree for {series.name}: run `bakery apply "
@@ -362,6 +418,9 @@ def verify(
         )
     if not tree.is_dir():
         raise VerifyError(f"--tree {tree}: no such folder")
+    interpret, where = choose_device(interpret)
+    if events:
+        events("verify", f"verifying {display_path(tree)} ({why}) {where}")
     edited = edited_files(tree)
     result = run_verify(
         series.tests, tree, interpret=interpret, pytest_args=pytest_args, junit=junit, log=log

@@ -128,7 +128,7 @@ def _bake_release(
     out = Path(out_root) / f"{Path(series).name}-{version}"
     row = Row(version, "error")
     try:
-        report = commands.apply(series, vllm=version, out=out, force=True)
+        report = commands.apply(series, vllm=version, out=out, force=True, remember=False)
         row.status, row.port = report.status, report.port
         row.diffs = [d.to_json() for d in report.diffs]
         if verify and report.status == "baked":

@@ -16,9 +16,12 @@ def releases(since: str | None = None, include_pre: bool = False) -> list[str]:
 def latest() -> str:
     """The newest final release on the index (``--vllm latest``)."""
     from bakery.errors import SourceError
-    from bakery.sources.resolve import index_url, release_versions
+    from bakery.sources.pipconf import configured_index
+    from bakery.sources.resolve import release_versions
+    from bakery.sources.urls import redact_url
 
     found = release_versions(False)
     if not found:
-        raise SourceError(f"no vLLM release with a source distribution on {index_url()}")
+        index = redact_url(configured_index().url)
+        raise SourceError(f"no vLLM release with a source distribution on {index}")
     return str(found[-1])

@@ -149,7 +149,7 @@ def run_all(
         raise
 
 
-def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True) -> str:
+def _git(cwd: Path, args: tuple[str, ...], input: bytes | None, check: bool) -> bytes:
     cmd = ["git", *_BASE, *args]  # args may start with global options (--no-optional-locks)
     try:
         proc = run(cmd, cwd=cwd, env=clean_env(), input=input)
@@ -159,7 +159,16 @@ def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True) -
         out = (proc.stderr or proc.stdout).decode(errors="replace").strip().splitlines()
         tail = out[-1] if out else ""
         raise GitError(f"`git {' '.join(args[:3])}` failed ({proc.returncode}) in {cwd}: {tail}")
-    return proc.stdout.decode("utf-8", errors="surrogateescape")
+    return proc.stdout
+
+
+def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True) -> str:
+    return _git(cwd, args, input, check).decode("utf-8", errors="surrogateescape")
+
+
+def git_bytes(cwd: Path, *args: str) -> bytes:
+    """git's standard output as bytes (git archive)."""
+    return _git(cwd, args, None, True)
 
 
 def init_commit_all(tree: Path, message: str) -> str:

@@ -1,5 +1,7 @@
 """Pristine vLLM trees: a release from the package index, a local path, or ``git+URL@REF``.
 
+Which index, and how it is read, are pipconf.py and index.py; ``git+`` is gitsource.py.
+
 Releases and git refs are cached (see cache.py) as an extracted tree holding a git repo
 with one deterministic commit, both written in one pass over the archive (unpack.py), so a
 bake copies files and clones history without extracting, adding or hashing the tree
@@ -9,28 +11,26 @@ again. Local paths are read and never changed.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
 from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
 from bakery.sources import versions
-from bakery.sources.cache import Cache, Entry
+from bakery.sources.cache import Cache, Entry, Hold
+from bakery.sources.urls import redact_url
+
+if TYPE_CHECKING:
+    from bakery.sources.index import IndexFile
 
 #: (bytes done, bytes total or None) while downloading.
 Progress = Callable[[int, int | None], None]
-
-DEFAULT_INDEX = "https://pypi.org/simple"
-_JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
 
 
 @dataclass
@@ -46,8 +46,12 @@ class Pristine:
     repo: bool = False
     #: Set for an installed package folder: it is copied to <tree>/vllm.
     package_dir: Path | None = None
+    #: The upstream commit of a git+ source or a local checkout (the manifest records it).
+    commit: str | None = None
     #: resolve(defer_check=True) of a cached tree: its look for changed files, running.
     pending: tuple[Cache, str, Entry] | None = field(default=None, repr=False, compare=False)
+    #: A cached tree's entry, held in use until close() (cache clean leaves it alone).
+    hold: Hold | None = field(default=None, repr=False, compare=False)
 
     def confirm(self) -> None:
         """Wait for the cached tree's look for changed files (a no-op for other trees);
@@ -58,10 +62,14 @@ class Pristine:
             cache.confirm(key, entry)
 
     def close(self) -> None:
-        """Stop a look that nobody waited for (the bake failed before its copy)."""
+        """Stop a look that nobody waited for (the bake failed before its copy), and let
+        the cache entry go."""
         if self.pending is not None and self.pending[2].check is not None:
             self.pending[2].check.cancel()
         self.pending = None
+        if self.hold is not None:
+            self.hold.release()
+            self.hold = None
 
     def file(self, rel: str) -> Path:
         if self.package_dir is not None:
@@ -69,10 +77,6 @@ class Pristine:
             if head == "vllm":
                 return self.package_dir / rest
         return self.tree / rel
-
-
-def index_url() -> str:
-    return os.environ.get("BAKERY_INDEX_URL", DEFAULT_INDEX).rstrip("/")
 
 
 def is_version(spec: str) -> bool:
@@ -96,7 +100,9 @@ def resolve(
     """The pristine tree spec names. defer_check: a cached tree's look for changed files
     runs on while the caller copies it (Pristine.confirm, then Pristine.close)."""
     if spec.startswith("git+"):
-        return _git_source(spec[4:], cache, defer_check)
+        from bakery.sources.gitsource import git_source
+
+        return git_source(spec[4:], cache, defer_check)
     path = Path(spec).expanduser()
     if path.exists():
         return _local_source(path, allow_dirty)
@@ -115,32 +121,18 @@ def resolve(
 # --- the package index -----------------------------------------------------------------------
 
 
-def _fetch_json(url: str) -> dict[str, object]:
-    import urllib.error  # here, not above: urllib and tarfile slow every start
-    import urllib.request
+def index_files(project: str = "vllm") -> list[IndexFile]:
+    from bakery.sources.index import Session
 
-    req = urllib.request.Request(url, headers={"Accept": _JSON_ACCEPT})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return json.loads(resp.read())
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        raise SourceError(f"cannot read the package index at {url}: {e}") from None
-
-
-def index_files(project: str = "vllm") -> list[dict[str, object]]:
-    data = _fetch_json(f"{index_url()}/{project}/")
-    files = data.get("files")
-    if not isinstance(files, list):
-        raise SourceError(f"{index_url()}/{project}/: unexpected answer from the index")
-    return files
+    return Session().project_files(project)
 
 
 def release_versions(include_pre: bool = False) -> list[Version]:
     """Every release of vLLM on the index with a source distribution, oldest first."""
     out: set[Version] = set()
     for f in index_files():
-        m = re.fullmatch(r"vllm-(.+)\.tar\.gz", str(f.get("filename", "")))
-        if not m or f.get("yanked"):
+        m = re.fullmatch(r"vllm-(.+)\.tar\.gz", f.filename)
+        if not m or f.yanked:
             continue
         try:
             v = Version(m.group(1))
@@ -151,17 +143,17 @@ def release_versions(include_pre: bool = False) -> list[Version]:
     return sorted(out)
 
 
-def _sdist_entry(version: str) -> tuple[str, str, int | None]:
+def _sdist_entry(version: str) -> IndexFile:
+    from bakery.sources.index import Session
+
     want = f"vllm-{version}.tar.gz"
-    for f in index_files():
-        if f.get("filename") == want:
-            hashes = f.get("hashes") or {}
-            sha = hashes.get("sha256") if isinstance(hashes, dict) else None
-            if not sha:
-                raise SourceError(f"{want}: the index gives no sha256")
-            size = f.get("size")
-            return str(f["url"]), str(sha), int(size) if isinstance(size, int) else None
-    raise SourceError(f"vLLM {version} has no source distribution on {index_url()}")
+    session = Session()
+    for f in session.project_files("vllm"):
+        if f.filename == want:
+            if not f.sha256:
+                raise SourceError(f"{want}: the index {session.shown} gives no sha256")
+            return f
+    raise SourceError(f"vLLM {version} has no source distribution on {session.shown}")
 
 
 def _sha256_file(path: Path) -> str:
@@ -172,33 +164,36 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _download(
-    url: str, dest: Path, sha256: str, size: int | None, progress: Progress | None
-) -> None:
-    import urllib.error
-    import urllib.request
+def _download(f: IndexFile, dest: Path, progress: Progress | None) -> None:
+    import urllib.error  # here, not above: urllib and tarfile slow every start
+
+    from bakery.sources.index import Session
 
     # Called under the entry's lock: another .part of dest was left by a killed download.
     for stale in dest.parent.iterdir():
         if re.fullmatch(re.escape(dest.name) + r"\.\d+\.part", stale.name):
             stale.unlink(missing_ok=True)
     part = dest.with_name(f"{dest.name}.{os.getpid()}.part")
+    session = Session()
     h = hashlib.sha256()
     done = 0
     try:
-        with urllib.request.urlopen(url, timeout=120) as resp, part.open("wb") as out:
-            total = size or int(resp.headers.get("Content-Length") or 0) or None
+        with session.open(f.url, timeout=120) as resp, part.open("wb") as out:
+            length = resp.headers.get("Content-Length")  # type: ignore[attr-defined]
+            total = f.size or int(length or 0) or None
             while chunk := resp.read(1 << 20):
                 out.write(chunk)
                 h.update(chunk)
                 done += len(chunk)
                 if progress:
                     progress(done, total)
-        if h.hexdigest() != sha256:
-            raise SourceError(f"{url}: sha256 {h.hexdigest()} does not match the index's {sha256}")
+        if h.hexdigest() != f.sha256:
+            raise SourceError(
+                f"{redact_url(f.url)}: sha256 {h.hexdigest()} does not match the index's {f.sha256}"
+            )
         os.replace(part, dest)
-    except (urllib.error.URLError, OSError) as e:
-        raise SourceError(f"cannot download {url}: {e}") from None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        raise session.error(f.url, e) from None
     finally:
         part.unlink(missing_ok=True)
 
@@ -233,17 +228,19 @@ def release(
                 entry.meta["sha256"],
                 True,
                 pending=(cache, key, entry) if entry.check else None,
+                hold=cache.hold(key),
             )
-        url, sha, size = _sdist_entry(version)
+        found = _sdist_entry(version)
+        sha, url = str(found.sha256), redact_url(found.url)
         sdist = cache.path("sdists") / f"vllm-{version}.tar.gz"
         if not sdist.exists() or _sha256_file(sdist) != sha:
-            _download(url, sdist, sha, size, progress)
+            _download(found, sdist, progress)
         with cache.building(key) as tmp:
             top = tmp / "tree"
             top.mkdir()
             _unpack(sdist, top, f"vLLM {version}")
             entry = cache.commit_tree(key, top, {"source": url, "sha256": sha, "version": version})
-        return Pristine(entry.tree, version, url, sha, True)
+        return Pristine(entry.tree, version, url, sha, True, hold=cache.hold(key))
 
 
 # --- local paths and git ---------------------------------------------------------------------
@@ -270,6 +267,7 @@ def _local_source(path: Path, allow_dirty: bool) -> Pristine:
             m = re.search(r"""version\s*=\s*['"]([^'"]+)""", vfile.read_text(errors="replace"))
             version = m.group(1) if m else None
         return Pristine(path.parent, version, str(path), None, package_dir=path)
+    commit = None
     if (path / ".git").exists():
         changes = gitutil.dirty(path)
         if changes and not allow_dirty:
@@ -277,77 +275,6 @@ def _local_source(path: Path, allow_dirty: bool) -> Pristine:
                 f"--vllm {path}: the checkout has {len(changes)} uncommitted "
                 "changes (commit them, or pass --allow-dirty)"
             )
-    return Pristine(path, _local_version(path), str(path), None)
-
-
-def _git_source(spec: str, cache: Cache, defer_check: bool = False) -> Pristine:
-    url, sep, ref = spec.rpartition("@")
-    if not sep or not url or "/" in ref and ref.startswith("/"):
-        url, ref = spec, "HEAD"
-    if not url:
-        raise SourceError(f"git+{spec}: expected git+URL@REF")
-    import git as gitpython  # GitPython, imported lazily: it is slow to import
-
-    mirror_key = "git-" + hashlib.sha256(url.encode()).hexdigest()[:16]
-    with cache.lock(mirror_key):
-        mirror = cache.path("git") / mirror_key
-        try:
-            if mirror.exists():
-                repo = gitpython.Repo(mirror)
-                repo.git.fetch(
-                    "--quiet",
-                    "--tags",
-                    "origin",
-                    "+refs/heads/*:refs/heads/*",
-                    env=gitutil.clean_env(),
-                )
-            else:
-                tmp = Path(tempfile.mkdtemp(dir=cache.path("git"), prefix=".clone-"))
-                try:
-                    gitpython.Repo.clone_from(url, tmp, bare=True, env=gitutil.clean_env())
-                    os.replace(tmp, mirror)
-                finally:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                repo = gitpython.Repo(mirror)
-            commit = repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}")
-        except gitpython.GitCommandError as e:
-            detail = (e.stderr or str(e)).strip().splitlines()
-            raise SourceError(f"git+{spec}: {detail[-1] if detail else 'git failed'}") from None
-        except gitpython.exc.GitError as e:  # NoSuchPath, InvalidGitRepository...
-            raise SourceError(f"git+{spec}: {e}") from None
-    key = f"{mirror_key}-{commit[:16]}"
-    with cache.lock(key):
-        entry = cache.tree_entry(key, defer=defer_check)
-        if entry is None:
-            with cache.building(key) as tmp:
-                top = tmp / "tree"
-                top.mkdir()
-                archive = subprocess.run(
-                    ["git", "-c", "safe.directory=*", "archive", "--format=tar", commit],
-                    cwd=mirror,
-                    capture_output=True,
-                    env=gitutil.clean_env(),
-                    check=False,
-                )
-                if archive.returncode:
-                    raise SourceError(f"git+{spec}: git archive failed")
-                _unpack(archive.stdout, top, f"vLLM {url}@{commit}", strip_top=False)
-                version = _local_version(top)
-                entry = cache.commit_tree(
-                    key,
-                    top,
-                    {
-                        "source": f"{url}@{commit}",
-                        "sha256": None,
-                        "version": version,
-                        "commit": commit,
-                    },
-                )
-    return Pristine(
-        entry.tree,
-        entry.meta.get("version"),
-        entry.meta["source"],
-        None,
-        True,
-        pending=(cache, key, entry) if entry.check else None,
-    )
+        head = gitutil.git(path, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False)
+        commit = head.strip() or None
+    return Pristine(path, _local_version(path), str(path), None, commit=commit)
