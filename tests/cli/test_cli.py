@@ -293,11 +293,26 @@ def test_bad_series_folder(cli: Cli, tiny: Tiny, home: Path) -> None:
     assert "lacks a numeric prefix" in _one_error_line(r)
 
 
-@pytest.mark.parametrize("spec", ["does/not/exist", "not-a-version"])
-def test_unreadable_source(cli: Cli, tiny: Tiny, spec: str) -> None:
-    r = cli("apply", "demo", "--vllm", spec)
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("does/not/exist", "does/not/exist"),
+        ("not-a-version", "not-a-version"),
+        ("9.9.9", "cannot read the package index"),
+    ],
+)
+def test_unreadable_source(cli: Cli, tiny: Tiny, spec: str, words: str, tmp_path: Path) -> None:
+    """A source that cannot be read (no such folder, no such spec, an index that does not
+    answer): one line naming it, exit 2, and the --json report says the same."""
+    r = cli("apply", "demo", "--vllm", spec, "--out", "out", "--json", "r.json")
     assert r.exit_code == 2
-    assert spec in _one_error_line(r)
+    line = _one_error_line(r)
+    assert words in line
+    rep = load(tmp_path / "r.json")
+    assert (rep["status"], rep["out"], rep["diffs"]) == ("error", None, [])
+    assert rep["error"] and rep["error"] in line
+    assert rep["series"]["name"] == "demo"
+    assert not (tmp_path / "out").exists()
 
 
 def test_no_base_release_and_no_vllm(cli: Cli, tiny: Tiny) -> None:
