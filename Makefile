@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 BAKERY  := $(BIN)/bakery
 STAMP   := $(VENV)/.setup-stamp
 
-.PHONY: setup demo test test-unit test-network lint bench matrix clean
+.PHONY: setup demo test test-offline test-network lint bench matrix clean
 
 setup: $(STAMP)
 
@@ -22,10 +22,18 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest
 
+# what the pull-request workflow runs on each Python: everything but the tests that fetch releases
+test-offline: setup
+	$(BIN)/python -m pytest -m "not network"
+
+test-network: setup
+	$(BIN)/python -m pytest -m network
+
 lint: setup
 	$(BIN)/ruff check src tests launcher bench
 	$(BIN)/ruff format --check src tests launcher bench
 	$(BIN)/mypy
+	$(BIN)/zizmor --offline --no-progress .github/workflows
 
 # make bench BASELINE=<rev>: also time the warm bake of the code at <rev> (history rows)
 bench: setup

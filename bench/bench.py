@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tarfile
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -246,12 +245,10 @@ def pristine_copy(version: str) -> Path:
 
 
 def sdist_url(version: str) -> str:
-    req = urllib.request.Request(
-        "https://pypi.org/simple/vllm/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
-    )
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        files = json.loads(resp.read())["files"]
-    return next(f["url"] for f in files if f["filename"] == f"vllm-{version}.tar.gz")
+    """The sdist's URL on the index bakery reads (pip's configuration, see pipconf.py)."""
+    from bakery.sources.resolve import index_files
+
+    return next(f.url for f in index_files() if f.filename == f"vllm-{version}.tar.gz")
 
 
 def series_diffs(version: str) -> list[Path]:

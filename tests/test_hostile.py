@@ -19,8 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomllib
 from typer.testing import CliRunner, Result
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"
 CASES: list[dict[str, Any]] = tomllib.loads((HOSTILE / "catalogue.toml").read_text())["case"]
@@ -383,7 +387,7 @@ def test_symlink_to_outside_as_root_folder(tmp_path: Path) -> None:
 # --- too big to keep as files: bounded time and memory -----------------------------------------
 
 
-def _huge_cases() -> dict[str, tuple[bytes, int | None, str]]:
+def _huge_cases() -> dict[str, tuple[bytes, int | None, str | None]]:
     """name -> (diff, line named, part of the message)."""
     head = b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1,3 +1,3 @@\n a\n-b\n"
     return {

@@ -14,8 +14,7 @@ from typer.testing import Result
 
 from bakery.git import cmd as gitutil
 from bakery.sources.cache import Cache
-
-from .conftest import PROJECT, TEST_CACHE, commits, gnu_patch, needs_patch, tree_digest
+from tests.helpers import PROJECT, TEST_CACHE, commits, gnu_patch, needs_patch, tree_digest
 
 pytestmark = pytest.mark.network
 
@@ -24,8 +23,15 @@ FILE = "vllm/model_executor/kernels/attention/dsa/candidate_blocks.py"
 
 
 def _index_reachable() -> bool:
+    """Whether the index bakery reads (pip's, see pipconf.py) answers a connection."""
+    from urllib.parse import urlsplit
+
+    from bakery.sources.pipconf import configured_index
+
+    url = urlsplit(configured_index().url)
+    port = url.port or (443 if url.scheme == "https" else 80)
     try:
-        socket.create_connection(("pypi.org", 443), timeout=5).close()
+        socket.create_connection((url.hostname or "", port), timeout=5).close()
     except OSError:
         return False
     return True
@@ -49,7 +55,7 @@ def _need_index() -> None:
         (TEST_CACHE / "trees" / f"vllm-{v}.json").is_file() for v in ("0.30.0", "0.31.0", "0.32.0")
     )
     if not cached and not _index_reachable():
-        pytest.skip("the package index (pypi.org) is not reachable")
+        pytest.skip("the package index is not reachable")
 
 
 def _cached_tree(version: str) -> Path:
@@ -184,3 +190,41 @@ def test_a_broken_series_bakes_but_fails_verify(
     assert cli("apply", "broken", "--vllm", "0.30.0", "--out", out).exit_code == 0
     result = cli("verify", "broken", "--tree", out, "--interpret", "--", "-x", "-q", "-k", "dcp")
     assert result.exit_code == 1, result.output
+
+
+#: Lines each port in patches/dcp2/ adds, and mutants of them: the DCP reduce sums
+#: instead of taking the maximum; the newest block is no longer pinned. "none" is the
+#: control: the port as committed passes the same tests.
+PORT_MUTANTS: dict[str, tuple[bytes, bytes] | None] = {
+    "none": None,
+    "reduce-sum": (b"ReduceOp.MAX", b"ReduceOp.SUM"),
+    "no-pin": (b'+        scores.scatter_(1, pin[r0:r1], float("inf"))\n', b"+        pass\n"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant", list(PORT_MUTANTS))
+def test_verify_judges_the_ports_too(
+    cli: Callable[..., Result], home: Path, tmp_path: Path, mutant: str
+) -> None:
+    """The ports are code that verify must judge too: the 0.34.0 port bakes, as a port,
+    and passes DCP-against-single-rank tests; with a mutant it still bakes, and fails."""
+    port = home / "patches" / "dcp2" / "0.34.0"
+    shutil.copytree(PROJECT / "patches" / "dcp2" / "0.34.0", port)
+    change = PORT_MUTANTS[mutant]
+    if change is not None:
+        (diff,) = port.glob("*.diff")
+        text = diff.read_bytes()
+        assert text.count(change[0]) == 1, mutant
+        diff.write_bytes(text.replace(*change))
+    out = tmp_path / "baked"
+    r = cli("apply", "dcp2", "--vllm", "0.34.0", "--out", out, "--json", "r.json")
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "r.json").read_text())["port"] == "home/patches/dcp2/0.34.0"
+    # DCP against single-rank, one seed and slicing: every block size, repeat and start
+    tests = "test_dcp_matches_single_rank and 0-None"
+    result = cli("verify", "dcp2", "--tree", out, "--interpret", "--", "-x", "-q", "-k", tests)
+    if change is None:
+        assert result.exit_code == 0 and " failed" not in result.stderr, result.output
+    else:
+        assert result.exit_code == 1 and "1 failed" in result.output, result.output

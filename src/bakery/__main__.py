@@ -28,4 +28,5 @@ try:
         _done()
 except KeyboardInterrupt:
     _done()
+    print("interrupted", file=sys.stderr)
     sys.exit(130)

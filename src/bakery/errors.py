@@ -7,6 +7,7 @@ Every error carries one line for the user; ``exit_code`` follows CONTRACT.md:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 
 class BakeryError(Exception):
@@ -62,7 +63,12 @@ class VerifyError(BakeryError):
     """verify was asked to do something it cannot (no tree, no GPU, no tests)."""
 
 
-class Interrupted(BakeryError):
-    """SIGINT/SIGTERM during a bake; nothing half-written is left behind."""
+class ReportedError(BakeryError):
+    """A BakeryError raised after the series was read: the report (a ``BakeReport``) says
+    so too, and is still written where ``--json`` asked."""
 
-    exit_code = 130
+    def __init__(self, error: BakeryError, report: Any) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.report = report
+        self.exit_code = error.exit_code

@@ -74,22 +74,32 @@ def check(target: Path | str | None, what: str) -> None:
         st = None
     except OSError as e:
         raise OutputError(f"{what} {text}: {e.strerror}") from None
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise OutputError(f"{what} {text}: is a folder, not a file")
-    if st is not None and stat.S_ISSOCK(st.st_mode):
-        raise OutputError(f"{what} {text}: is a socket")
     if st is not None and not stat.S_ISREG(st.st_mode):
-        if not os.access(path, os.W_OK):
-            raise OutputError(f"{what} {text}: not writable")
+        _check_special(path, st, f"{what} {text}")
         return  # a FIFO or device: opened when the report is ready
+    _check_folder(path, st is not None, f"{what} {text}")
+
+
+def _check_special(path: Path, st: os.stat_result, shown: str) -> None:
+    """An existing output that is not a regular file: a FIFO or a device is written."""
+    if stat.S_ISDIR(st.st_mode):
+        raise OutputError(f"{shown}: is a folder, not a file")
+    if stat.S_ISSOCK(st.st_mode):
+        raise OutputError(f"{shown}: is a socket")
+    if not os.access(path, os.W_OK):
+        raise OutputError(f"{shown}: not writable")
+
+
+def _check_folder(path: Path, exists: bool, shown: str) -> None:
+    """A regular file (or a new one) is replaced in its folder, or written in place."""
     real = Path(os.path.realpath(path))
     anc = _existing_ancestor(real.parent)
     if not anc.is_dir():
-        raise OutputError(f"{what} {text}: {anc} is not a folder")
+        raise OutputError(f"{shown}: {anc} is not a folder")
     if not os.access(anc, os.W_OK | os.X_OK):
-        if st is not None and os.access(real, os.W_OK):
+        if exists and os.access(real, os.W_OK):
             return  # written in place (see write)
-        raise OutputError(f"{what} {text}: cannot write in {anc} (permission denied)")
+        raise OutputError(f"{shown}: cannot write in {anc} (permission denied)")
 
 
 def write(target: Path | str, data: bytes, what: str = "output") -> None:

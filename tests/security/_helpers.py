@@ -68,8 +68,8 @@ def sdist(version: str, extra: list[tuple[tarfile.TarInfo, bytes | None]] | None
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.mtime = len(data), 0o644, 1_000_000_000
             tar.addfile(info, io.BytesIO(data))
-        for info, data in extra or []:
-            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+        for info, content in extra or []:
+            tar.addfile(info, io.BytesIO(content) if content is not None else None)
     return buf.getvalue()
 
 
@@ -82,7 +82,8 @@ class Server:
     seen: list[str] = field(default_factory=list)
 
     def index(self, files: list[dict[str, object]] | object, project: str = "vllm") -> None:
-        """A PEP 691 page at /simple/<project>/index.json (served for /simple/<project>/)."""
+        """A PEP 691 page at /simple/<project>/index.html (served for /simple/<project>/,
+        with the PEP 691 JSON content type)."""
         page = self.root / "simple" / project
         page.mkdir(parents=True, exist_ok=True)
         body = (
@@ -113,6 +114,12 @@ def serve(root: Path) -> Iterator[Server]:
     class Handler(SimpleHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
             srv.seen.append(self.requestline + " " + str(self.headers.get("Authorization")))
+
+        def guess_type(self, path: str | os.PathLike[str]) -> str:
+            # the pages index() writes are PEP 691 JSON, served as such
+            if "/simple/" in str(path).replace(os.sep, "/"):
+                return "application/vnd.pypi.simple.v1+json"
+            return super().guess_type(path)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
     srv.url = f"http://127.0.0.1:{server.server_address[1]}"

@@ -22,7 +22,7 @@ from bakery.errors import SourceError
 from bakery.safety import limits
 from bakery.sources import unpack
 
-from ..conftest import Tiny
+from ..helpers import Tiny
 from ._helpers import DIFF, refused, sdist, series, serve
 
 Cli = Callable[..., Result]
@@ -130,7 +130,7 @@ def test_index_answer_with_a_non_http_url(
         srv.index([entry])
         monkeypatch.setenv("BAKERY_INDEX_URL", srv.url + "/simple")
         r = cli("apply", series(tmp_path), "--vllm", "9.9.0", "--out", "out")
-    refused(r, "only downloads over http(s)")
+    refused(r, "not an http(s) URL")
 
 
 @pytest.mark.timeout(60)

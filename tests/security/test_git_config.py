@@ -22,7 +22,7 @@ from typer.testing import Result
 from bakery.git import cmd
 from bakery.git.repo import NEW_CONFIG
 
-from ..conftest import Tiny, git, git_repo
+from ..helpers import Tiny, git, git_repo
 from ._helpers import hook, refused, trap
 
 Cli = Callable[..., Result]

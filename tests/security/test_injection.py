@@ -23,7 +23,7 @@ from typer.testing import Result
 from bakery.commands import matrix as mx
 from bakery.safety.text import CILineGuard, clean, md_cell
 
-from ..conftest import Tiny, make_series, udiff
+from ..helpers import Tiny, make_series, udiff
 from ._helpers import refused, sdist, series, serve
 
 Cli = Callable[..., Result]

@@ -21,7 +21,7 @@ from typer.testing import Result
 from bakery.errors import SourceError
 from bakery.sources import unpack
 
-from ..conftest import Tiny, make_series, udiff
+from ..helpers import Tiny, make_series, udiff
 from ._helpers import refused, sdist, series, serve
 
 Cli = Callable[..., Result]

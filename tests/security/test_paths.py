@@ -20,7 +20,7 @@ from typer.testing import Result
 from bakery.git.index import IndexEntry, write_index
 from bakery.safety import paths
 
-from ..conftest import Tiny, git, git_repo, make_series, udiff
+from ..helpers import Tiny, git, git_repo, make_series, udiff
 from ._helpers import refused
 
 Cli = Callable[..., Result]
@@ -62,12 +62,12 @@ def test_inside_refuses_a_link_on_the_way(tmp_path: Path) -> None:
     assert paths.inside(tmp_path, "real/x", "test") == tmp_path / "real/x"
 
 
-def _baked(cli: Cli, tiny: Tiny, out: Path) -> dict:  # type: ignore[type-arg]
+def _baked(cli: Cli, tiny: Tiny, out: Path) -> dict:
     assert cli("apply", "demo", "--vllm", tiny.src, "--out", out).exit_code == 0
-    return json.loads((out / ".bakery/manifest.json").read_text())  # type: ignore[no-any-return]
+    return json.loads((out / ".bakery/manifest.json").read_text())
 
 
-def _rewrite(out: Path, manifest: dict) -> None:  # type: ignore[type-arg]
+def _rewrite(out: Path, manifest: dict) -> None:
     (out / ".bakery/manifest.json").write_text(json.dumps(manifest))
 
 

@@ -14,6 +14,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bakery.bake.report import MANIFEST
 from bakery.errors import UsageError
@@ -35,6 +36,9 @@ class Manifest:
     diffs: list[tuple[str, list[str]]] = field(default_factory=list)
     #: path -> sha256 of every file the bake wrote
     files: dict[str, str] = field(default_factory=dict)
+    #: the whole manifest, as read, once the fields above passed their checks (each
+    #: diff's ``commit`` too); its other keys are only shown, never used as paths
+    raw: dict[str, Any] = field(default_factory=dict)
 
 
 class ManifestError(UsageError):
@@ -106,6 +110,7 @@ def parse(data: object, where: str) -> Manifest:
             paths.rel_path(_str(f, "path", where), f"{where}: {name}")
             for f in _list(d, "files", where)
         ]
+        _commit(_get(d, "commit", str, where), f"{name}: commit", where)
         diffs.append((name, listed))
     files: dict[str, str] = {}
     for rel, sha in _dict(data, "files", where).items():
@@ -122,4 +127,5 @@ def parse(data: object, where: str) -> Manifest:
         port=port,
         diffs=diffs,
         files=files,
+        raw=data if isinstance(data, dict) else {},
     )

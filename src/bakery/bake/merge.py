@@ -28,8 +28,10 @@ from bakery.sources.resolve import Pristine, Progress
 
 
 def merge_file(current: bytes, base: bytes, other: bytes) -> tuple[bytes, int]:
-    """git merge-file on three byte strings: (result, number of conflicts)."""
-    return gitutil.merge_file(current, base, other, ("release", "base", "series"))
+    """git merge-file on three byte strings: (result, number of conflicts). Conflicts are
+    marked diff3-style: the base's lines between ||||||| and =======, as git's
+    merge.conflictStyle=diff3 shows them."""
+    return gitutil.merge_file(current, base, other, ("release", "base", "series"), diff3=True)
 
 
 class _BaseSide:
@@ -113,6 +115,7 @@ class Fallback:
                 if h.status is Outcome.FAILED:
                     h.reason = f"merge: {conflicts} conflict(s)"
             res.conflict = merged
+            res.sides = (ours_before, current, ours_after)
             return res
         hunks = [
             HunkResult(
@@ -164,7 +167,7 @@ def make_fallback(
 ACTIONS = {
     "already-upstream": "drop the hunk (or the diff) from this release's port: upstream has it",
     "moved": "the file moved upstream: make a port whose diff names the new path",
-    "context-drift": "resolve with `bakery apply --keep-failed`, then `bakery refresh` a port",
+    "context-drift": "resolve the conflict by hand, then refresh a port from the resolved tree",
     "missing": "the file is gone upstream: drop or rewrite the diff in a port",
 }
 
@@ -199,7 +202,7 @@ def diagnose(res: FileResult, fp: FilePatch, target: Pristine, base: Pristine | 
     for h in res.hunks:
         if h.status is Outcome.ALREADY:
             h.reason = "already upstream (the hunk's result is in the file)"
-            h.action = ACTIONS["already-upstream"]  # type: ignore[attr-defined]
+            h.action = ACTIONS["already-upstream"]
         elif h.status is Outcome.FAILED:
             if not (target.tree / fp.path).exists():
                 base_content = None
@@ -208,14 +211,14 @@ def diagnose(res: FileResult, fp: FilePatch, target: Pristine, base: Pristine | 
                 moved = find_moved(target.tree, fp.path, base_content)
                 if moved:
                     h.reason = f"file moved upstream to {moved}"
-                    h.action = ACTIONS["moved"]  # type: ignore[attr-defined]
+                    h.action = ACTIONS["moved"]
                 else:
                     h.reason = "the file does not exist in this release"
-                    h.action = ACTIONS["missing"]  # type: ignore[attr-defined]
+                    h.action = ACTIONS["missing"]
             else:
                 merged = f"; {h.reason}" if h.reason and "merge" in h.reason else ""
                 h.reason = "context drift" + merged
-                h.action = ACTIONS["context-drift"]  # type: ignore[attr-defined]
+                h.action = ACTIONS["context-drift"]
 
 
 # --- drift warnings -------------------------------------------------------------------------------

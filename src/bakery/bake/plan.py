@@ -30,7 +30,7 @@ class Plan:
     writes: list[dict[str, tuple[bytes | None, int | None]]] = field(default_factory=list)
 
 
-class _State(dict[str, tuple[bytes | None, int | None]]):
+class _PlannedFiles(dict[str, tuple[bytes | None, int | None]]):
     """Path -> (content or None when deleted, mode), counting the files each folder holds."""
 
     def __init__(self) -> None:
@@ -53,7 +53,7 @@ class _Overlay:
 
     def __init__(self, pristine: Pristine) -> None:
         self.pristine = pristine
-        self.state = _State()
+        self.state = _PlannedFiles()
 
     def read(self, diff: Diff, fp: FilePatch, rel: str) -> tuple[bytes | None, int | None]:
         if rel in self.state:
@@ -139,6 +139,7 @@ def plan(
         version=pristine.version,
         source=pristine.source,
         sha256=pristine.sha256,
+        commit=pristine.commit,
         port=display_path(series.port) if series.port else None,
         layout={"strip": strip, "root": root, "detected": detected},
     )

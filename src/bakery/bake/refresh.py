@@ -1,14 +1,21 @@
-"""Ports: turn an edited baked tree back into the series' diffs, and check that committed
-ports reproduce from their own bake.
+"""Ports and refresh: turn an edited baked tree back into diffs, the way ``quilt refresh``
+does, and check that committed ports reproduce from their own bake.
 
-A port ``patches/<series>/<release>/`` holds diffs of the same names, in the same order,
-as the series, rebased onto one release: plain ``diff -u`` text with the series' header
-prefixes and no timestamps, so that refreshing an unchanged port rewrites the same bytes.
+Where the diffs go: a tree of the series' base release refreshes the series' own diffs
+(``launcher/<series>/diffs/``); a tree of another release its port
+``patches/<series>/<release>/``, which holds diffs of the same names, in the same order,
+rebased onto that release: plain ``diff -u`` text with the series' header prefixes and no
+timestamps, so that refreshing an unchanged port rewrites the same bytes. A diff of the
+series' own that the tree leaves unchanged is not rewritten (its mail headers, prose and
+hunk layout stay); a rewritten one keeps the text before its first file.
 
 Which diff gets which change: a file goes to the diffs that touched it in the bake (from
 the manifest); with per-diff commits in the tree each diff gets its own step, and the last
-diff touching a file also takes the edits made after the bake. A file that no diff touched
-goes to the last diff.
+diff touching a file also takes the edits made after the bake. An edited file that no diff
+touches is refused unless the user says where it goes (``--into`` a diff, or
+``--new-diff``), as quilt refreshes only the files a patch names. A tree that stopped at a
+failing diff (``--keep-failed``) refreshes the diffs up to that one; those after it are
+kept as they are, for the next ``apply`` to try.
 """
 
 from __future__ import annotations
@@ -19,16 +26,22 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
 
 from bakery.bake.manifest import read as read_checked
 from bakery.bake.plan import Plan, plan
 from bakery.bake.report import MANIFEST
+from bakery.bake.staging import umask
 from bakery.errors import BakeryError, UsageError
 from bakery.git import cmd as gitutil
 from bakery.patch.parse import Diff
 from bakery.patch.series import Series, load_series, ordered_diffs, project_root
 from bakery.safety import paths
+from bakery.sources import versions
 from bakery.sources.cache import Cache
 from bakery.sources.resolve import Pristine, release
 
@@ -114,16 +127,30 @@ def changes_from_plan(pl: Plan, pristine: Pristine) -> list[list[Change]]:
     return out
 
 
+def _is_port_of(name: str, version: Version) -> bool:
+    try:
+        return Version(name) == version
+    except InvalidVersion:
+        return False
+
+
 def stale_ports(
-    series: Series, cache: Cache, events: Events | None = None, home: Path | None = None
+    series: Series,
+    cache: Cache,
+    events: Events | None = None,
+    home: Path | None = None,
+    only: Version | None = None,
 ) -> list[str]:
-    """Ports whose committed diffs differ from what refresh writes for their own bake."""
+    """Ports whose committed diffs differ from what refresh writes for their own bake;
+    with ``only``, just that release's port (a CI job checks the release it has cached)."""
     home = home or project_root()
     root_dir = home / "patches" / series.name
     problems: list[str] = []
     if not root_dir.is_dir():
         return problems
     for port in sorted(p for p in root_dir.iterdir() if p.is_dir()):
+        if only is not None and not _is_port_of(port.name, only):
+            continue
         if events:
             events("diff", f"Checking port {port.relative_to(home)}")
         s = load_series(str(series.path), home)
@@ -153,6 +180,18 @@ def stale_ports(
 # --- refresh from an edited tree --------------------------------------------------------------
 
 
+@dataclass
+class Refreshed:
+    """What refresh wrote."""
+
+    folder: Path  # the series' diffs/ folder, or the port
+    release: str
+    port: bool
+    #: (diff name, "N files, +A -D" / "unchanged" / "kept as it is"), in series order.
+    diffstat: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
 def _show(tree: Path, rev: str, path: str) -> bytes | None:
     return gitutil.git_bytes(tree, "cat-file", "blob", f"{rev}:{path}")
 
@@ -165,14 +204,62 @@ def _work(tree: Path, path: str) -> bytes | None:
     return p.read_bytes()
 
 
+def _stat(text: bytes) -> str:
+    files = plus = minus = 0
+    for line in text.splitlines():
+        if line.startswith(b"+++ "):
+            files += 1
+        elif line.startswith(b"+"):
+            plus += 1
+        elif line.startswith(b"-") and not line.startswith(b"--- "):
+            minus += 1
+    return f"{files} file{'s' if files != 1 else ''}, +{plus} -{minus}"
+
+
+def _head_text(original: bytes) -> bytes:
+    """What a diff has before its first file (mail headers, a message): kept on rewrite."""
+    at = re.search(rb"^(diff --git |--- )", original, re.MULTILINE)
+    return original[: at.start()] if at else b""
+
+
+_NEW_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _new_diff_name(names: list[str], wanted: str) -> str:
+    stem = wanted[: -len(".diff")] if wanted.endswith(".diff") else wanted
+    if not _NEW_NAME.fullmatch(stem):
+        raise UsageError(f"--new-diff {wanted!r}: use letters, digits, '.', '_' and '-'")
+    numbers = [n.split("-", 1)[0] for n in names]
+    width = max((len(x) for x in numbers), default=2)
+    nxt = max((int(x) for x in numbers if x.isdigit()), default=0) + 1
+    return f"{nxt:0{width}d}-{stem}.diff"
+
+
+def _target(
+    series: Series, manifest: dict[str, Any], version: str, home: Path
+) -> tuple[Path, bool]:
+    """(folder the refreshed diffs go to, is it a port)."""
+    port_rel = manifest.get("port")
+    if port_rel:
+        port = paths.inside(home, port_rel, "the manifest's port")
+        if port.is_dir():
+            return port, True
+    if series.base and versions.normalize(series.base) == versions.normalize(version):
+        return series.path / "diffs", False
+    return home / "patches" / series.name / version, True
+
+
 def refresh(
     series_spec: str,
     tree: Path,
     release_version: str | None = None,
     events: Events | None = None,
     home: Path | None = None,
-) -> tuple[Path, list[str]]:
-    """Write patches/<series>/<release>/ from an edited baked tree. Returns (port, notes)."""
+    *,
+    into: str | None = None,
+    new_diff: str | None = None,
+) -> Refreshed:
+    """Write the tree's changes back into the diffs it was baked from (see the module)."""
     home = home or project_root()
     series = load_series(series_spec, home)
     if not tree.is_dir():
@@ -182,14 +269,14 @@ def refresh(
     if manifest is None:
         raise UsageError(f"--tree {tree}: no {MANIFEST} (not a tree bakery baked)")
     gitutil.check_foreign(tree, f"--tree {tree}")
-    version = release_version or manifest.version
-    if not version:
-        raise UsageError(f"--tree {tree}: the manifest names no vLLM release; pass --release")
-    version = paths.name(version, "--release")
+    if into and new_diff:
+        raise UsageError("--into and --new-diff: give one of them")
+    version = paths.name(_release(tree, manifest.raw, release_version), "--release")
     pristine_commit = manifest.pristine_commit
     if not pristine_commit:
         raise UsageError(f"--tree {tree}: the manifest records no pristine commit")
     strip, root = manifest.strip, manifest.root
+    folder, is_port = _target(series, manifest.raw, version, home)
     # the diffs the tree was baked from: the port if it used one, else the series'
     port_rel = manifest.port
     if port_rel and (home / port_rel).is_dir():
@@ -199,14 +286,88 @@ def refresh(
         d.resolve_paths(strip, root)
     names = [d.name for d in diffs]
     labels = _series_labels(series.path, home, strip, root)
+    mdiffs: list[dict[str, Any]] = list(manifest.raw.get("diffs") or [])
     baked = [name for name, _ in manifest.diffs]
     if baked != names:
         raise UsageError(f"--tree {tree}: baked from diffs {baked}, the series has {names}")
+    stopped = manifest.raw.get("stopped_at")
+    last = names.index(str(stopped)) if stopped in names else len(names) - 1
 
     touched: dict[str, list[int]] = {}
-    for k, (_, listed) in enumerate(manifest.diffs):
-        for rel in listed:
-            touched.setdefault(rel, []).append(k)
+    for k, entry in enumerate(mdiffs[: last + 1]):
+        for f in entry.get("files", []):
+            touched.setdefault(str(f["path"]), []).append(k)
+    notes: list[str] = []
+    extra = _unclaimed(tree, pristine_commit, touched, notes)
+    new_name: str | None = None
+    if extra:
+        if new_diff:
+            new_name = _new_diff_name(names, new_diff)
+            names.append(new_name)
+            where = len(names) - 1
+        elif into:
+            if into not in names[: last + 1]:
+                raise UsageError(
+                    f"--into {into}: not a diff of the tree up to {names[last]} "
+                    f"({', '.join(names[: last + 1])})"
+                )
+            where = names.index(into)
+        else:
+            shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+            raise UsageError(
+                f"--tree {tree}: {shown} changed, but no diff touches "
+                f"{'them' if len(extra) > 1 else 'it'}; say where the change goes: "
+                "--into NN-name.diff or --new-diff NAME"
+            )
+        for path in extra:
+            touched[path] = [*touched.get(path, []), where]
+
+    commits = _commits(tree, pristine_commit, mdiffs, names)
+    per_diff, edited = _changes(tree, pristine_commit, touched, names, commits)
+    texts: dict[str, bytes | None] = {}  # None: keep the diff as it is
+    pending = {name for k, name in enumerate(names) if k > last and name != new_name}
+    for k, name in enumerate(names):
+        if name in pending:
+            texts[name] = None  # not applied in a stopped tree
+            continue
+        if not is_port and k < len(diffs) and name in commits and k not in edited:
+            texts[name] = None  # unchanged: its bytes stay
+            continue
+        own = diffs[k] if k < len(diffs) else None
+        changes = {p: (p, b, a) for p, b, a in per_diff[k]}
+        prefixes = labels.get(name) or _labels(own or diffs[-1], strip, root)
+        body = render_diff([changes[p] for p in _ordered(own, list(changes))], prefixes, root)
+        if body and not is_port and own is not None:
+            body = _head_text(own.path.read_bytes()) + body
+        texts[name] = body
+    done = _write(folder, is_port, version, diffs, names, texts, notes, tree)
+    done.diffstat = [
+        (name, "kept as it is (not applied in the tree)" if name in pending else stat)
+        for name, stat in done.diffstat
+    ]
+    return done
+
+
+def _release(tree: Path, manifest: dict[str, Any], asked: str | None) -> str:
+    """The release the tree was baked from; --release must agree with the manifest."""
+    baked = (manifest.get("vllm") or {}).get("version")
+    if asked is not None:
+        asked = versions.normalize(asked)
+        if baked and versions.normalize(str(baked)) != asked:
+            raise UsageError(
+                f"--tree {tree} was baked from vLLM {baked}, not --release {asked}; "
+                f"refresh it without --release (for {baked}), or bake {asked} and refresh that"
+            )
+    version = asked or baked
+    if not version:
+        raise UsageError(f"--tree {tree}: the manifest names no vLLM release; pass --release")
+    return str(version)
+
+
+def _unclaimed(
+    tree: Path, pristine_commit: str, touched: dict[str, list[int]], notes: list[str]
+) -> list[str]:
+    """Files changed in the tree that no diff (applied in it) touches."""
     changed = gitutil.git(
         tree,
         "diff",
@@ -219,16 +380,27 @@ def refresh(
         "--",
     )
     untracked = gitutil.git(tree, "ls-files", "-z", "--others", "--exclude-standard")
-    notes = []
-    for path in filter(None, (changed + untracked).split("\0")):
+    extra: list[str] = []
+    for path in dict.fromkeys(filter(None, (changed + untracked).split("\0"))):
         paths.rel_path(path, f"--tree {tree}: git")
-        if path.startswith(".bakery/"):
+        if path.startswith(".bakery/") or path in touched:
             continue
         if path.endswith(_SKIP):
             notes.append(f"ignored {path}")
             continue
-        touched.setdefault(path, [len(names) - 1])
-    commits: dict[str, str] = {}
+        if _show(tree, pristine_commit, path) == _work(tree, path):
+            continue  # a file staged in a stopped tree, not changed
+        extra.append(path)
+    return sorted(extra)
+
+
+def _commits(
+    tree: Path, pristine_commit: str, mdiffs: list[dict[str, Any]], names: list[str]
+) -> dict[str, str]:
+    """Each diff's commit in the tree: the manifest's, or (older trees) by subject."""
+    commits = {str(d["name"]): str(d["commit"]) for d in mdiffs if d.get("commit")}
+    if commits:
+        return commits
     log = gitutil.git(
         tree,
         "log",
@@ -242,39 +414,91 @@ def refresh(
         sha, _, subject = line.partition(" ")
         if subject in names:
             commits[subject] = sha
+    return commits
 
+
+def _changes(
+    tree: Path,
+    pristine_commit: str,
+    touched: dict[str, list[int]],
+    names: list[str],
+    commits: dict[str, str],
+) -> tuple[list[list[Change]], set[int]]:
+    """Per diff, its (path, before, after) steps; and the diffs whose last step differs
+    from their commit (edited after the bake, or given a new file)."""
     per_diff: list[list[Change]] = [[] for _ in names]
+    edited: set[int] = set()
     for path, ks in touched.items():
         final = _work(tree, path)
-        if final is not None and _CONFLICT.search(final):
-            at = final[: _CONFLICT.search(final).start()].count(b"\n") + 1  # type: ignore[union-attr]
+        if final is not None and (m := _CONFLICT.search(final)):
+            at = final[: m.start()].count(b"\n") + 1
             raise UsageError(f"{tree / path}:{at}: conflict markers are still in the file")
         prev = _show(tree, pristine_commit, path)
         for i, k in enumerate(ks):
-            last = i == len(ks) - 1
-            if last:
+            if i == len(ks) - 1:
                 after = final
+                if names[k] not in commits or _show(tree, commits[names[k]], path) != final:
+                    edited.add(k)
             elif names[k] in commits:
                 after = _show(tree, commits[names[k]], path)
             else:
                 continue  # no step of its own: its change rolls into the next diff
             per_diff[k].append((path, prev, after))
             prev = after
+    return per_diff, edited
 
-    out = home / "patches" / series.name / version
+
+def _write(
+    folder: Path,
+    is_port: bool,
+    version: str,
+    diffs: list[Diff],
+    names: list[str],
+    texts: dict[str, bytes | None],
+    notes: list[str],
+    tree: Path,
+) -> Refreshed:
+    done = Refreshed(folder, version, is_port, notes=notes)
+    originals = {d.name: d.path for d in diffs}
+    for name in names:
+        text = texts[name]
+        if text is None:
+            done.diffstat.append((name, "unchanged" if name in originals else "kept"))
+        elif not text:
+            if not is_port:
+                raise UsageError(
+                    f"--tree {tree}: {name} would be empty (the tree undoes it); "
+                    "remove it from the series yourself if that is meant"
+                )
+            notes.append(f"{name}: no changes on {version}; left out of the port")
+        else:
+            done.diffstat.append((name, _stat(text)))
+    if is_port:
+        _write_port(folder, version, originals, texts, tree)
+    else:
+        for name, text in texts.items():
+            if text is not None:
+                _replace_file(folder / name, text)
+    return done
+
+
+def _replace_file(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _write_port(
+    out: Path, version: str, originals: dict[str, Path], texts: dict[str, bytes | None], tree: Path
+) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".{version}.refresh-", dir=_mkdir(out.parent)))
     try:
-        for d, changes in zip(diffs, per_diff, strict=True):
-            ordered = {p: (p, b, a) for p, b, a in changes}
-            text = render_diff(
-                [ordered[p] for p in _ordered(d, list(ordered))],
-                labels.get(d.name) or _labels(d, strip, root),
-                root,
-            )
-            if text:
-                (staging / d.name).write_bytes(text)
-            else:
-                notes.append(f"{d.name}: no changes on {version}; left out of the port")
+        os.chmod(staging, 0o777 & ~umask())
+        for name, text in texts.items():
+            if text is None and name in originals:
+                shutil.copyfile(originals[name], staging / name)
+            elif text:
+                (staging / name).write_bytes(text)
         if not any(staging.iterdir()):
             raise UsageError(f"--tree {tree}: no changes against the pristine release")
         if out.exists():
@@ -287,7 +511,6 @@ def refresh(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     ordered_diffs(out)  # the port obeys the series' naming rules
-    return out, notes
 
 
 def _mkdir(p: Path) -> Path:

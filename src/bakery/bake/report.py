@@ -57,6 +57,8 @@ class BakeReport:
     version: str | None = None
     source: str | None = None
     sha256: str | None = None
+    #: the upstream commit of a git+ source or a local checkout
+    commit: str | None = None
     port: str | None = None
     out: str | None = None
     failed_out: str | None = None
@@ -85,7 +87,7 @@ class BakeReport:
             "status": self.status,
             "error": self.error,
             "series": {"name": self.series_name, "path": self.series_path},
-            "vllm": {"version": self.version, "source": self.source, "sha256": self.sha256},
+            "vllm": self._vllm(),
             "port": self.port,
             "out": self.out,
             "failed_out": self.failed_out,
@@ -93,6 +95,16 @@ class BakeReport:
             "bakery": __version__,
             "diffs": [d.to_json() for d in self.diffs],
         }
+
+    def _vllm(self) -> dict[str, object]:
+        vllm: dict[str, object] = {
+            "version": self.version,
+            "source": self.source,
+            "sha256": self.sha256,
+        }
+        if self.commit:  # a git+ source or a local checkout
+            vllm["commit"] = self.commit
+        return vllm
 
     def manifest(self) -> dict[str, object]:
         d = self.to_json()
@@ -110,6 +122,6 @@ def write_json(path: Path, data: dict[str, object]) -> None:
 
 def read_manifest(tree: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((tree / MANIFEST).read_text())  # type: ignore[no-any-return]
+        return json.loads((tree / MANIFEST).read_text())
     except (OSError, ValueError):
         return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from bakery.bake.report import read_manifest
@@ -17,6 +18,29 @@ from bakery.sources.cache import discard as _discard
 
 def staging_prefix(out: Path) -> str:
     return f".{out.name}.bakery-"
+
+
+def umask() -> int:
+    """The process's umask, read without changing it where Linux tells it (another thread
+    may be creating files); elsewhere set and restored at once."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def make_staging(out: Path) -> Path:
+    """A new staging folder beside out, with the mode a folder made by mkdir gets (the
+    umask's), not mkdtemp's 0700: the baked tree takes this folder's place."""
+    staging = Path(tempfile.mkdtemp(prefix=staging_prefix(out) + f"{os.getpid()}-", dir=out.parent))
+    os.chmod(staging, 0o777 & ~umask())
+    return staging
 
 
 def clean_stale(out: Path) -> None:
@@ -122,14 +146,12 @@ def write_files(tree: Path, writes: dict[str, tuple[bytes | None, int | None]]) 
             continue
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(
-                path,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                mode if mode is not None else 0o644,
-            )
+            # a file the series creates gets the umask's mode, as patch and git give it
+            mode = mode if mode is not None else 0o666 & ~umask()
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(content)
-            os.chmod(path, mode if mode is not None else 0o644)
+            os.chmod(path, mode)
         except OSError as e:  # the plan should have refused it; never a traceback
             raise BakeryError(f"cannot write {rel}: {e.strerror}") from None
 

@@ -13,7 +13,6 @@ import hashlib
 import os
 import shutil
 import stat
-import tempfile
 from pathlib import Path
 
 from bakery.bake.merge import Fallback
@@ -22,17 +21,19 @@ from bakery.bake.report import MANIFEST, BakeReport, write_json
 from bakery.bake.staging import (
     clean_stale,
     display_path,
+    make_staging,
     move_into_place,
     refuse_unless_replaceable,
     remove_tree,
-    staging_prefix,
     write_files,
 )
 from bakery.bake.treecopy import copy_tree
 from bakery.errors import BakeryError, UsageError
 from bakery.git import cmd as gitutil
+from bakery.git import conflicts
 from bakery.git.index import restat_index
 from bakery.git.repo import NEW_CONFIG, clone_local, commit_series, link_objects
+from bakery.patch import mail
 from bakery.patch.series import Series
 from bakery.safety import paths
 from bakery.sources.cache import discard as _discard
@@ -116,6 +117,40 @@ def _populate_from_repo(pristine: Pristine, staging: Path) -> str:
     return commit
 
 
+def _messages(series: Series) -> tuple[list[str], list[str | None]]:
+    """Each diff's commit message and author (a format-patch file's own, as git am takes
+    them; bakery's fixed identity for a plain diff)."""
+    messages: list[str] = []
+    authors: list[str | None] = []
+    for d in series.load_diffs():
+        try:
+            info = mail.read(d.path.read_bytes())
+        except OSError:
+            info = None
+        messages.append(mail.commit_message(d.name, d.sha256, info))
+        authors.append(info.author if info else None)
+    return messages, authors
+
+
+def _ignore_bakery(staging: Path) -> None:
+    exclude = staging / ".git" / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    with exclude.open("a") as fh:
+        fh.write("/.bakery/\n")
+
+
+def _commit(pl: Plan, series: Series, staging: Path, upto: int) -> None:
+    """The first upto diffs as commits, one each, on the pristine commit."""
+    report = pl.report
+    messages, authors = _messages(series)
+    ids = commit_series(
+        staging, str(report.pristine_commit), messages[:upto], pl.writes[:upto], authors[:upto]
+    )
+    for dres, commit in zip(report.diffs, ids, strict=False):
+        dres.commit = commit
+    report.head = ids[-1] if ids else report.pristine_commit
+
+
 def write_tree(
     pl: Plan, series: Series, pristine: Pristine, staging: Path, commits: bool = True
 ) -> None:
@@ -131,51 +166,62 @@ def write_tree(
                 report.files_sha256[rel] = hashlib.sha256(content).hexdigest()
     report.head = report.pristine_commit
     if commits:
-        messages = [f"{d.name}\n\nBakery-Diff-Sha256: {d.sha256}\n" for d in series.load_diffs()]
-        ids = commit_series(staging, report.pristine_commit, messages, pl.writes)
-        for dres, commit in zip(report.diffs, ids, strict=True):
-            dres.commit = commit
-        report.head = ids[-1] if ids else report.head
-    _exclude_manifest(staging)
-
-
-#: The subject of the one commit a --keep-failed attempt carries.
-ATTEMPT = "bakery: attempt (does not apply; resolve, then `bakery refresh`)"
+        _commit(pl, series, staging, len(pl.writes))
+    _ignore_bakery(staging)
 
 
 def write_failed(pl: Plan, series: Series, pristine: Pristine, failed_out: Path) -> None:
-    """The attempt, for a person to finish: applied hunks in place, the rest in .rej files
-    (or as conflict markers where a three-way merge left them). The attempt is committed
-    (one commit over the pristine one) and the manifest records that commit: a later bake
-    can then prove the folder unchanged before it replaces or removes it (see
-    failed_state); a folder with the user's edits is never touched."""
-    staging = Path(
-        tempfile.mkdtemp(
-            prefix=staging_prefix(failed_out) + f"{os.getpid()}-", dir=failed_out.parent
-        )
-    )
+    """The attempt, for a person to finish, stopped the way ``git am -3`` stops: the diffs
+    before the first that does not apply are commits; that one is applied as far as it
+    goes, its clean files staged, its three-way conflicts in git's index as unmerged
+    entries (and diff3 markers in the file), its other failed hunks in .rej files; the
+    diffs after it are not applied (refresh keeps them as they are). The manifest records
+    the head and the hash of every file bakery wrote: a later bake can then prove the
+    folder unchanged before it replaces or removes it (see failed_state); a folder with
+    the user's edits is never touched. The folder is built beside failed_out, and an old
+    attempt (which failed_state said may go) is removed only once the new one is whole."""
+    staging = make_staging(failed_out)
     try:
         report = pl.report
+        stop = next(i for i, d in enumerate(report.diffs) if not d.ok)
         report.pristine_commit = _populate(pristine, staging)
-        attempt: dict[str, tuple[bytes | None, int | None]] = {}
-        for dres, writes in zip(report.diffs, pl.writes, strict=True):
-            attempt.update(writes)
-            for f in dres.files:
-                if f.ok:
-                    continue
-                if f.conflict is not None:
-                    attempt[f.path] = (f.conflict, f.mode)
-                elif f.failed_hunks:
-                    rel = f.path + ".rej"
-                    before = attempt.get(rel, (b"", None))[0] or b""
-                    text = f"--- {f.path}\n+++ {f.path}\n" + "".join(
-                        h.render() for h in f.failed_hunks
+        for writes in pl.writes[:stop]:
+            write_files(staging, writes)
+        _commit(pl, series, staging, stop)
+        dres, writes = report.diffs[stop], pl.writes[stop]
+        write_files(staging, writes)
+        unresolved: list[conflicts.Conflict] = []
+        rejects: set[str] = set()
+        for f in dres.files:
+            if f.ok:
+                continue
+            if f.conflict is not None:
+                write_files(staging, {f.path: (f.conflict, f.mode)})
+                if f.sides is not None:
+                    unresolved.append(
+                        conflicts.Conflict(f.path, *f.sides, executable=bool((f.mode or 0) & 0o100))
                     )
-                    attempt[rel] = (before + text.encode("latin-1"), 0o644)
-        write_files(staging, attempt)
-        report.head = commit_series(staging, report.pristine_commit, [ATTEMPT + "\n"], [attempt])[0]
-        _exclude_manifest(staging)
-        write_json(staging / MANIFEST, {**report.manifest(), "status": "conflict"})
+            elif f.failed_hunks:
+                rej = staging / (f.path + ".rej")
+                rej.parent.mkdir(parents=True, exist_ok=True)
+                fp_text = f"--- {f.path}\n+++ {f.path}\n" + "".join(
+                    h.render() for h in f.failed_hunks
+                )
+                with rej.open("a", encoding="latin-1") as fh:
+                    fh.write(fp_text)
+                rejects.add(f.path + ".rej")
+        failed_paths = {f.path for f in dres.files if not f.ok}
+        conflicts.stage(staging, sorted(p for p in writes if p not in failed_paths))
+        conflicts.record(staging, unresolved)
+        # what bakery wrote, so that edits since (the resolution) can be told apart
+        written_paths = {p for w in pl.writes[: stop + 1] for p in w} | failed_paths | rejects
+        for rel in sorted(written_paths):
+            written = staging / rel
+            if written.is_file() and not written.is_symlink():
+                report.files_sha256[rel] = hashlib.sha256(written.read_bytes()).hexdigest()
+        _ignore_bakery(staging)
+        manifest = {**report.manifest(), "status": "conflict", "stopped_at": dres.name}
+        write_json(staging / MANIFEST, manifest)
         remove_tree(failed_out)  # failed_state() said it may go
         os.replace(staging, failed_out)
     except BaseException:
@@ -185,7 +231,12 @@ def write_failed(pl: Plan, series: Series, pristine: Pristine, failed_out: Path)
 
 def failed_state(failed_out: Path) -> str | None:
     """None when nothing is at failed_out, "unchanged" for an attempt bakery wrote and
-    nobody changed since, else why it must be kept (edits, or not bakery's)."""
+    nobody changed since, else why it must be kept (edits, or not bakery's).
+
+    An attempt holds unmerged index entries (git status is never clean there), so
+    "unchanged" is decided from the manifest: the same head, every file bakery wrote as
+    it wrote it (the hashes the manifest records), and no other file changed or added
+    (git diff against the head, and the untracked files, name nothing else)."""
     from bakery.bake import manifest as manifests
 
     if not os.path.lexists(failed_out):
@@ -197,18 +248,60 @@ def failed_state(failed_out: Path) -> str | None:
         if m is None or m.status != "conflict" or m.head is None:
             return "bakery did not make it (or made it before attempts were committed)"
         gitutil.check_foreign(failed_out, str(failed_out))
-        if gitutil.head(failed_out) != m.head or gitutil.dirty(failed_out):
-            return "it holds changes made since bakery wrote it"
+        if gitutil.head(failed_out) != m.head:
+            return "it holds changes made since bakery wrote it (new commits)"
+        changed = _changed_files(failed_out, m.files)
+        if changed:
+            return f"it holds changes made since bakery wrote it ({changed[0]})"
     except BakeryError as e:
         return f"it cannot be checked ({e.message})"
     return "unchanged"
 
 
-def _exclude_manifest(tree: Path) -> None:
-    exclude = tree / ".git" / "info" / "exclude"
-    exclude.parent.mkdir(parents=True, exist_ok=True)
-    with exclude.open("a") as fh:
-        fh.write("/.bakery/\n")
+def _changed_files(tree: Path, recorded: dict[str, str]) -> list[str]:
+    """The files of an attempt that differ from what bakery wrote there: a recorded file
+    with another hash (or gone), and any other file that differs from the head or is new."""
+    changed = [rel for rel, sha in sorted(recorded.items()) if _sha256_of(tree, rel) != sha]
+    against_head = gitutil.git(
+        tree, "--no-optional-locks", "diff", "--name-only", "-z", "--no-renames", "HEAD", "--"
+    )
+    untracked = gitutil.git(
+        tree, "--no-optional-locks", "ls-files", "-z", "--others", "--exclude-standard"
+    )
+    for rel in filter(None, (against_head + "\0" + untracked).split("\0")):
+        if rel not in recorded and rel not in changed:
+            changed.append(rel)
+    return changed
+
+
+def _sha256_of(tree: Path, rel: str) -> str | None:
+    """The sha256 of a regular file under tree (None for anything else: a FIFO is never
+    opened, a link never followed)."""
+    path = paths.inside(tree, rel, f"{tree}: manifest files")
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode):
+            return None
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _check_out(out: Path, pristine: Pristine) -> None:
+    """--out is outside the pristine tree, and its folder can be made and written."""
+    source = (pristine.package_dir or pristine.tree).resolve()
+    if out.resolve() == source or source in out.resolve().parents:
+        raise BakeryError(
+            f"--out {out}: inside the pristine tree {source}, which bakery "
+            "never changes; choose another --out"
+        )
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(
+            f"--out {out}: cannot make its folder {out.parent}: {e.strerror}"
+        ) from None
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: cannot write in {out.parent} (permission denied)")
 
 
 def bake(
@@ -224,20 +317,7 @@ def bake(
 ) -> BakeReport:
     """Bake the series into out. Returns the report; out holds a tree only if it applied."""
     out = out.absolute()
-    source = (pristine.package_dir or pristine.tree).resolve()
-    if out.resolve() == source or source in out.resolve().parents:
-        raise BakeryError(
-            f"--out {out}: inside the pristine tree {source}, which bakery "
-            "never changes; choose another --out"
-        )
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(
-            f"--out {out}: cannot make its folder {out.parent}: {e.strerror}"
-        ) from None
-    if not os.access(out.parent, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out}: cannot write in {out.parent} (permission denied)")
+    _check_out(out, pristine)
     clean_stale(out)
     refuse_unless_replaceable(out, force)
     pl = plan(series, pristine, fuzz=fuzz, fallback=fallback, events=events)
@@ -266,7 +346,7 @@ def bake(
             write_failed(pl, series, pristine, failed_out)
             report.failed_out = display_path(failed_out)
         return report
-    staging = Path(tempfile.mkdtemp(prefix=staging_prefix(out) + f"{os.getpid()}-", dir=out.parent))
+    staging = make_staging(out)
     try:
         if events:
             events("write", f"Writing {display_path(out)}")

@@ -6,12 +6,14 @@ BakeryError subclasses, which become one line on stderr and the contract's exit 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, NoReturn, ParamSpec
 
 import typer
 from rich.console import Console
@@ -19,31 +21,75 @@ from rich.markup import escape
 
 from bakery import __version__
 from bakery.bake.report import BakeReport
-from bakery.cli import render
-from bakery.errors import BakeryError
+from bakery.cli import hints, render
+from bakery.cli.parsing import (
+    PYTEST_ARGS,
+    BakeryCommand,
+    BakeryGroup,
+    ManyVllmCommand,
+    PytestArgsCommand,
+    Word,
+)
+from bakery.errors import BakeryError, ReportedError
 from bakery.outputs import check as check_output
 from bakery.outputs import is_stdout, write_json
 from bakery.outputs import write as write_output
 from bakery.safety.text import CILineGuard, clean
 from bakery.safety.urls import redact_text
 
+P = ParamSpec("P")
+
 app = typer.Typer(
     name="bakery",
-    help="Bake patched vLLM trees from ordered series of plain diffs.",
+    cls=BakeryGroup,
+    help="Bake patched vLLM trees from ordered series of plain diffs.\n\n"
+    "Series live in launcher/ of the project: $BAKERY_HOME when set, else the nearest "
+    "folder above the working directory that holds launcher/.",
     no_args_is_help=True,
-    add_completion=False,
+    # typer's --install-completion/--show-completion; the completion code loads only when
+    # a shell asks (see BENCHMARKS.md, "Process start")
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+# Piped output is never wrapped: soft_wrap keeps each line whole, and a console that is
+# not a terminal gets no width of 80 unless COLUMNS says so (see _fit_consoles).
 # Every line either console prints goes through CILineGuard: no input can start a line
 # with "::" (a GitHub Actions workflow command), however rich lays it out.
-out_console = Console(file=CILineGuard(lambda: sys.stdout), highlight=False, soft_wrap=False)  # type: ignore[arg-type]
-err_console = Console(file=CILineGuard(lambda: sys.stderr), highlight=False)  # type: ignore[arg-type]
+out_console = Console(file=CILineGuard(lambda: sys.stdout), highlight=False, soft_wrap=True)  # type: ignore[arg-type]
+err_console = Console(file=CILineGuard(lambda: sys.stderr), highlight=False, soft_wrap=True)  # type: ignore[arg-type]
 
 
 def _safe(text: str) -> str:
     """Text from input (errors quote it) made safe to print: see bakery.safety."""
     return escape(clean(redact_text(text)))
+
+
+class _Invocation:
+    """What this run of bakery was asked for; the root callback resets it each time (tests
+    run many commands in one process)."""
+
+    quiet = False
+    verbose = False
+    #: Where human output goes: stdout, or stderr when --json - takes stdout.
+    human: Console = out_console
+
+
+def human() -> Console:
+    return _Invocation.human
+
+
+def _fit_consoles() -> None:
+    for console in (out_console, err_console):
+        console.width = None  # type: ignore[assignment]  # rich: measure again
+        if not console.is_terminal and "COLUMNS" not in os.environ:
+            console.width = render.PIPE_WIDTH
+
+
+def _json_target(json_file: Path | None) -> None:
+    """--json -: the report takes stdout, the human output goes to stderr."""
+    if is_stdout(json_file):
+        _Invocation.human = err_console
 
 
 def fail(err: BakeryError) -> NoReturn:
@@ -54,12 +100,36 @@ def fail(err: BakeryError) -> NoReturn:
 
 
 def _preflight(*outputs: tuple[Path | None, str]) -> None:
-    """Outputs the user named are checked before the work starts (one line, exit 2)."""
-    try:
-        for target, what in outputs:
-            check_output(target, what)
-    except BakeryError as e:
-        fail(e)
+    """Outputs the user named are checked before the work starts (a BakeryError: one
+    line, exit 2, through @handled)."""
+    for target, what in outputs:
+        check_output(target, what)
+
+
+def handled(command: Callable[P, None]) -> Callable[P, None]:
+    """The one place where errors become exit codes: a BakeryError from the core is one line
+    on stderr and its ``exit_code``; one raised after the series was read still writes its
+    report where ``--json`` asked (the command's ``json_file``)."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            command(*args, **kwargs)
+        except ReportedError as e:
+            json_file = kwargs.get("json_file")
+            if isinstance(json_file, Path):
+                try:
+                    write_json(json_file, e.report.to_json())
+                except BakeryError as w:  # checked before the work: rare, still one line
+                    e.error.message += f" (and the report was not written: {w.message})"
+            fail(e.error)
+        except BakeryError as e:
+            fail(e)
+        except KeyboardInterrupt:  # SIGINT, or SIGTERM (main turns it into one)
+            err_console.print("interrupted", markup=False)
+            raise typer.Exit(code=130) from None
+
+    return wrapper
 
 
 def _version_callback(value: bool) -> None:
@@ -73,14 +143,33 @@ def _root(
     version: Annotated[
         bool,
         typer.Option(
-            "--version", callback=_version_callback, is_eager=True, help="Show the version."
+            "--version", "-V", callback=_version_callback, is_eager=True, help="Show the version."
         ),
     ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet", "-q", help="Only the verdict, problems and errors: no progress, no tables."
+        ),
+    ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="More detail: the source's hash, each diff's commit."),
+    ] = False,
 ) -> None:
-    """Bake patched vLLM trees from ordered series of plain diffs."""
+    """The options of every command (the help is the Typer's)."""
+    _Invocation.quiet, _Invocation.verbose = quiet and not verbose, verbose
+    _Invocation.human = out_console
+    _fit_consoles()
+
+
+def _progress() -> render.ProgressFn | None:
+    return None if _Invocation.quiet else render.download_progress(err_console)
 
 
 def _events(event: str, detail: str) -> None:
+    if _Invocation.quiet:
+        return
     err_console.print(
         f"[dim]{_safe(detail)}[/]" if event == "detected" else _safe(detail),
         markup=True,
@@ -90,36 +179,67 @@ def _events(event: str, detail: str) -> None:
 
 
 SeriesArg = Annotated[
-    str, typer.Argument(help="A series under launcher/ (dcp2), or a path to a series folder.")
+    str,
+    typer.Argument(
+        metavar="SERIES",
+        click_type=Word(),
+        help="A series: a folder name under launcher/, or a series folder.",
+    ),
 ]
 VllmOpt = Annotated[
     str | None,
     typer.Option(
         "--vllm",
-        help="A release (0.30.0), a local tree or checkout, or git+URL@REF. "
-        "Default: the series' base release.",
+        metavar="SPEC",
+        help="A release (0.30.0, 0.30, v0.30.0, latest), a local tree or checkout, or "
+        "git+URL@REF. Default: the series' base release.",
     ),
 ]
-JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the report as JSON here.")]
+JsonOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--json",
+        metavar="FILE",
+        help="Write the report as JSON here; - writes it to stdout (the rest goes to stderr).",
+    ),
+]
 FuzzOpt = Annotated[
     int,
     typer.Option(
         "--fuzz",
         min=0,
         max=3,
+        metavar="N",
         help="Context lines a hunk may lose to match (default 0: never guess).",
+    ),
+]
+AllowDirtyOpt = Annotated[
+    bool,
+    typer.Option("--allow-dirty", help="Accept a local git checkout with uncommitted changes."),
+]
+NoPortOpt = Annotated[
+    bool,
+    typer.Option("--no-port", help="Use the series' own diffs even where patches/ has a port."),
+]
+NoMergeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-merge", help="Do not fall back to a three-way merge against the base release."
     ),
 ]
 
 
-@app.command()
+@app.command(cls=BakeryCommand)
+@handled
 def apply(
     series: SeriesArg,
     vllm: VllmOpt = None,
     out: Annotated[
         Path | None,
         typer.Option(
-            "--out", help="Where the baked tree goes (default build/<series>-<version>/)."
+            "--out",
+            metavar="DIR",
+            help="Where the baked tree goes (default build/<series>-<version>/).",
         ),
     ] = None,
     json_file: JsonOpt = None,
@@ -128,24 +248,13 @@ def apply(
         bool,
         typer.Option(
             "--keep-failed",
-            help="On a conflict, write the attempt to <out>.failed/ with .rej "
-            "files or conflict markers.",
+            help="On a conflict, write the attempt to <out>.failed/: a git tree with the "
+            "diffs before the failing one as commits and the conflicts in git's index.",
         ),
     ] = False,
-    allow_dirty: Annotated[
-        bool,
-        typer.Option("--allow-dirty", help="Accept a local git checkout with uncommitted changes."),
-    ] = False,
-    no_port: Annotated[
-        bool,
-        typer.Option("--no-port", help="Use the series' own diffs even where patches/ has a port."),
-    ] = False,
-    no_merge: Annotated[
-        bool,
-        typer.Option(
-            "--no-merge", help="Do not fall back to a three-way merge against the base release."
-        ),
-    ] = False,
+    allow_dirty: AllowDirtyOpt = False,
+    no_port: NoPortOpt = False,
+    no_merge: NoMergeOpt = False,
     force: Annotated[
         bool,
         typer.Option("--force", help="Replace a baked tree at --out even if it has local changes."),
@@ -154,6 +263,7 @@ def apply(
     """Apply a series to a pristine vLLM tree, into a new baked tree."""
     from bakery.commands import bake as commands
 
+    _json_target(json_file)
     report = _run_bake(
         lambda: commands.apply(
             series,
@@ -166,35 +276,38 @@ def apply(
             merge=not no_merge,
             force=force,
             events=_events,
-            progress=render.download_progress(err_console),
+            progress=_progress(),
         ),
         json_file,
     )
-    render.bake_report(err_console if is_stdout(json_file) else out_console, report)
+    asked = hints.Asked(series, vllm, no_port=no_port, out=out, fuzz=fuzz, no_merge=no_merge)
+    _show_report(report, hints.after_bake(report, asked))
     raise typer.Exit(code=0 if report.status == "baked" else 1)
 
 
-@app.command()
+@app.command(cls=BakeryCommand)
+@handled
 def check(
     series: SeriesArg,
     vllm: VllmOpt = None,
     json_file: JsonOpt = None,
     fuzz: FuzzOpt = 0,
-    allow_dirty: Annotated[bool, typer.Option("--allow-dirty")] = False,
-    no_port: Annotated[bool, typer.Option("--no-port")] = False,
-    no_merge: Annotated[bool, typer.Option("--no-merge")] = False,
+    allow_dirty: AllowDirtyOpt = False,
+    no_port: NoPortOpt = False,
+    no_merge: NoMergeOpt = False,
     up_to_date: Annotated[
         bool,
         typer.Option(
             "--up-to-date",
             help="Also fail when a port's committed diffs do not reproduce from "
-            "their own bake (for CI).",
+            "their own bake (for CI); with --vllm VERSION, only that release's port.",
         ),
     ] = False,
 ) -> None:
     """The same run as apply, without writing a tree."""
     from bakery.commands import bake as commands
 
+    _json_target(json_file)
     report = _run_bake(
         lambda: commands.check(
             series,
@@ -204,206 +317,294 @@ def check(
             use_port=not no_port,
             merge=not no_merge,
             events=_events,
-            progress=render.download_progress(err_console),
+            progress=_progress(),
         ),
         json_file,
     )
-    render.bake_report(err_console if is_stdout(json_file) else out_console, report)
+    asked = hints.Asked(series, vllm, no_port=no_port, fuzz=fuzz, no_merge=no_merge)
+    _show_report(report, hints.after_bake(report, asked))
     code = 0 if report.ok else 1
     if up_to_date and code == 0:
-        try:
-            stale = commands.up_to_date(series, events=_events)
-        except BakeryError as e:
-            fail(e)
+        stale = commands.up_to_date(series, events=_events, vllm=vllm)
         for line in stale:
             err_console.print(f"[red]not up to date:[/] {_safe(line)}", markup=True)
         code = 1 if stale else 0
     raise typer.Exit(code=code)
 
 
-def _run_bake(fn: object, json_file: Path | None) -> BakeReport:
-    from bakery.commands.bake import ReportedError
-
+def _run_bake(fn: Callable[[], BakeReport], json_file: Path | None) -> BakeReport:
     _preflight((json_file, "--json"))
-    try:
-        report = fn()  # type: ignore[operator]
-    except ReportedError as e:
-        if json_file is not None:
-            _write_report(json_file, e.report.to_json())
-        fail(e.error)
-    except BakeryError as e:
-        fail(e)
+    report = fn()
     if json_file is not None:
-        _write_report(json_file, report.to_json())
-    return report  # type: ignore[no-any-return]
+        write_json(json_file, report.to_json())
+    return report
 
 
-def _write_report(target: Path, data: dict[str, object]) -> None:
-    try:
-        write_json(target, data)
-    except BakeryError as e:
-        fail(e)
+def _show_report(report: BakeReport, next_steps: list[str]) -> None:
+    render.bake_report(
+        human(), report, quiet=_Invocation.quiet, verbose=_Invocation.verbose, next_steps=next_steps
+    )
 
 
-@app.command("list")
+@app.command("list", cls=BakeryCommand)
+@handled
 def list_(
-    series: Annotated[str | None, typer.Argument(help="One series; default: all.")] = None,
+    series: Annotated[
+        str | None,
+        typer.Argument(metavar="[SERIES]", click_type=Word(), help="One series; default: all."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """The series, their diffs, the files they touch, and their base release."""
     from bakery.commands import bake as commands
 
-    try:
-        rows = commands.list_series(series)
-    except BakeryError as e:
-        fail(e)
+    rows = commands.list_series(series)
     if as_json:
-        out_console.print_json(json.dumps(rows))
+        typer.echo(json.dumps(rows, indent=2))
     else:
-        render.series_list(out_console, rows)
+        render.series_list(human(), rows)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+InterpretOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--interpret/--gpu",
+        help="Run the kernels on the CPU (Triton's interpreter, gloo) or on a GPU. "
+        "Default: a GPU when torch sees one, else the CPU.",
+    ),
+]
+
+
+@app.command(
+    cls=PytestArgsCommand,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+@handled
 def verify(
     ctx: typer.Context,
-    series: Annotated[str, typer.Argument(help="The series whose bundled tests run.")] = "dcp2",
+    series: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[SERIES]",
+            click_type=Word(),
+            help="The series whose bundled tests run (default: the one --tree was baked "
+            "from, else the last one applied).",
+        ),
+    ] = None,
     tree: Annotated[
         Path | None,
-        typer.Option("--tree", help="The baked tree (default: the last one baked for the series)."),
+        typer.Option(
+            "--tree",
+            metavar="DIR",
+            help="The baked tree (default: the series' last `bakery apply`).",
+        ),
     ] = None,
-    interpret: Annotated[
-        bool, typer.Option("--interpret", help="CPU only: Triton's interpreter and gloo.")
-    ] = False,
-    junit: Annotated[Path | None, typer.Option("--junit", help="Write a JUnit XML file.")] = None,
+    interpret: InterpretOpt = None,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", metavar="FILE", help="Write a JUnit XML file.")
+    ] = None,
 ) -> None:
     """Run the series' bundled tests against a baked tree's own code. Arguments after --
     go to pytest."""
     from bakery.commands import bake as commands
 
     _preflight((junit, "--junit"))
-    try:
-        result, edited = commands.verify(
-            series, tree=tree, interpret=interpret, junit=junit, pytest_args=list(ctx.args)
-        )
-    except BakeryError as e:
-        fail(e)
+    pytest_args = [*ctx.args, *ctx.meta.get(PYTEST_ARGS, [])]
+    result, edited = commands.verify(
+        series,
+        tree=tree,
+        interpret=interpret,
+        junit=junit,
+        pytest_args=pytest_args,
+        events=_events,
+    )
     render.verify_summary(err_console, result, edited)
     raise typer.Exit(code=result.exit_code)
 
 
-@app.command()
+@app.command(cls=ManyVllmCommand)
+@handled
 def matrix(
     series: SeriesArg,
     vllm: Annotated[
         list[str] | None,
-        typer.Option("--vllm", help="Releases to bake (repeat the option, or list them after it)."),
+        typer.Option(
+            "--vllm",
+            metavar="SPEC...",
+            help="Releases to bake: --vllm 0.30.0 0.32.0 (or repeat the option).",
+        ),
     ] = None,
     since: Annotated[
         str | None,
-        typer.Option("--since", help="Every final release on the index from this version on."),
+        typer.Option(
+            "--since",
+            metavar="VERSION",
+            help="Every final release on the index from this version on.",
+        ),
     ] = None,
     pre: Annotated[bool, typer.Option("--pre", help="With --since: pre-releases too.")] = False,
     do_verify: Annotated[bool, typer.Option("--verify", help="Verify each baked tree.")] = False,
-    interpret: Annotated[
-        bool,
-        typer.Option(
-            "--interpret/--gpu", help="Verify on the CPU (Triton interpreter) or on a GPU."
-        ),
-    ] = True,
+    interpret: InterpretOpt = None,
     jobs: Annotated[
-        int, typer.Option("--jobs", "-j", min=1, help="Parallel workers (default: 2).")
+        int,
+        typer.Option("--jobs", "-j", min=1, metavar="N", help="Parallel workers (default: 2)."),
     ] = 2,
-    out: Annotated[Path, typer.Option("--out", help="Where the baked trees go.")] = Path(
-        "build/matrix"
-    ),
+    out: Annotated[
+        Path, typer.Option("--out", metavar="DIR", help="Where the baked trees go.")
+    ] = Path("build/matrix"),
     json_file: JsonOpt = None,
     markdown: Annotated[
-        Path | None, typer.Option("--markdown", help="Write a Markdown summary (for CI).")
+        Path | None,
+        typer.Option("--markdown", metavar="FILE", help="Write a Markdown summary (for CI)."),
     ] = None,
-    junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML.")] = None,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", metavar="FILE", help="Write JUnit XML.")
+    ] = None,
     allow_fail: Annotated[
-        bool, typer.Option("--allow-fail", help="Exit 0 even when a release fails.")
+        bool,
+        typer.Option(
+            "--allow-fail",
+            help="Exit 0 even when a release fails (not when a verify could not run).",
+        ),
     ] = False,
 ) -> None:
     """Bake (and verify) a series on many vLLM releases, in parallel."""
     from bakery.commands import matrix as mx
     from bakery.patch.series import load_series, project_root
 
+    _json_target(json_file)
     _preflight((json_file, "--json"), (markdown, "--markdown"), (junit, "--junit"))
-    try:
-        s = load_series(series)
-        versions = list(vllm or [])
-        if since:
-            versions += [v for v in mx.select_versions(since, pre) if v not in versions]
-        if not versions:
-            raise BakeryError("matrix needs --vllm VERSION... or --since VERSION")
+    s = load_series(series)
+    versions = mx.asked_versions(vllm or [], since, pre)
+    if not versions:
+        raise BakeryError("matrix needs --vllm VERSION... or --since VERSION")
+    if not _Invocation.quiet:
         err_console.print(_safe(f"baking {s.name} on {', '.join(versions)} with {jobs} workers"))
-        rows = mx.run(
-            str(s.path),
-            versions,
-            out_root=out.absolute(),
-            jobs=jobs,
-            verify=do_verify,
-            interpret=interpret,
-            home=project_root(),
-        )
-    except BakeryError as e:
-        fail(e)
-    render.matrix_grid(err_console if is_stdout(json_file) else out_console, s.name, rows)
-    try:
-        if json_file:
-            write_json(json_file, mx.to_json(s.name, rows))
-        if markdown:
-            write_output(markdown, mx.to_markdown(s.name, rows).encode(), "--markdown")
-        if junit:
-            write_output(junit, mx.to_junit(s.name, rows), "--junit")
-    except BakeryError as e:
-        fail(e)
-    ok = all(r.ok for r in rows)
-    raise typer.Exit(code=0 if ok or allow_fail else 1)
+    if do_verify:
+        from bakery.commands.bake import choose_device
+
+        interpret, where = choose_device(interpret)
+        if not _Invocation.quiet:
+            err_console.print(_safe(f"verifying each baked tree {where}"))
+    rows = mx.run(
+        str(s.path),
+        versions,
+        out_root=out.absolute(),
+        jobs=jobs,
+        verify=do_verify,
+        interpret=bool(interpret),
+        home=project_root(),
+    )
+    render.matrix_grid(human(), s.name, rows, quiet=_Invocation.quiet)
+    if json_file:
+        write_json(json_file, mx.to_json(s.name, rows))
+    if markdown:
+        write_output(markdown, mx.to_markdown(s.name, rows).encode(), "--markdown")
+    if junit:
+        write_output(junit, mx.to_junit(s.name, rows), "--junit")
+    raise typer.Exit(code=mx.exit_code(rows, allow_fail))
 
 
-@app.command()
+@app.command(cls=BakeryCommand)
+@handled
+def releases(
+    since: Annotated[
+        str | None,
+        typer.Option("--since", metavar="VERSION", help="From this release on (0.30, v0.30.0)."),
+    ] = None,
+    pre: Annotated[bool, typer.Option("--pre", help="Pre-releases too.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON list (for a CI matrix's fromJSON).")
+    ] = False,
+) -> None:
+    """The vLLM releases on the package index (with a source distribution), oldest first."""
+    from bakery.commands.releases import releases as found
+
+    versions = found(since, pre)
+    typer.echo(json.dumps(versions) if as_json else "\n".join(versions))
+
+
+@app.command(cls=BakeryCommand)
+@handled
 def refresh(
     series: SeriesArg,
-    tree: Annotated[Path, typer.Option("--tree", help="The edited baked tree.")],
+    tree: Annotated[Path, typer.Option("--tree", metavar="DIR", help="The edited baked tree.")],
     release: Annotated[
         str | None,
-        typer.Option("--release", help="The release the port is for (default: the tree's)."),
+        typer.Option(
+            "--release",
+            metavar="VERSION",
+            help="The release the tree was baked from (checked against the tree's manifest).",
+        ),
+    ] = None,
+    into: Annotated[
+        str | None,
+        typer.Option(
+            "--into",
+            metavar="NN-NAME.diff",
+            help="Put edits to files no diff touches into this diff of the series.",
+        ),
+    ] = None,
+    new_diff: Annotated[
+        str | None,
+        typer.Option(
+            "--new-diff",
+            metavar="NAME",
+            help="Put edits to files no diff touches into a new diff at the end "
+            "(NAME.diff, numbered after the last).",
+        ),
     ] = None,
 ) -> None:
-    """Turn an edited baked tree back into the series' diffs, as a port in
-    patches/<series>/<release>/."""
+    """Turn an edited baked tree back into diffs, as quilt refresh does: a tree of the
+    series' base release refreshes launcher/<series>/diffs/, a tree of another release
+    its port in patches/<series>/<release>/."""
     from bakery.bake import refresh as refresh_mod
 
-    try:
-        port, notes = refresh_mod.refresh(series, tree, release, events=_events)
-    except BakeryError as e:
-        fail(e)
-    for n in notes:
-        err_console.print(f"[dim]{_safe(n)}[/]", markup=True)
-    out_console.print(f"wrote port {_safe(str(port))}")
+    done = refresh_mod.refresh(series, tree, release, events=_events, into=into, new_diff=new_diff)
+    for n in done.notes:
+        err_console.print(f"[dim]{_safe(n)}[/]", markup=True, soft_wrap=True)
+    render.refresh_done(human(), done, hints.after_refresh(done, series), quiet=_Invocation.quiet)
 
 
-@app.command()
+@app.command(cls=BakeryCommand)
+@handled
 def summarize(
-    reports: Annotated[list[Path], typer.Argument(help="Matrix or apply JSON reports.")],
-    markdown: Annotated[Path | None, typer.Option("--markdown")] = None,
+    reports: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="REPORT.json...", click_type=Word(), help="Matrix or apply JSON reports."
+        ),
+    ],
+    markdown: Annotated[
+        Path | None,
+        typer.Option(
+            "--markdown", metavar="FILE", help="Write the Markdown here (default: stdout)."
+        ),
+    ] = None,
 ) -> None:
     """Join JSON reports (one per CI job) into one Markdown summary."""
     from bakery.commands import matrix as mx
 
     _preflight((markdown, "--markdown"))
-    try:
-        name, rows = mx.rows_from_reports(reports)
-        text = mx.to_markdown(name, rows)
-        if markdown:
-            write_output(markdown, text.encode(), "--markdown")
-    except BakeryError as e:
-        fail(e)
-    if not markdown:
-        out_console.print(text, markup=False)
+    name, rows = mx.rows_from_reports([Path(r) for r in reports])
+    text = mx.to_markdown(name, rows)
+    if markdown:
+        write_output(markdown, text.encode(), "--markdown")
+    else:
+        # as is (Markdown must not be wrapped or styled), through the CI line guard
+        guarded = CILineGuard(lambda: sys.stdout)
+        guarded.write(text)
+        guarded.flush()
     raise typer.Exit(code=0 if all(r.ok for r in rows) else 1)
+
+
+def _add_subcommands() -> None:
+    from bakery.cli.cache import cache_app
+
+    app.add_typer(cache_app)
+
+
+_add_subcommands()
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
@@ -412,11 +613,12 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 def main() -> None:
     """Console entry point. SIGTERM is treated like SIGINT: the bake in progress removes
-    its staging folder and bakery exits 130 (typer turns KeyboardInterrupt into 130)."""
+    its staging folder and bakery exits 130, saying it was interrupted."""
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         app()
     except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
         sys.exit(130)
 
 

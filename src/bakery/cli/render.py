@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,8 @@ from bakery.safety.text import clean
 from bakery.safety.urls import redact_text
 
 if TYPE_CHECKING:
+    from bakery.bake.refresh import Refreshed
+    from bakery.commands.matrix import Row
     from bakery.testing.runner import VerifyResult
 
 
@@ -22,6 +25,14 @@ def _t(text: object) -> str:
     markup (see bakery.safety.text)."""
     return escape(clean(redact_text(str(text))))
 
+
+#: The width of a console that is not a terminal (a pipe, a CI log) when COLUMNS does not
+#: say: wide enough that no line is wrapped; tables take only the width they need.
+PIPE_WIDTH = 4096
+#: Without a terminal, a download says how far it is at most this often (seconds).
+PROGRESS_EVERY = 5.0
+
+ProgressFn = Callable[[int, "int | None"], None]
 
 _STYLE = {
     "applied": "green",
@@ -37,14 +48,41 @@ def _status(s: str) -> str:
     return f"[{_STYLE.get(s, 'white')}]{_t(s)}[/]"
 
 
-def bake_report(console: Console, report: BakeReport) -> None:
-    """One table per diff and file, a row per hunk, then every problem on its own line."""
+def bake_report(
+    console: Console,
+    report: BakeReport,
+    *,
+    quiet: bool = False,
+    verbose: bool = False,
+    next_steps: list[str] | None = None,
+) -> None:
+    """One table per diff and file, a row per hunk, then every problem on its own line, the
+    verdict, and the next steps (whole commands). quiet: no tables; verbose: the source's
+    hash and each diff's commit too."""
+    if not quiet:
+        _hunk_tables(console, report, verbose)
+    _problems(console, report)
+    _verdict(console, report)
+    if next_steps:
+        console.print("next:", soft_wrap=True)
+        for step in next_steps:
+            console.print(f"  {_t(step)}", soft_wrap=True)
+
+
+def _hunk_tables(console: Console, report: BakeReport, verbose: bool) -> None:
     src = f"vLLM {report.version}" if report.version else report.source
     port = f"  [cyan](port {_t(report.port)})[/]" if report.port else ""
     console.print(f"[bold]{_t(report.series_name)}[/] on {_t(str(src))}{port}", soft_wrap=True)
-    for d in report.diffs:
+    if verbose:
         console.print(
-            f"[bold]{_t(d.name)}[/]  {_status(d.status.value)}  [dim]{d.sha256[:12]}[/]",
+            f"  [dim]source {_t(str(report.source))} sha256 {report.sha256 or '-'}[/]",
+            soft_wrap=True,
+        )
+    for d in report.diffs:
+        commit = f"  commit {d.commit}" if verbose and d.commit else ""
+        digest = d.sha256 if verbose else d.sha256[:12]
+        console.print(
+            f"[bold]{_t(d.name)}[/]  {_status(d.status.value)}  [dim]{digest}{commit}[/]",
             soft_wrap=True,
         )
         for f in d.files:
@@ -64,6 +102,9 @@ def bake_report(console: Console, report: BakeReport) -> None:
                     _t(h.reason or "") if not h.status.ok or h.status.value == "merged" else "",
                 )
             console.print(table)
+
+
+def _problems(console: Console, report: BakeReport) -> None:
     for d in report.diffs:
         for w in d.warnings:
             console.print(f"[yellow]warning:[/] {_t(d.name)}: {_t(w)}", soft_wrap=True)
@@ -79,7 +120,10 @@ def bake_report(console: Console, report: BakeReport) -> None:
                 soft_wrap=True,
             )
             for a in actions:
-                console.print(f"  next: {_t(a)}", soft_wrap=True)
+                console.print(f"  {_t(a)}", soft_wrap=True)
+
+
+def _verdict(console: Console, report: BakeReport) -> None:
     counts: dict[str, int] = {}
     for d in report.diffs:
         for f in d.files:
@@ -87,14 +131,17 @@ def bake_report(console: Console, report: BakeReport) -> None:
                 counts[h.status.value] = counts.get(h.status.value, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
     if report.status == "baked":
-        console.print(f"[bold green]baked[/] {_t(str(report.out))} ({summary})")
+        console.print(f"[bold green]baked[/] {_t(str(report.out))} ({summary})", soft_wrap=True)
     elif report.status == "checked":
-        console.print(f"[bold green]applies[/] ({summary})")
+        console.print(f"[bold green]applies[/] ({summary})", soft_wrap=True)
     else:
-        console.print(
-            f"[bold red]does not apply[/] ({summary})"
-            + (f"; attempt written to {_t(report.failed_out)}" if report.failed_out else "")
+        stop = next((d.name for d in report.diffs if not d.ok), None)
+        where = (
+            f"; attempt written to {_t(report.failed_out)}, stopped at {_t(stop)}"
+            if report.failed_out and stop
+            else ""
         )
+        console.print(f"[bold red]does not apply[/] ({summary}){where}", soft_wrap=True)
 
 
 def series_list(console: Console, rows: list[dict[str, object]]) -> None:
@@ -115,8 +162,11 @@ def series_list(console: Console, rows: list[dict[str, object]]) -> None:
                 console.print(_t(f"    {f}"))
 
 
-def download_progress(console: Console) -> Callable[[int, int | None], None]:
-    """A progress callback that shows a bar once a download starts."""
+def download_progress(console: Console) -> ProgressFn:
+    """A progress callback: a bar on a terminal; without one (CI), a line every
+    PROGRESS_EVERY seconds, so a long download is seen to be moving."""
+    if not console.is_terminal:
+        return _progress_lines(console)
     state: dict[str, Any] = {}
 
     def update(done: int, total: int | None) -> None:
@@ -142,43 +192,140 @@ def download_progress(console: Console) -> Callable[[int, int | None], None]:
             state["p"] = p
             state["t"] = p.add_task("download", total=total)
         p = state["p"]
-        p.update(state["t"], completed=done)  # type: ignore[attr-defined]
+        p.update(state["t"], completed=done)
         if total and done >= total:
-            p.stop()  # type: ignore[attr-defined]
+            p.stop()
 
     return update
 
 
-def matrix_grid(console: Console, series: str, rows: list) -> None:  # type: ignore[type-arg]
-    from bakery.commands.matrix import diff_names, summarize
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
 
-    names = diff_names(rows)
-    table = Table(title=_t(f"{series}: releases x diffs"), title_justify="left")
-    table.add_column("release")
-    table.add_column("status")
-    table.add_column("port")
-    for n in names:
-        table.add_column(_t(n if len(n) <= 24 else n[:21] + "..."))
-    table.add_column("verify")
-    table.add_column("s", justify="right")
-    for r in rows:
-        cells = {str(d["name"]): summarize(d) for d in r.diffs}
-        status = {"baked": "[green]baked[/]", "conflict": "[red]conflict[/]"}.get(
-            r.status, f"[red]{_t(r.status)}[/]"
+
+def _progress_lines(console: Console) -> ProgressFn:
+    start = time.monotonic()
+    last: list[float] = []
+
+    def update(done: int, total: int | None) -> None:
+        now = time.monotonic()
+        finished = total is not None and done >= total
+        if last and now - last[0] < PROGRESS_EVERY and not finished:
+            return
+        last[:] = [now]
+        of = f" of {_mb(total)} ({100 * done // total}%)" if total else ""
+        rate = done / max(now - start, 1e-3)
+        console.print(
+            f"downloading: {_mb(done)}{of}, {_mb(int(rate))}/s", markup=False, soft_wrap=True
         )
-        verify = {"passed": "[green]passed[/]", "failed": "[red]failed[/]"}.get(r.verify or "", "-")
+
+    return update
+
+
+_SHORT = {
+    "applied": "ok",
+    "offset": "offset",
+    "fuzz": "fuzz",
+    "merged": "merged",
+    "already-applied": "upstream",
+    "failed": "FAILED",
+}
+
+
+def _cell(diff: dict[str, object]) -> str:
+    """A grid cell: the diff's hunk outcomes counted, in short words."""
+    from bakery.commands.matrix import summarize
+
+    parts = []
+    for part in summarize(diff).split(", "):
+        n, _, outcome = part.partition(" ")
+        parts.append(f"{n} {_SHORT.get(outcome, outcome)}" if outcome else part)
+    return " ".join(parts)
+
+
+_GRID_STATUS = {
+    "baked": "[green]baked[/]",
+    "checked": "[green]applies[/]",
+    "conflict": "[red]conflict[/]",
+}
+_GRID_VERIFY = {
+    "passed": "[green]passed[/]",
+    "failed": "[red]failed[/]",
+    "error": "[bold red]not verified[/]",
+}
+
+
+def matrix_grid(console: Console, series: str, rows: list[Row], *, quiet: bool = False) -> None:
+    """Releases by diffs. A diff's column is headed by its number (the names follow the
+    grid), so that the grid stays readable at 80 columns; a release is never cut. quiet:
+    one line per release instead."""
+    from bakery.commands.matrix import diff_names
+
+    if quiet:
+        _matrix_lines(console, rows)
+        return
+    names = diff_names(rows)
+    heads = [n.split("-", 1)[0] if "-" in n else n for n in names]
+    if len(set(heads)) != len(heads):
+        heads = [str(i) for i in range(1, len(names) + 1)]
+    table = Table(title=_t(f"{series}: releases x diffs"), title_justify="left")
+    widest = max([len("release"), *(len(r.version) for r in rows)])
+    table.add_column("release", no_wrap=True, min_width=widest)
+    table.add_column("status", no_wrap=True)
+    table.add_column("port", no_wrap=True)
+    for h in heads:
+        table.add_column(_t(h), overflow="fold")
+    table.add_column("verify", no_wrap=True)
+    table.add_column("s", justify="right", no_wrap=True)
+    for r in rows:
+        cells = {str(d["name"]): _cell(d) for d in r.diffs}
         table.add_row(
             _t(r.version),
-            status,
-            _t(r.port or "-"),
+            _GRID_STATUS.get(r.status, f"[red]{_t(r.status)}[/]"),
+            "yes" if r.port else "-",
             *[_t(cells.get(n, "-")) for n in names],
-            verify,
+            _GRID_VERIFY.get(r.verify or "", "-"),
             f"{r.seconds:.1f}",
         )
     console.print(table)
+    _matrix_notes(console, rows, [(h, n) for h, n in zip(heads, names, strict=True) if h != n])
+
+
+def _matrix_lines(console: Console, rows: list[Row]) -> None:
+    for r in rows:
+        verify = f", verify {r.verify}" if r.verify else ""
+        error = f": {r.error}" if r.error else ""
+        console.print(_t(f"{r.version} {r.status}{verify}{error}"), soft_wrap=True)
+
+
+def _matrix_notes(console: Console, rows: list[Row], heads: list[tuple[str, str]]) -> None:
+    """Under the grid: the diffs' full names, the ports used, the errors."""
+    for h, n in heads:
+        console.print(_t(f"  {h}: {n}"), soft_wrap=True)
+    for r in rows:
+        if r.port:
+            console.print(_t(f"  {r.version}: port {r.port}"), soft_wrap=True)
     for r in rows:
         if r.error:
-            console.print(f"[red]{_t(r.version)}:[/] {_t(r.error)}")
+            console.print(f"[red]{_t(r.version)}:[/] {_t(r.error)}", soft_wrap=True)
+        if r.verify == "error":
+            console.print(f"[red]{_t(r.version)}:[/] {_t(r.verify_cell)}", soft_wrap=True)
+
+
+def refresh_done(
+    console: Console, done: Refreshed, next_steps: list[str], *, quiet: bool = False
+) -> None:
+    """What refresh wrote: the folder, a diffstat per diff, and the next step."""
+    from bakery.bake.staging import display_path
+
+    console.print(f"refreshed {_t(str(display_path(done.folder)))}", soft_wrap=True)
+    if not quiet:
+        for name, stat in done.diffstat:
+            console.print(_t(f"  {name}  {stat}"), soft_wrap=True)
+    if next_steps:
+        console.print("next:", soft_wrap=True)
+        for step in next_steps:
+            console.print(f"  {_t(step)}", soft_wrap=True)
 
 
 def verify_summary(console: Console, result: VerifyResult, edited: list[str]) -> None:

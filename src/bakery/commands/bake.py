@@ -14,7 +14,7 @@ from bakery.bake.plan import Events, plan
 from bakery.bake.report import BakeReport
 from bakery.bake.staging import display_path
 from bakery.bake.tree import bake
-from bakery.errors import BakeryError, UsageError
+from bakery.errors import BakeryError, ReportedError, UsageError
 from bakery.patch.series import Series, load_series, project_root
 from bakery.sources import resolve as sources
 from bakery.sources.cache import Cache, CacheChanged
@@ -23,16 +23,6 @@ from bakery.sources.resolve import Pristine, Progress
 if TYPE_CHECKING:
     from bakery.bake.merge import Fallback
     from bakery.testing.runner import VerifyResult
-
-
-class ReportedError(BakeryError):
-    """A BakeryError raised after the series was read: the report says so too."""
-
-    def __init__(self, error: BakeryError, report: BakeReport) -> None:
-        super().__init__(error.message)
-        self.error = error
-        self.report = report
-        self.exit_code = error.exit_code
 
 
 def _pristine(
@@ -113,7 +103,10 @@ def apply(
     events: Events | None = None,
     progress: Progress | None = None,
     cache: Cache | None = None,
+    remember: bool = True,
 ) -> BakeReport:
+    """remember: note the baked tree as the series' last apply (verify's default tree);
+    matrix workers do not."""
     # A cached tree is checked for changes (git status) while the bake copies it; if it
     # had changed, the entry is extracted again and the bake done again, once.
     for again in (False, True):
@@ -143,6 +136,7 @@ def apply(
                 events=events,
                 progress=progress,
                 defer_check=not again,
+                remember=remember,
             )
         except CacheChanged as e:
             if events:
@@ -165,6 +159,7 @@ def _apply(
     events: Events | None,
     progress: Progress | None,
     defer_check: bool,
+    remember: bool,
 ) -> BakeReport:
     if out is None:
         label = pristine.version or Path(pristine.source).name or "tree"
@@ -196,12 +191,13 @@ def _apply(
                 version=pristine.version,
                 source=pristine.source,
                 sha256=pristine.sha256,
+                commit=pristine.commit,
             ),
         ) from None
     finally:
         if base is not None:
             base.close()
-    if report.status == "baked":
+    if report.status == "baked" and remember:
         _remember(series.name, out, cache)
     return report
 
@@ -249,10 +245,20 @@ def check(
         ) from None
 
 
-def up_to_date(series_spec: str, events: Events | None = None) -> list[str]:
+def up_to_date(
+    series_spec: str, events: Events | None = None, vllm: str | None = None
+) -> list[str]:
+    """Stale ports of the series: every port, or with ``vllm`` a release version, only that
+    release's port (where CI has that release cached; a path or git+ spec checks them all)."""
+    from packaging.version import InvalidVersion, Version
+
     from bakery.bake import refresh
 
-    return refresh.stale_ports(load_series(series_spec), Cache(), events=events)
+    try:
+        only = Version(vllm) if vllm else None
+    except InvalidVersion:
+        only = None
+    return refresh.stale_ports(load_series(series_spec), Cache(), events=events, only=only)
 
 
 # --- the last bake of each series (verify's default tree) -------------------------------------
@@ -265,6 +271,8 @@ def _last_file(cache: Cache | None = None) -> Path:
 
 
 def _remember(series: str, out: Path, cache: Cache) -> None:
+    """The tree of the series' last ``bakery apply`` (the last key of the project's:
+    the last apply of all)."""
     from bakery.bake.report import write_json
 
     path = _last_file(cache)
@@ -277,6 +285,7 @@ def _remember(series: str, out: Path, cache: Cache) -> None:
     project = str(project_root().absolute())
     mine = data.get(project)
     mine = mine if isinstance(mine, dict) else {}
+    mine.pop(series, None)
     mine[series] = str(out.absolute())
     data[project] = mine
     try:
@@ -286,13 +295,46 @@ def _remember(series: str, out: Path, cache: Cache) -> None:
         pass  # only a convenience for verify: never fails a bake
 
 
-def last_tree(series: str) -> Path | None:
+def _last_applies() -> dict[str, str]:
     try:
         data = json.loads(_last_file().read_text())
-        p = data[str(project_root().absolute())][series]
+        mine = data[str(project_root().absolute())]
     except (OSError, ValueError, RecursionError, KeyError, TypeError):
-        return None
-    return Path(p) if isinstance(p, str) and Path(p).is_dir() else None
+        return {}
+    if not isinstance(mine, dict):
+        return {}
+    return {str(k): v for k, v in mine.items() if isinstance(v, str)}
+
+
+def last_tree(series: str) -> Path | None:
+    p = _last_applies().get(series)
+    return Path(p) if p and Path(p).is_dir() else None
+
+
+def _default_series(tree: Path | None) -> str:
+    """verify's series when none is named: the one the tree was baked from, else the
+    project's only series, else the series of the last ``bakery apply``."""
+    from bakery.bake.report import read_manifest
+
+    if tree is not None:
+        manifest = read_manifest(tree) or {}
+        baked = manifest.get("series") or {}
+        for key in ("path", "name"):
+            if isinstance(baked, dict) and baked.get(key):
+                candidate = str(baked[key])
+                if key == "name" or Path(candidate).is_dir():
+                    return candidate
+        raise UsageError(f"--tree {tree}: not a baked tree (no manifest); name the series")
+    launcher = project_root() / "launcher"
+    names = sorted(p.name for p in launcher.glob("*") if (p / "diffs").is_dir())
+    if len(names) == 1:
+        return names[0]
+    applied = list(_last_applies())
+    if applied:
+        return applied[-1]
+    raise UsageError(
+        f"verify: name the series (the project has {len(names)}) or run `bakery apply` first"
+    )
 
 
 # --- list --------------------------------------------------------------------------------------
@@ -304,6 +346,11 @@ def list_series(spec: str | None) -> list[dict[str, Any]]:
         names = [spec]
     else:
         names = sorted(p.name for p in (home / "launcher").glob("*") if (p / "diffs").is_dir())
+        if not names:
+            from bakery.errors import SeriesError
+            from bakery.patch.series import where_series_are
+
+            raise SeriesError(f"no series{where_series_are(home)}")
     rows = []
     for name in names:
         s = load_series(name, home)
@@ -360,24 +407,42 @@ def edited_files(tree: Path) -> list[str]:
     return changed
 
 
+def choose_device(interpret: bool | None) -> tuple[bool, str]:
+    """(interpret, where the tests run, in words). None: a GPU when torch sees one, else
+    the CPU; verify and matrix --verify both decide here, and say what they chose."""
+    if interpret is None:
+        from bakery.testing.runner import cuda_available
+
+        if cuda_available():
+            return False, "on the GPU (found one; --interpret for the CPU)"
+        return True, "on the CPU with Triton's interpreter (no CUDA GPU visible)"
+    if interpret:
+        return True, "on the CPU with Triton's interpreter (--interpret)"
+    return False, "on the GPU (--gpu)"
+
+
 def verify(
-    series_spec: str,
+    series_spec: str | None,
     *,
     tree: Path | None,
-    interpret: bool,
+    interpret: bool | None,
     junit: Path | None,
     pytest_args: list[str],
     log: Path | None = None,
+    events: Events | None = None,
 ) -> tuple[VerifyResult, list[str]]:
     """Run the series' bundled tests against a baked tree: (result, files edited since
-    the bake)."""
+    the bake). The tree: ``tree``, else the series' last ``bakery apply`` (never a
+    matrix worker's); ``events`` hears which tree, and where the tests run."""
     from bakery.errors import VerifyError
     from bakery.testing.runner import run_verify
 
-    series = load_series(series_spec)
+    series = load_series(series_spec or _default_series(tree))
     if series.tests is None:
         raise VerifyError(f"series {series.name} has no tests/ folder")
-    tree = tree or last_tree(series.name)
+    why = "--tree"
+    if tree is None:
+        tree, why = last_tree(series.name), f"the last `bakery apply {series.name}`"
     if tree is None:
         raise VerifyError(
             f"no baked tree for {series.name}: run `bakery apply "
@@ -385,6 +450,9 @@ def verify(
         )
     if not tree.is_dir():
         raise VerifyError(f"--tree {tree}: no such folder")
+    interpret, where = choose_device(interpret)
+    if events:
+        events("verify", f"verifying {display_path(tree)} ({why}) {where}")
     edited = edited_files(tree)
     result = run_verify(
         series.tests, tree, interpret=interpret, pytest_args=pytest_args, junit=junit, log=log

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from bakery.bake import treecopy
-from bakery.errors import BakeryError, UsageError
+from bakery.errors import BakeryError
 from bakery.safety import limits
 from bakery.safety.text import clean, md_cell
 
@@ -26,13 +26,25 @@ class Row:
     port: str | None = None
     error: str | None = None
     diffs: list[dict[str, object]] = field(default_factory=list)
-    verify: str | None = None  # passed | failed | None (not run)
+    #: passed | failed | error (asked for, but could not run: no GPU, no tests, pytest
+    #: crashed) | None (not asked for). Only "passed" counts as verified.
+    verify: str | None = None
     verify_log: str | None = None
     seconds: float = 0.0
+    #: why verify could not run (with verify == "error")
+    verify_error: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.status == "baked" and self.verify in (None, "passed")
+        # "checked": a `bakery check --json` report that applies
+        return self.status in ("baked", "checked") and self.verify in (None, "passed")
+
+    @property
+    def verify_cell(self) -> str:
+        """The verify outcome in words: "not verified: why" for a verify that did not run."""
+        if self.verify == "error":
+            return f"not verified: {self.verify_error or 'verify did not run'}"
+        return self.verify or "-"
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -41,6 +53,7 @@ class Row:
             "port": self.port,
             "error": self.error,
             "verify": self.verify,
+            "verify_error": self.verify_error,
             "verify_log": self.verify_log,
             "seconds": round(self.seconds, 2),
             "diffs": self.diffs,
@@ -48,13 +61,28 @@ class Row:
 
 
 def select_versions(since: str, include_pre: bool = False) -> list[str]:
-    from bakery.sources.resolve import release_versions
+    from bakery.commands.releases import releases
 
-    try:
-        floor = Version(since)
-    except InvalidVersion:
-        raise UsageError(f"--since {since!r}: not a version") from None
-    return [str(v) for v in release_versions(include_pre) if v >= floor]
+    return releases(since, include_pre)
+
+
+def asked_versions(vllm: list[str], since: str | None, include_pre: bool) -> list[str]:
+    """The releases a matrix bakes: --vllm's (normalised: 0.32 and v0.32.0 are 0.32.0;
+    latest is the newest release), then --since's that are not among them."""
+    from bakery.sources import versions as v
+
+    out: list[str] = []
+    for spec in vllm:
+        if spec == v.LATEST:
+            from bakery.commands.releases import latest
+
+            spec = latest()
+        spec = v.normalize(spec)
+        if spec not in out:
+            out.append(spec)
+    if since:
+        out += [x for x in select_versions(since, include_pre) if x not in out]
+    return out
 
 
 def summarize(diff: dict[str, object]) -> str:
@@ -77,22 +105,22 @@ def _worker_init(busy: Any) -> None:
     treecopy.set_jobs(lambda: max(cores // max(busy.value, 1), 1))
 
 
-def _one(
+def _bake_release_in_worker(
     series: str, version: str, out_root: str, verify: bool, interpret: bool, home: str
 ) -> dict[str, Any]:
     """Runs in a worker process: bake one release, verify it if asked."""
     if _busy is None:
-        return _one_bake(series, version, out_root, verify, interpret, home)
+        return _bake_release(series, version, out_root, verify, interpret, home)
     with _busy.get_lock():
         _busy.value += 1
     try:
-        return _one_bake(series, version, out_root, verify, interpret, home)
+        return _bake_release(series, version, out_root, verify, interpret, home)
     finally:
         with _busy.get_lock():
             _busy.value -= 1
 
 
-def _one_bake(
+def _bake_release(
     series: str, version: str, out_root: str, verify: bool, interpret: bool, home: str
 ) -> dict[str, Any]:
     os.environ["BAKERY_HOME"] = home
@@ -102,16 +130,11 @@ def _one_bake(
     out = Path(out_root) / f"{Path(series).name}-{version}"
     row = Row(version, "error")
     try:
-        report = commands.apply(series, vllm=version, out=out, force=True)
+        report = commands.apply(series, vllm=version, out=out, force=True, remember=False)
         row.status, row.port = report.status, report.port
         row.diffs = [d.to_json() for d in report.diffs]
         if verify and report.status == "baked":
-            log = out.with_name(out.name + ".verify.log")
-            result, _ = commands.verify(
-                series, tree=out, interpret=interpret, junit=None, pytest_args=["-q"], log=log
-            )
-            row.verify_log = str(log)
-            row.verify = "passed" if result.exit_code == 0 else "failed"
+            _verify(row, series, out, interpret)
     except commands.ReportedError as e:
         row.error = e.message
         row.diffs = [d.to_json() for d in e.report.diffs]
@@ -119,6 +142,34 @@ def _one_bake(
         row.error = e.message
     row.seconds = time.monotonic() - start
     return row.to_json()
+
+
+def _verify(row: Row, series: str, out: Path, interpret: bool) -> None:
+    """Verify a baked tree into ``row``. A verify that cannot run (no GPU, no tests/
+    folder, pytest stopped) is "error", never left unset: unset would read as ok."""
+    from bakery.commands import bake as commands
+
+    log = out.with_name(out.name + ".verify.log")
+    try:
+        result, _ = commands.verify(
+            series, tree=out, interpret=interpret, junit=None, pytest_args=["-q"], log=log
+        )
+    except BakeryError as e:
+        row.verify, row.verify_error = "error", e.message
+        return
+    except OSError as e:
+        row.verify, row.verify_error = "error", f"cannot run verify: {e}"
+        return
+    row.verify_log = str(log)
+    row.verify = "passed" if result.exit_code == 0 else "failed"
+
+
+def exit_code(rows: list[Row], allow_fail: bool) -> int:
+    """0 when every release is ok; 1 when one is not (0 with ``allow_fail``); 2 when a
+    verify could not run, whatever ``allow_fail`` says: nothing was verified there."""
+    if any(r.verify == "error" for r in rows):
+        return 2
+    return 0 if allow_fail or all(r.ok for r in rows) else 1
 
 
 def run(
@@ -135,13 +186,13 @@ def run(
     # Download/extract each release once, before the workers race for it.
     args = [(series, v, str(out_root), verify, interpret, str(home)) for v in versions]
     if jobs <= 1 or len(versions) == 1:
-        results = [_one(*a) for a in args]
+        results = [_bake_release_in_worker(*a) for a in args]
     else:
         # imported before the workers fork, so that each does not import them again
         from bakery.bake import merge  # noqa: F401
 
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = list(pool.map(_one, *zip(*args, strict=True)))
+            results = list(pool.map(_bake_release_in_worker, *zip(*args, strict=True)))
     rows = []
     for r in results:
         row = Row(
@@ -153,6 +204,7 @@ def run(
             r["verify"],
             r["verify_log"],
             float(r["seconds"]),
+            r["verify_error"],
         )
         rows.append(row)
     return rows
@@ -195,7 +247,7 @@ def to_markdown(series: str, rows: list[Row]) -> str:
                     f"{icon} " + md_cell(r.status + (f": {r.error}" if r.error else "")),
                     md_cell(r.port or "-"),
                     *[md_cell(cells.get(n, "-")) for n in names],
-                    md_cell(r.verify or "-"),
+                    md_cell(r.verify_cell),
                 ]
             )
             + " |"
@@ -219,13 +271,16 @@ def to_junit(series: str, rows: list[Row]) -> bytes:
         if r.error:
             cases.append(("bake", r.error, False))
         if r.verify is not None:
-            cases.append(("verify", r.verify, r.verify == "passed"))
+            cases.append(("verify", r.verify_cell, r.verify == "passed"))
+        # a verify that did not run is a JUnit error, not a failed test
+        errors = 1 if r.verify == "error" else 0
         suite = ET.SubElement(
             suites,
             "testsuite",
             name=clean(f"{series} vLLM {r.version}"),
             tests=str(len(cases)),
-            failures=str(sum(1 for c in cases if not c[2])),
+            failures=str(sum(1 for c in cases if not c[2]) - errors),
+            errors=str(errors),
             time=f"{r.seconds:.2f}",
         )
         for name, text, ok in cases:
@@ -233,7 +288,8 @@ def to_junit(series: str, rows: list[Row]) -> bytes:
                 suite, "testcase", classname=clean(f"{series}.{r.version}"), name=clean(name)
             )
             if not ok:
-                ET.SubElement(case, "failure", message=clean(text)).text = clean(text)
+                kind = "error" if name == "verify" and errors else "failure"
+                ET.SubElement(case, kind, message=clean(text)).text = clean(text)
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
 
 
@@ -297,6 +353,7 @@ def _report_rows(data: object) -> tuple[str | None, list[Row]]:
                     _str(r.get("verify")),
                     _str(r.get("verify_log")),
                     float(seconds) if isinstance(seconds, (int, float)) else 0.0,
+                    _str(r.get("verify_error")),
                 )
             )
         return str(data.get("series")), rows

@@ -282,6 +282,22 @@ def git_bytes(cwd: Path, *args: str, extra: dict[str, str] | None = None) -> byt
     return proc.stdout if proc.returncode == 0 else None
 
 
+def git_proc(
+    cwd: Path, *args: str, extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """Run git; the finished process (its code, stdout and stderr), for callers that
+    read git's own error lines (remote.py)."""
+    return _run_git(cwd, list(args), extra=extra)
+
+
+def git_out(cwd: Path, *args: str, extra: dict[str, str] | None = None) -> bytes:
+    """Run git; its standard output as bytes, or GitError (git's own last line)."""
+    proc = _run_git(cwd, list(args), extra=extra)
+    if proc.returncode != 0:
+        raise _failed(args, proc, cwd)
+    return proc.stdout
+
+
 def _failed(
     args: tuple[str, ...] | list[str], proc: subprocess.CompletedProcess[bytes], cwd: Path
 ) -> GitError:
@@ -296,7 +312,12 @@ def _failed(
 
 
 def merge_file(
-    current: bytes, base: bytes, other: bytes, labels: tuple[str, str, str]
+    current: bytes,
+    base: bytes,
+    other: bytes,
+    labels: tuple[str, str, str],
+    *,
+    diff3: bool = False,
 ) -> tuple[bytes, int]:
     """git merge-file on three byte strings, outside any repository: (result, number of
     conflicts). It runs in a new temporary folder with discovery stopped above it, so no
@@ -309,7 +330,9 @@ def merge_file(
             p = Path(tmp) / name
             p.write_bytes(data)
             paths.append(str(p))
-        args = ["merge-file", "-p", "-L", labels[0], "-L", labels[1], "-L", labels[2], *paths]
+        style = ["--diff3"] if diff3 else []
+        args = ["merge-file", "-p", *style, "-L", labels[0], "-L", labels[1], "-L", labels[2]]
+        args += paths
         proc = _run_git(Path(tmp), args, env={"GIT_CEILING_DIRECTORIES": str(Path(tmp).parent)})
     if proc.returncode < 0 or proc.returncode > 127:
         raise GitError(f"git merge-file failed: {proc.stderr.decode(errors='replace')}")
@@ -326,10 +349,6 @@ def init_commit_all(tree: Path, message: str) -> str:
 
 def head(tree: Path) -> str:
     return git(tree, "rev-parse", "HEAD").strip()
-
-
-def is_repo(path: Path) -> bool:
-    return (path / ".git").exists()
 
 
 class Pending:

@@ -6,7 +6,9 @@ The URL is passed on each fetch and never stored in the mirror (no ``remote.orig
 a token in it is never written to disk, and a mirror restored from another run cannot
 redirect the fetch (``remote.*.url``, ``uploadpack``) or run anything: a mirror whose
 configuration holds more than ``git init --bare`` writes is removed and fetched again.
-Hand-written over GitPython: GitPython starts git its own way, outside this policy.
+Hand-written over GitPython: GitPython starts git its own way, outside this policy
+(GitPython stays for reading history, in history.py). A failure is git's own line
+(its ``fatal:`` line, not the last one), with credentials hidden.
 """
 
 from __future__ import annotations
@@ -17,9 +19,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from bakery.errors import SourceError
 from bakery.git import cmd
-from bakery.safety.urls import redact
+from bakery.safety.urls import redact, redact_text
 
 #: What a mirror's config may hold: what `git init --bare` writes.
 _MIRROR_KEYS = {
@@ -33,10 +34,26 @@ _MIRROR_KEYS = {
 }
 _SCHEMES = ("https", "http", "ssh", "git", "file")
 _SCP = re.compile(r"^[A-Za-z0-9._\-]+@[A-Za-z0-9._\-]+:")
+_RUNS = "refused: that transport or option runs commands (ext::, --upload-pack)"
+
+
+class RemoteError(cmd.GitError):
+    """A transport refused, or a fetch that failed: git's own line, credentials hidden."""
+
+
+def one_line(stderr: str) -> str:
+    """git's error out of its stderr: the first ``fatal:``/``error:`` line (git prints the
+    cause first and "Could not read from remote repository" after it)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for prefix in ("fatal:", "error:", "ERROR:"):
+        picked = [line for line in lines if line.startswith(prefix)]
+        if picked:
+            return picked[0][len(prefix) :].strip()
+    return lines[-1] if lines else "git failed"
 
 
 def scheme(url: str) -> str:
-    """The transport git would use for url; SourceError for one bakery does not allow."""
+    """The transport git would use for url; RemoteError for one bakery does not allow."""
     m = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*)://", url)
     if m:
         name = m.group(1).lower()
@@ -44,9 +61,9 @@ def scheme(url: str) -> str:
             name = name[4:]
         if name in _SCHEMES:
             return name
-        raise SourceError(f"git+{redact(url)}: the {name!r} transport is not allowed")
+        raise RemoteError(f"refused: the {name!r} transport is not allowed")
     if "::" in url.split("/", 1)[0]:  # ext::cmd, fd::, <transport>::<address>
-        raise SourceError(f"git+{redact(url)}: a remote helper address is not allowed")
+        raise RemoteError(_RUNS)
     if _SCP.match(url):
         return "ssh"
     return "file"  # a plain path
@@ -88,10 +105,21 @@ def mirror_intact(mirror: Path) -> bool:
     return not (mirror / "objects" / "info" / "alternates").exists()
 
 
+def _local_path(url: str) -> str | None:
+    """The folder a file-transport url names (None for other transports)."""
+    if scheme(url) != "file":
+        return None
+    return url[len("file://") :] if url.lower().startswith("file://") else url
+
+
 def fetch(url: str, mirror: Path) -> None:
     """Bring the mirror at ``mirror`` up to date with url (made if missing or not intact):
-    branches and tags."""
+    branches and tags. RemoteError: git's own line."""
     rules = _rules(url)
+    local = _local_path(url)
+    if local is not None and (not local or not Path(local).exists()):
+        # a path (never an option: it goes after "--"); said the way git clone says it
+        raise RemoteError(f"repository '{redact(local)}' does not exist")
     if mirror.exists() and not mirror_intact(mirror):
         shutil.rmtree(mirror, ignore_errors=True)
     made = None
@@ -99,7 +127,7 @@ def fetch(url: str, mirror: Path) -> None:
         made = Path(tempfile.mkdtemp(dir=mirror.parent, prefix=".clone-"))
         cmd.git(made, "init", "--bare", "-q")
     try:
-        cmd.git(
+        proc = cmd.git_proc(
             made or mirror,
             "fetch",
             "--quiet",
@@ -110,6 +138,8 @@ def fetch(url: str, mirror: Path) -> None:
             "+refs/heads/*:refs/heads/*",
             extra=rules,
         )
+        if proc.returncode != 0:
+            raise RemoteError(redact_text(one_line(proc.stderr.decode(errors="replace")), url))
         if made is not None:
             os.replace(made, mirror)
     finally:
@@ -117,9 +147,10 @@ def fetch(url: str, mirror: Path) -> None:
             shutil.rmtree(made, ignore_errors=True)
 
 
-def commit_of(mirror: Path, ref: str) -> str:
+def resolve(mirror: Path, ref: str) -> str | None:
+    """The commit ref names in the mirror, or None (never read as an option)."""
     if ref.startswith("-"):
-        raise SourceError(f"@{ref}: a ref may not start with '-'")
+        return None
     out = cmd.git(
         mirror,
         "rev-parse",
@@ -130,13 +161,20 @@ def commit_of(mirror: Path, ref: str) -> str:
         check=False,
     )
     commit = out.strip()
-    if not re.fullmatch(r"[0-9a-f]{40}", commit):
-        raise SourceError(f"@{ref}: no such commit in the repository")
+    return commit if re.fullmatch(r"[0-9a-f]{40}", commit) else None
+
+
+def commit_of(mirror: Path, ref: str) -> str:
+    commit = resolve(mirror, ref)
+    if commit is None:
+        raise RemoteError(f"the repository has no commit {ref!r}")
     return commit
 
 
 def archive(mirror: Path, commit: str) -> bytes:
+    if not re.fullmatch(r"[0-9a-f]{40}", commit):
+        raise RemoteError(f"{commit!r} is not a commit id")
     data = cmd.git_bytes(mirror, "archive", "--format=tar", commit)
     if data is None:
-        raise SourceError(f"git archive of {commit} failed")
+        raise RemoteError(f"git archive of {commit} failed")
     return data

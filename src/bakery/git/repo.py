@@ -84,18 +84,26 @@ def commit_series(
     parent: str,
     messages: list[str],
     writes: list[dict[str, tuple[bytes | None, int | None]]],
+    authors: list[str | None] | None = None,
 ) -> list[str]:
     """One commit per diff, all written by one git fast-import from the planned contents
     (it reads neither the index nor the work tree, so a long series costs no more reads of
     the tree), then the index brought to the last commit for the paths the series wrote.
-    The commits are those `git add` + `git commit` would make. Returns their ids."""
+    The commits are those `git add` + `git commit` would make. An author ("Name <email>
+    seconds +zone", from a format-patch diff) replaces bakery's fixed one for its commit;
+    the committer stays fixed. Returns their ids."""
     head = (tree / ".git" / "HEAD").read_text().strip()
     if not head.startswith("ref: refs/heads/"):
         raise BakeryError(f"{tree}: HEAD is not a branch")
     ref = head[5:].encode()
-    who = b"author %s\ncommitter %s\n" % (cmd.identity("AUTHOR"), cmd.identity("COMMITTER"))
+    committer = cmd.identity("COMMITTER")
     stream = []
     for i, (message, changes) in enumerate(zip(messages, writes, strict=True), 1):
+        author = (authors[i - 1] if authors else None) or None
+        who = b"author %s\ncommitter %s\n" % (
+            author.encode() if author else cmd.identity("AUTHOR"),
+            committer,
+        )
         msg = message.encode()
         stream += [b"commit %s\nmark :%d\n%sdata %d\n" % (ref, i, who, len(msg)), msg, b"\n"]
         if i == 1:

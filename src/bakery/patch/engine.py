@@ -84,6 +84,8 @@ class FileResult:
     reason: str | None = None
     #: The file with conflict markers, where a three-way merge left conflicts.
     conflict: bytes | None = None
+    #: With conflict: (base, ours, theirs) of the merge, for git's index stages 1, 2, 3.
+    sides: tuple[bytes, bytes, bytes] | None = None
 
     @property
     def status(self) -> Outcome:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -266,6 +265,16 @@ def _header_name(path: Path, line: int, rest: str) -> str:
     return name
 
 
+@dataclass
+class _GitHeader:
+    """A ``diff --git`` header as read so far: its line, its text, and the modes its
+    extended lines gave (old_mode, new_mode, new_file, deleted)."""
+
+    line: int
+    header: str
+    modes: dict[str, int] = field(default_factory=dict)
+
+
 class _Parser:
     def __init__(self, path: Path, data: bytes) -> None:
         self.path = path
@@ -279,7 +288,7 @@ class _Parser:
 
     def parse(self) -> list[FilePatch]:
         files: list[FilePatch] = []
-        git_hdr: dict[str, object] | None = None
+        git_hdr: _GitHeader | None = None
         n = len(self.lines)
         while self.i < n:
             lineno = self.i + 1
@@ -287,7 +296,7 @@ class _Parser:
             if line.startswith("diff --git "):
                 if git_hdr is not None:
                     files.extend(self._hunkless_git(git_hdr))
-                git_hdr = {"line": lineno, "header": line}
+                git_hdr = _GitHeader(line=lineno, header=line)
                 self.i += 1
                 continue
             if git_hdr is not None and self._git_extended(git_hdr, line, lineno):
@@ -305,7 +314,7 @@ class _Parser:
                 raise self.err(lineno, "hunk without a file header (--- / +++)")
             self._refuse_other_formats(line, lineno)
             if git_hdr is not None:
-                if not {"new_file", "deleted", "new_mode"} & set(git_hdr):
+                if not {"new_file", "deleted", "new_mode"} & set(git_hdr.modes):
                     raise self.err(lineno, f"unexpected line in git header: {line[:60]!r}")
                 # A mode change or empty file ends where prose (a mail's "-- ") begins.
                 files.extend(self._hunkless_git(git_hdr))
@@ -357,7 +366,7 @@ class _Parser:
         found = self._ed_ahead[i]
         return found if found is not None else self.lines[i].endswith("d")
 
-    def _git_extended(self, hdr: dict[str, object], line: str, lineno: int) -> bool:
+    def _git_extended(self, hdr: _GitHeader, line: str, lineno: int) -> bool:
         for prefix in _GIT_UNSUPPORTED:
             if line.startswith(prefix):
                 raise self.err(
@@ -375,18 +384,18 @@ class _Parser:
                 mode = line[len(prefix) :].strip()
                 if not re.fullmatch(r"100644|100755", mode):
                     raise self.err(lineno, f"file mode {mode} refused (only 100644 and 100755)")
-                if key in hdr or {key, *hdr} >= {"new_file", "deleted"}:
+                if key in hdr.modes or {key, *hdr.modes} >= {"new_file", "deleted"}:
                     raise self.err(
                         lineno,
                         f"git header {line.strip()[:60]!r} repeats or contradicts an earlier line",
                     )
-                hdr[key] = int(mode, 8) & 0o777
+                hdr.modes[key] = int(mode, 8) & 0o777
                 return True
         return line.startswith(_GIT_IGNORED)
 
-    def _git_names(self, hdr: dict[str, object]) -> tuple[str, str]:
-        lineno = int(hdr["line"])  # type: ignore[call-overload]
-        rest = str(hdr["header"])[len("diff --git ") :]
+    def _git_names(self, hdr: _GitHeader) -> tuple[str, str]:
+        lineno = hdr.line
+        rest = hdr.header[len("diff --git ") :]
         if rest.startswith('"'):
             end = rest.find('" ', 1)
             if end < 0:
@@ -402,41 +411,43 @@ class _Parser:
                 raise self.err(lineno, "malformed 'diff --git' header: expected two names")
         return _unquote(self.path, lineno, a), _unquote(self.path, lineno, b)
 
-    def _hunkless_git(self, hdr: dict[str, object]) -> list[FilePatch]:
+    def _hunkless_git(self, hdr: _GitHeader) -> list[FilePatch]:
         """A git header without ---/+++: mode change, or new/deleted empty file."""
-        lineno = int(hdr["line"])  # type: ignore[call-overload]
+        lineno = hdr.line
+        modes = hdr.modes
         a, b = self._git_names(hdr)
         fp = FilePatch(old_name=a, new_name=b, diff_line=lineno, git=True)
-        if "new_file" in hdr:
-            fp.old_name, fp.new_mode = DEV_NULL, int(hdr["new_file"])  # type: ignore[call-overload]
-        elif "deleted" in hdr:
-            fp.new_name, fp.old_mode = DEV_NULL, int(hdr["deleted"])  # type: ignore[call-overload]
-        elif "new_mode" in hdr:
-            fp.old_mode = hdr.get("old_mode")  # type: ignore[assignment]
-            fp.new_mode = int(hdr["new_mode"])  # type: ignore[call-overload]
+        if "new_file" in modes:
+            fp.old_name, fp.new_mode = DEV_NULL, modes["new_file"]
+        elif "deleted" in modes:
+            fp.new_name, fp.old_mode = DEV_NULL, modes["deleted"]
+        elif "new_mode" in modes:
+            fp.old_mode = modes.get("old_mode")
+            fp.new_mode = modes["new_mode"]
         else:
             raise self.err(
                 lineno, "git header with nothing to apply (no hunks, mode or file change)"
             )
         return [fp]
 
-    def _file(self, git_hdr: dict[str, object] | None) -> FilePatch:
+    def _file(self, git_hdr: _GitHeader | None) -> FilePatch:
         lineno = self.i + 1
         old = _header_name(self.path, lineno, self.lines[self.i][4:])
         new = _header_name(self.path, lineno + 1, self.lines[self.i + 1][4:])
         self.i += 2
         fp = FilePatch(old_name=old, new_name=new, diff_line=lineno, git=git_hdr is not None)
         if git_hdr is not None:
-            if "new_file" in git_hdr:
-                fp.new_mode = git_hdr["new_file"]  # type: ignore[assignment]
-            if "deleted" in git_hdr:
-                fp.old_mode = git_hdr["deleted"]  # type: ignore[assignment]
-            if "new_mode" in git_hdr:
-                fp.old_mode = git_hdr.get("old_mode")  # type: ignore[assignment]
-                fp.new_mode = git_hdr["new_mode"]  # type: ignore[assignment]
-            if ("new_file" in git_hdr) != (old == DEV_NULL):
+            modes = git_hdr.modes
+            if "new_file" in modes:
+                fp.new_mode = modes["new_file"]
+            if "deleted" in modes:
+                fp.old_mode = modes["deleted"]
+            if "new_mode" in modes:
+                fp.old_mode = modes.get("old_mode")
+                fp.new_mode = modes["new_mode"]
+            if ("new_file" in modes) != (old == DEV_NULL):
                 raise self.err(lineno, "'new file mode' and the --- header disagree")
-            if ("deleted" in git_hdr) != (new == DEV_NULL):
+            if ("deleted" in git_hdr.modes) != (new == DEV_NULL):
                 raise self.err(lineno, "'deleted file mode' and the +++ header disagree")
         if old == DEV_NULL and new == DEV_NULL:
             raise self.err(lineno, "both sides are /dev/null")
@@ -551,9 +562,3 @@ class _Parser:
         at_new_end = last_kind in " +" and new_seen == new_len
         if not (at_old_end or at_new_end):
             raise self.err(ln, "'\\ No newline at end of file' is not after a last line")
-
-
-def iter_hunks(diff: Diff) -> Iterator[tuple[FilePatch, Hunk]]:
-    for fp in diff.files:
-        for h in fp.hunks:
-            yield fp, h

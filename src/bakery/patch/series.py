@@ -72,6 +72,22 @@ def project_root() -> Path:
     return cwd
 
 
+def where_series_are(home: Path) -> str:
+    """The end of an "unknown series" line: the series known, or where bakery looked."""
+    import os
+
+    launcher = home / "launcher"
+    if launcher.is_dir():
+        known = sorted(p.name for p in launcher.glob("*") if p.is_dir())
+        return f" (known: {', '.join(known)})" if known else f" (none in {launcher})"
+    if os.environ.get("BAKERY_HOME"):
+        return f": BAKERY_HOME={home} has no launcher/ folder"
+    return (
+        f": no launcher/ folder in {home} or above it; run bakery inside a project, "
+        "set BAKERY_HOME to one, or give the path to a series folder"
+    )
+
+
 def ordered_diffs(folder: Path) -> list[Path]:
     if not folder.is_dir():
         raise SeriesError(f"{folder}: no such diffs folder")
@@ -107,9 +123,7 @@ def load_series(spec: str, home: Path | None = None) -> Series:
     elif candidate.is_dir():
         folder = candidate
     else:
-        known = sorted(p.name for p in (home / "launcher").glob("*") if p.is_dir())
-        hint = f" (known: {', '.join(known)})" if known else ""
-        raise SeriesError(f"unknown series {spec!r}{hint}")
+        raise SeriesError(f"unknown series {spec!r}{where_series_are(home)}")
     folder = folder.resolve()
     diffs_dir = folder / "diffs"
     if not diffs_dir.is_dir():
@@ -150,17 +164,16 @@ def _apply_toml(series: Series, path: Path, data: dict[str, object]) -> None:
         series.name = paths.name(data.get("name", series.name), f"{path}: name")
     except paths.UnsafeDataError as e:
         raise SeriesError(e.message) from None
-    base = data.get("base")
+    base, root, strip = data.get("base"), data.get("root"), data.get("strip")
     if base is not None and not _is_release(str(base)):
         # the base is fetched as --vllm would be: a path or git+URL here would let the
         # series' author choose what bakery reads or runs
         raise SeriesError(f"{path}: base must be a release version, not {str(base)!r}")
-    series.base = base  # type: ignore[assignment]
-    series.root = data.get("root")  # type: ignore[assignment]
-    strip = data.get("strip")
-    if strip is not None and not (0 <= int(strip) <= 16):  # type: ignore[call-overload]
+    series.base = base if isinstance(base, str) else None
+    series.root = root if isinstance(root, str) else None
+    if isinstance(strip, int) and not (0 <= strip <= 16):
         raise SeriesError(f"{path}: strip must be between 0 and 16")
-    series.strip = strip  # type: ignore[assignment]
+    series.strip = strip if isinstance(strip, int) else None
     series.description = str(data.get("description", ""))
     root = series.root
     if root is not None and (

@@ -1,21 +1,17 @@
 """What the package index answers, checked and bounded before bakery acts on it.
 
-The index is not trusted beyond the hash it gives: an answer of the wrong shape, a
-relative URL (PEP 691 allows them: resolved against the page), a URL of another scheme
-(``file://`` would read the local disk), an answer or a download larger than stated or
-than the limits (bakery.safety.limits) are each one line, exit 2. Error lines carry the
-URL redacted (bakery.safety.urls).
+The index is not trusted beyond the hash it gives: an answer of the wrong shape, or an
+answer or a download larger than stated or than the limits (bakery.safety.limits), is one
+line, exit 2; a relative URL (PEP 691 allows them) is resolved against the page. Error
+lines carry the URL redacted (bakery.safety.urls). index.py reads the index through these.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING
-from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
-
-if TYPE_CHECKING:
-    import urllib.request
+from typing import IO
+from urllib.parse import urljoin
 
 from bakery.errors import SourceError
 from bakery.safety import limits
@@ -26,28 +22,13 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 @dataclass(frozen=True)
 class IndexFile:
+    """One file of a project page (index.py reads both formats into these)."""
+
     filename: str
-    url: str  # absolute, http or https
+    url: str  # absolute (resolved against its page); index.Session.open checks the scheme
     sha256: str | None
-    size: int | None
-    yanked: bool
-
-
-def request(url: str, accept: str | None = None) -> urllib.request.Request:
-    """A request for url; userinfo in it (``https://user:token@host/``) is sent as Basic
-    authorization, never as part of the address (urllib would take it for the host)."""
-    import base64
-    import urllib.request  # here: urllib slows every start, and only downloads need it
-
-    parts = urlsplit(url)
-    headers = {"Accept": accept} if accept else {}
-    if "@" in parts.netloc:
-        userinfo, _, host = parts.netloc.rpartition("@")
-        user, _, password = userinfo.partition(":")
-        pair = f"{unquote(user)}:{unquote(password)}".encode()
-        headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
-        url = urlunsplit(parts._replace(netloc=host))
-    return urllib.request.Request(url, headers=headers)
+    size: int | None = None
+    yanked: bool = False
 
 
 def read_bounded(resp: IO[bytes], limit: int, what: str) -> bytes:
@@ -56,18 +37,6 @@ def read_bounded(resp: IO[bytes], limit: int, what: str) -> bytes:
     if len(data) > limit:
         raise SourceError(f"{redact(what)}: the answer is larger than {limit} bytes")
     return data
-
-
-def file_url(raw: str, page: str) -> str:
-    """A file's URL from an index page: resolved against the page, http(s) only."""
-    url = urljoin(page, raw)
-    scheme = urlsplit(url).scheme.lower()
-    if scheme not in ("https", "http"):
-        raise SourceError(
-            f"{redact(page)}: the index gives a {scheme or 'schemeless'} URL "
-            f"({redact(url)[:200]}); bakery only downloads over http(s)"
-        )
-    return url
 
 
 def checked_files(data: object, page: str) -> list[IndexFile]:
@@ -89,20 +58,30 @@ def checked_files(data: object, page: str) -> list[IndexFile]:
         ):
             raise bad
         sha = hashes.get("sha256")
-        if sha is not None and not (isinstance(sha, str) and _SHA256.fullmatch(sha.lower())):
+        if sha is not None and not isinstance(sha, str):
             raise SourceError(f"{redact(page)}: {filename[:100]!r}: a malformed sha256")
         if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
             raise SourceError(f"{redact(page)}: {filename[:100]!r}: a malformed size")
         out.append(
             IndexFile(
                 filename,
-                url,
+                urljoin(page, url),
                 sha.lower() if isinstance(sha, str) else None,
                 size,
                 bool(f.get("yanked")),
             )
         )
     return out
+
+
+def checked_sha256(f: IndexFile, where: str) -> str:
+    """The sha256 the index gives for the file bakery is about to download (a file's hash is
+    checked when it is used: a bad entry for another file does not stop a bake)."""
+    if not f.sha256:
+        raise SourceError(f"{f.filename[:100]}: the index {where} gives no sha256")
+    if not _SHA256.fullmatch(f.sha256):
+        raise SourceError(f"{redact(where)}: {f.filename[:100]!r}: a malformed sha256")
+    return f.sha256
 
 
 def download_limit(size: int | None) -> int:

@@ -4,12 +4,17 @@ Layout under the user's cache folder (``BAKERY_CACHE_DIR`` overrides it)::
 
     README            what this folder is
     locks/KEY.lock    one lock per entry: concurrent bakes lock, then look again
+    locks/KEY.use     held (shared) by each bake reading the entry, until its copy is done
     sdists/           vllm-X.tar.gz, sha256-checked against the index
     git/              bare mirrors of git+URL sources
     trees/KEY/        an extracted tree whose .git holds the pristine commit: one pack of
                       stored (uncompressed) objects and an index with the files' stat data,
                       written by unpack.py in the pass that extracts the files
     trees/KEY.json    written last: the entry is complete (source, sha256, commit, format)
+
+Every entry (a release: its tree, marker and sdist; a git tree; a git mirror) has the lock
+of its key, held while it is built, read or removed (``bakery cache clean``, see
+housekeeping.py); the marker's mtime (a mirror's own) is the time it was last used.
 
 Entries are built in a temporary folder beside their final place and renamed into it.
 A damaged entry (files changed since extraction: ``git status`` is not clean, or its
@@ -21,6 +26,7 @@ pristine commit on every machine).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -32,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
@@ -45,6 +51,8 @@ FORMAT = "2"
 
 _README = """This folder is bakery's cache of vLLM source distributions and pristine trees.
 It is safe to delete; bakery downloads and extracts again what it needs.
+`bakery cache list` shows its entries, `bakery cache clean --keep N` removes all but
+the N used last (without a bake in progress losing its tree).
 """
 
 
@@ -65,6 +73,37 @@ class Entry:
     meta: dict[str, str]
     #: tree_entry(defer=True): the ``git status`` still running; see Cache.confirm.
     check: gitutil.Pending | None = None
+
+
+class EntryBusy(SourceError):
+    """Cache.lock(wait=False) of an entry that another process holds."""
+
+
+class Hold:
+    """An entry in use: a shared ``flock`` on ``locks/KEY.use``, from the bake's lookup of
+    the entry to the end of its copy (Pristine.close, or the process's exit). ``bakery
+    cache clean`` takes it exclusively, without waiting, before it removes the entry; the
+    key's lock alone covers only the lookup and the build. Where there is no fcntl
+    (Windows), no hold is taken."""
+
+    def __init__(self, path: Path, *, exclusive: bool = False) -> None:
+        self._fd: int | None = None
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            return
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if exclusive else fcntl.LOCK_SH)
+        except OSError:
+            os.close(fd)
+            raise EntryBusy(f"cache entry {path.stem} is in use") from None
+        self._fd = fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 class CacheChanged(SourceError):
@@ -119,10 +158,30 @@ class Cache:
             raise SourceError(f"cache folder {self.root}: {e.strerror}") from None
         return p
 
+    @staticmethod
+    def touch(path: Path) -> None:
+        """Note that an entry was used now (its marker's, or a mirror's, mtime): ``bakery
+        cache clean --keep N`` keeps the N used last."""
+        with contextlib.suppress(OSError):  # a read-only cache still bakes; its ages are off
+            os.utime(path)
+
     @contextmanager
-    def lock(self, key: str) -> Iterator[None]:
-        with FileLock(str(self.path("locks") / f"{key}.lock")):
+    def lock(self, key: str, *, wait: bool = True) -> Iterator[None]:
+        """key's lock (across processes). Without wait, EntryBusy at once where another
+        process holds it (``bakery cache clean`` leaves a bake's entry alone)."""
+        lock = FileLock(str(self.path("locks") / f"{key}.lock"), timeout=-1 if wait else 0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise EntryBusy(f"cache entry {key} is in use") from None
+        try:
             yield
+        finally:
+            lock.release()
+
+    def hold(self, key: str, *, exclusive: bool = False) -> Hold:
+        """key's entry in use (see Hold); exclusive: EntryBusy at once while it is."""
+        return Hold(self.path("locks") / f"{key}.use", exclusive=exclusive)
 
     def tree_entry(self, key: str, *, defer: bool = False) -> Entry | None:
         """The complete, intact entry for key, or None (a damaged one is removed). With
@@ -146,6 +205,7 @@ class Cache:
                 and _head(tree) == meta["commit"]
             )
             if intact and defer:
+                self.touch(marker)
                 return Entry(tree, meta, gitutil.Pending(tree, *gitutil.status_args(refresh=True)))
             intact = intact and not gitutil.dirty(tree, refresh=True)
         except (OSError, ValueError, KeyError, gitutil.GitError):
@@ -157,6 +217,7 @@ class Cache:
             marker.unlink(missing_ok=True)
             shutil.rmtree(tree, ignore_errors=True)
             return None
+        self.touch(marker)
         return Entry(tree, meta)
 
     def confirm(self, key: str, entry: Entry) -> None:

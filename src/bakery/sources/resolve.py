@@ -1,5 +1,7 @@
 """Pristine vLLM trees: a release from the package index, a local path, or ``git+URL@REF``.
 
+Which index, and how it is read, are pipconf.py and index.py; ``git+`` is gitsource.py.
+
 Releases and git refs are cached (see cache.py) as an extracted tree holding a git repo
 with one deterministic commit, both written in one pass over the archive (unpack.py), so a
 bake copies files and clones history without extracting, adding or hashing the tree
@@ -9,27 +11,27 @@ again. Local paths are read and never changed.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
 from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
 from bakery.safety import limits, paths
-from bakery.safety.urls import redact, redact_text
-from bakery.sources import bounded
-from bakery.sources.cache import Cache, Entry
+from bakery.safety.urls import redact
+from bakery.sources import bounded, versions
+from bakery.sources.cache import Cache, Entry, Hold
+
+if TYPE_CHECKING:
+    from bakery.sources.index import IndexFile
 
 #: (bytes done, bytes total or None) while downloading.
 Progress = Callable[[int, int | None], None]
-
-DEFAULT_INDEX = "https://pypi.org/simple"
-_JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
 
 
 @dataclass
@@ -45,8 +47,12 @@ class Pristine:
     repo: bool = False
     #: Set for an installed package folder: it is copied to <tree>/vllm.
     package_dir: Path | None = None
+    #: The upstream commit of a git+ source or a local checkout (the manifest records it).
+    commit: str | None = None
     #: resolve(defer_check=True) of a cached tree: its look for changed files, running.
     pending: tuple[Cache, str, Entry] | None = field(default=None, repr=False, compare=False)
+    #: A cached tree's entry, held in use until close() (cache clean leaves it alone).
+    hold: Hold | None = field(default=None, repr=False, compare=False)
 
     def confirm(self) -> None:
         """Wait for the cached tree's look for changed files (a no-op for other trees);
@@ -57,10 +63,14 @@ class Pristine:
             cache.confirm(key, entry)
 
     def close(self) -> None:
-        """Stop a look that nobody waited for (the bake failed before its copy)."""
+        """Stop a look that nobody waited for (the bake failed before its copy), and let
+        the cache entry go."""
         if self.pending is not None and self.pending[2].check is not None:
             self.pending[2].check.cancel()
         self.pending = None
+        if self.hold is not None:
+            self.hold.release()
+            self.hold = None
 
     def file(self, rel: str) -> Path:
         if self.package_dir is not None:
@@ -68,10 +78,6 @@ class Pristine:
             if head == "vllm":
                 return self.package_dir / rest
         return self.tree / rel
-
-
-def index_url() -> str:
-    return os.environ.get("BAKERY_INDEX_URL", DEFAULT_INDEX).rstrip("/")
 
 
 def is_version(spec: str) -> bool:
@@ -95,37 +101,31 @@ def resolve(
     """The pristine tree spec names. defer_check: a cached tree's look for changed files
     runs on while the caller copies it (Pristine.confirm, then Pristine.close)."""
     if spec.startswith("git+"):
-        return _git_source(spec[4:], cache, defer_check)
+        from bakery.sources.gitsource import git_source
+
+        return git_source(spec[4:], cache, defer_check)
     path = Path(spec).expanduser()
     if path.exists():
         return _local_source(path, allow_dirty)
+    if spec == versions.LATEST:
+        from bakery.commands.releases import latest
+
+        spec = latest()
     if is_version(spec):
-        return release(spec, cache, progress, defer_check)
-    raise SourceError(f"--vllm {spec!r}: not a release version, an existing path, or git+URL@REF")
+        return release(versions.normalize(spec), cache, progress, defer_check)
+    raise SourceError(
+        f"--vllm {spec!r}: not a release version, {versions.LATEST!r}, an existing path, "
+        "or git+URL@REF"
+    )
 
 
 # --- the package index -----------------------------------------------------------------------
 
 
-def _fetch_json(url: str) -> object:
-    import urllib.error  # here, not above: urllib and tarfile slow every start
-    import urllib.request
+def index_files(project: str = "vllm") -> list[IndexFile]:
+    from bakery.sources.index import Session
 
-    req = bounded.request(url, _JSON_ACCEPT)
-    try:
-        with urllib.request.urlopen(req, timeout=limits.NET_TIMEOUT) as resp:
-            return json.loads(bounded.read_bounded(resp, limits.MAX_INDEX_ANSWER, url))
-    except RecursionError:
-        raise SourceError(f"{redact(url)}: the index's answer is nested too deeply") from None
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        raise SourceError(
-            f"cannot read the package index at {redact(url)}: {redact_text(str(e))}"
-        ) from None
-
-
-def index_files(project: str = "vllm") -> list[bounded.IndexFile]:
-    page = f"{index_url()}/{project}/"
-    return bounded.checked_files(_fetch_json(page), page)
+    return Session().project_files(project)
 
 
 def release_versions(include_pre: bool = False) -> list[Version]:
@@ -144,15 +144,16 @@ def release_versions(include_pre: bool = False) -> list[Version]:
     return sorted(out)
 
 
-def _sdist_entry(version: str) -> tuple[str, str, int | None]:
+def _sdist_entry(version: str) -> IndexFile:
+    from bakery.sources.index import Session
+
     want = f"vllm-{version}.tar.gz"
-    page = f"{index_url()}/vllm/"
-    for f in index_files():
+    session = Session()
+    for f in session.project_files("vllm"):
         if f.filename == want:
-            if not f.sha256:
-                raise SourceError(f"{want}: the index gives no sha256")
-            return bounded.file_url(f.url, page), f.sha256, f.size
-    raise SourceError(f"vLLM {version} has no source distribution on {redact(index_url())}")
+            bounded.checked_sha256(f, session.shown)
+            return f
+    raise SourceError(f"vLLM {version} has no source distribution on {session.shown}")
 
 
 def _sha256_file(path: Path) -> str:
@@ -163,34 +164,31 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _download(
-    url: str, dest: Path, sha256: str, size: int | None, progress: Progress | None
-) -> None:
-    import urllib.error
-    import urllib.request
+def _download(f: IndexFile, dest: Path, progress: Progress | None) -> None:
+    import urllib.error  # here, not above: urllib and tarfile slow every start
+
+    from bakery.sources.index import Session
 
     # Called under the entry's lock: another .part of dest was left by a killed download.
     for stale in dest.parent.iterdir():
         if re.fullmatch(re.escape(dest.name) + r"\.\d+\.part", stale.name):
             stale.unlink(missing_ok=True)
     part = dest.with_name(f"{dest.name}.{os.getpid()}.part")
+    session = Session()
     h = hashlib.sha256()
     done = 0
-    most = bounded.download_limit(size)
+    most = bounded.download_limit(f.size)
     try:
-        with (
-            urllib.request.urlopen(bounded.request(url), timeout=limits.NET_TIMEOUT) as resp,
-            part.open("wb") as out,
-        ):
-            total = size or _content_length(resp) or None
+        with session.open(f.url, timeout=limits.NET_TIMEOUT) as resp, part.open("wb") as out:
+            total = f.size or _content_length(resp) or None
             while chunk := resp.read(1 << 20):
                 done += len(chunk)
                 if done > most:  # never more than the index said, nor than the limit
                     raise SourceError(
-                        f"{redact(url)}: the download is larger than "
+                        f"{redact(f.url)}: the download is larger than "
                         + (
-                            f"the index's size ({size} bytes)"
-                            if size is not None
+                            f"the index's size ({f.size} bytes)"
+                            if f.size is not None
                             else f"{most} bytes"
                         )
                     )
@@ -198,13 +196,13 @@ def _download(
                 h.update(chunk)
                 if progress:
                     progress(done, total)
-        if h.hexdigest() != sha256:
+        if h.hexdigest() != f.sha256:
             raise SourceError(
-                f"{redact(url)}: sha256 {h.hexdigest()} does not match the index's {sha256}"
+                f"{redact(f.url)}: sha256 {h.hexdigest()} does not match the index's {f.sha256}"
             )
         os.replace(part, dest)
     except (urllib.error.URLError, OSError, ValueError) as e:
-        raise SourceError(f"cannot download {redact(url)}: {redact_text(str(e))}") from None
+        raise session.error(f.url, e) from None
     finally:
         part.unlink(missing_ok=True)
 
@@ -248,11 +246,13 @@ def release(
                 entry.meta["sha256"],
                 True,
                 pending=(cache, key, entry) if entry.check else None,
+                hold=cache.hold(key),
             )
-        url, sha, size = _sdist_entry(version)
+        found = _sdist_entry(version)
+        sha, url = str(found.sha256), redact(found.url)
         sdist = cache.path("sdists") / f"vllm-{version}.tar.gz"
         if not sdist.exists() or _sha256_file(sdist) != sha:
-            _download(url, sdist, sha, size, progress)
+            _download(found, sdist, progress)
         with cache.building(key) as tmp:
             top = tmp / "tree"
             top.mkdir()
@@ -260,7 +260,7 @@ def release(
             entry = cache.commit_tree(
                 key, top, {"source": redact(url), "sha256": sha, "version": version}
             )
-        return Pristine(entry.tree, version, redact(url), sha, True)
+        return Pristine(entry.tree, version, redact(url), sha, True, hold=cache.hold(key))
 
 
 # --- local paths and git ---------------------------------------------------------------------
@@ -292,6 +292,7 @@ def _local_source(path: Path, allow_dirty: bool) -> Pristine:
             version = paths.name(m.group(1), f"{vfile}: version") if m else None
         return Pristine(path.parent, version, str(path), None, package_dir=path)
     paths.git_link(path, f"--vllm {path}")
+    commit = None
     if (path / ".git").exists():
         gitutil.check_foreign(path, f"--vllm {path}")
         changes = gitutil.dirty(path)
@@ -300,57 +301,6 @@ def _local_source(path: Path, allow_dirty: bool) -> Pristine:
                 f"--vllm {path}: the checkout has {len(changes)} uncommitted "
                 "changes (commit them, or pass --allow-dirty)"
             )
-    return Pristine(path, _local_version(path), str(path), None)
-
-
-def _git_source(spec: str, cache: Cache, defer_check: bool = False) -> Pristine:
-    url, sep, ref = spec.rpartition("@")
-    if not sep or not url or "/" in ref and ref.startswith("/"):
-        url, ref = spec, "HEAD"
-    if not url:
-        raise SourceError(f"git+{redact(spec)}: expected git+URL@REF")
-    from bakery.git import remote
-
-    mirror_key = "git-" + hashlib.sha256(url.encode()).hexdigest()[:16]
-    with cache.lock(mirror_key):
-        mirror = cache.path("git") / mirror_key
-        try:
-            remote.fetch(url, mirror)
-            commit = remote.commit_of(mirror, ref)
-        except SourceError as e:
-            raise SourceError(f"git+{redact(spec)}: {e.message}") from None
-        except gitutil.GitError as e:
-            raise SourceError(
-                f"git+{redact(spec)}: {e.message.rpartition(': ')[2] or 'git failed'}"
-            ) from None
-    key = f"{mirror_key}-{commit[:16]}"
-    with cache.lock(key):
-        entry = cache.tree_entry(key, defer=defer_check)
-        if entry is None:
-            with cache.building(key) as tmp:
-                top = tmp / "tree"
-                top.mkdir()
-                try:
-                    archive = remote.archive(mirror, commit)
-                except SourceError as e:
-                    raise SourceError(f"git+{redact(spec)}: {e.message}") from None
-                _unpack(archive, top, f"vLLM {redact(url)}@{commit}", strip_top=False)
-                version = _local_version(top)
-                entry = cache.commit_tree(
-                    key,
-                    top,
-                    {
-                        "source": f"{redact(url)}@{commit}",
-                        "sha256": None,
-                        "version": version,
-                        "commit": commit,
-                    },
-                )
-    return Pristine(
-        entry.tree,
-        entry.meta.get("version"),
-        entry.meta["source"],
-        None,
-        True,
-        pending=(cache, key, entry) if entry.check else None,
-    )
+        head = gitutil.git(path, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False)
+        commit = head.strip() or None
+    return Pristine(path, _local_version(path), str(path), None, commit=commit)

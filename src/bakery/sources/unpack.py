@@ -19,6 +19,7 @@ import os
 import queue
 import threading
 import zlib
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -248,6 +249,14 @@ class _Tree:
             self.entries[rel] = link
 
 
+def _counted(found: Iterator[tarstream.Member]) -> Iterator[tarstream.Member]:
+    """The members, refused past limits.MAX_MEMBERS."""
+    for count, m in enumerate(found, 1):
+        if count > limits.MAX_MEMBERS:
+            raise ValueError(f"more than {limits.MAX_MEMBERS} members")
+        yield m
+
+
 def unpack(archive: bytes, dest: Path, *, name: str, message: str, strip_top: bool = True) -> str:
     """Unpack archive (.tar.gz or .tar bytes, ``name`` in errors) into dest, an empty
     folder, without its top folder (strip_top): a repository whose one commit (bakery's
@@ -259,13 +268,9 @@ def unpack(archive: bytes, dest: Path, *, name: str, message: str, strip_top: bo
     stream = _TarStream(archive)
     top: list[str] = []
     member = "?"
-    count = 0
     try:
-        for m in tarstream.members(stream.read):
+        for m in _counted(tarstream.members(stream.read)):
             member = m.name
-            count += 1
-            if count > limits.MAX_MEMBERS:
-                raise ValueError(f"more than {limits.MAX_MEMBERS} members")
             rel = _member_path(m.name, strip_top, top)
             if m.kind == tarstream.DIR:
                 if rel:

@@ -122,7 +122,7 @@ def _resolve(ref: tuple[str, str, str | None]) -> Callable[..., Any]:
     obj: Any = module
     for part in qualname.split("."):
         obj = getattr(obj, part)
-    return obj  # type: ignore[no-any-return]
+    return obj
 
 
 def _rank_main(
@@ -333,7 +333,7 @@ class RankPool:
                     f"ranks {sorted(pending)} gave no answer to {what} in time; pool killed"
                 )
             try:
-                return self._outbox.get(timeout=min(left, 1.0))  # type: ignore[no-any-return]
+                return self._outbox.get(timeout=min(left, 1.0))
             except queue.Empty:
                 dead = [r for r in pending if not self._procs[r].is_alive()]
                 if dead:

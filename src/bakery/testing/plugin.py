@@ -44,7 +44,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-class _State:
+class _SessionState:
     """This session's settings, and a plugin object that counts outcomes."""
 
     def __init__(self, tree: Path, interpret: bool, report: Path | None) -> None:
@@ -96,7 +96,7 @@ class _State:
         os.replace(tmp, self.report)
 
 
-_KEY = pytest.StashKey[_State]()
+_KEY = pytest.StashKey[_SessionState]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -121,12 +121,12 @@ def pytest_configure(config: pytest.Config) -> None:
                 "use --bakery-interpret (bakery verify --interpret) to run on CPU"
             )
     report = config.getoption("--bakery-report")
-    state = _State(tree, interpret, Path(report).resolve() if report else None)
+    state = _SessionState(tree, interpret, Path(report).resolve() if report else None)
     config.stash[_KEY] = state
     config.pluginmanager.register(state, "bakery-session")
 
 
-def _state(config: pytest.Config) -> _State:
+def _state(config: pytest.Config) -> _SessionState:
     return config.stash[_KEY]
 
 

@@ -123,13 +123,13 @@ def _check_inputs(tests_dir: Path, tree: Path, interpret: bool) -> None:
         raise VerifyError(f"no baked tree at {tree}")
     if not (tree / ROOT_PACKAGE).is_dir():
         raise VerifyError(f"{tree} is not a vLLM tree (no {ROOT_PACKAGE}/ folder)")
-    if not interpret and not _cuda_available():
+    if not interpret and not cuda_available():
         raise VerifyError(
             "no CUDA GPU is visible to torch; use --interpret to run the kernels on CPU"
         )
 
 
-def _cuda_available() -> bool:
+def cuda_available() -> bool:
     try:
         import torch
     except ImportError as exc:

@@ -1,166 +1,29 @@
 """Releases from a package index: several bakes at once sharing one cache, a damaged cache,
 and malicious source distributions.
 
-A tiny HTTP server on 127.0.0.1 plays the package index (a PEP 691 JSON page per project,
-``files: [{filename, url, hashes: {sha256}, size}]``) and serves synthetic sdists built here
-with tarfile, so nothing reaches the network. It counts downloads: the cache must fetch each
-sdist once however many bakes want it at the same time (lock, then look again).
+A tiny HTTP server on 127.0.0.1 plays the package index (tests/fakeindex.py) and serves
+synthetic sdists, so nothing reaches the network. It counts downloads: the cache must fetch
+each sdist once however many bakes want it at the same time (lock, then look again).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import os
 import subprocess
 import sys
 import tarfile
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner, Result
 
 from bakery.sources.cache import FORMAT
-
-from .conftest import git as _git
-
-X_PY = "".join(f"{c}\n" for c in "abcdefghij")
-DIFF = "--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1,4 +1,4 @@\n a\n-b\n+B\n c\n d\n"
-
-
-# --- the index ------------------------------------------------------------------------------
-
-
-@dataclass
-class Index:
-    """A package index on 127.0.0.1: ``add`` a file, read ``downloads``."""
-
-    files: dict[str, bytes] = field(default_factory=dict)
-    #: sha256 the index states, where it should lie about a file.
-    stated_sha: dict[str, str] = field(default_factory=dict)
-    #: bytes actually sent, where the server should cut a file short.
-    cut: dict[str, int] = field(default_factory=dict)
-    downloads: Counter[str] = field(default_factory=Counter)
-    url: str = ""
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, filename: str, data: bytes) -> None:
-        self.files[filename] = data
-
-    def page(self) -> bytes:
-        base = self.url.rsplit("/simple", 1)[0]
-        return json.dumps(
-            {
-                "meta": {"api-version": "1.0"},
-                "name": "vllm",
-                "files": [
-                    {
-                        "filename": name,
-                        "url": f"{base}/files/{name}",
-                        "hashes": {
-                            "sha256": self.stated_sha.get(name, hashlib.sha256(data).hexdigest())
-                        },
-                        "size": len(data),
-                    }
-                    for name, data in self.files.items()
-                ],
-            }
-        ).encode()
-
-
-@contextlib.contextmanager
-def serve_index() -> Iterator[Index]:
-    """An index on 127.0.0.1 in a thread; its URL (for BAKERY_INDEX_URL) is ``url``."""
-    idx = Index()
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            if self.path == "/simple/vllm/":
-                body = idx.page()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
-            elif self.path.startswith("/files/") and self.path[7:] in idx.files:
-                name = self.path[7:]
-                with idx.lock:
-                    idx.downloads[name] += 1
-                body = idx.files[name]
-                self.send_response(200)
-                self.send_header("Content-Type", "application/octet-stream")
-                if name in idx.cut:
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body[: idx.cut[name]])
-                    self.close_connection = True
-                    return
-            else:
-                body = b"not found"
-                self.send_response(404)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    idx.url = f"http://127.0.0.1:{server.server_address[1]}/simple"
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield idx
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-@pytest.fixture
-def index(monkeypatch: pytest.MonkeyPatch) -> Iterator[Index]:
-    with serve_index() as idx:
-        monkeypatch.setenv("BAKERY_INDEX_URL", idx.url)
-        yield idx
-
-
-def sdist(
-    version: str,
-    files: int = 40,
-    extra: list[tarfile.TarInfo] | None = None,
-    extra_data: dict[str, bytes] | None = None,
-) -> bytes:
-    """vllm-<version>.tar.gz with PKG-INFO, vllm/x.py and some filler modules."""
-    top = f"vllm-{version}"
-    members = {
-        f"{top}/PKG-INFO": f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode(),
-        f"{top}/vllm/__init__.py": f'__version__ = "{version}"\n'.encode(),
-        f"{top}/vllm/x.py": X_PY.encode(),
-    }
-    for i in range(files):
-        members[f"{top}/vllm/pkg/m{i:03d}.py"] = f"VALUE = {i}\n".encode()
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), 0o644, 1_000_000_000
-            tar.addfile(info, io.BytesIO(data))
-        for info in extra or []:
-            data = (extra_data or {}).get(info.name)
-            tar.addfile(info, io.BytesIO(data) if data is not None else None)
-    return buf.getvalue()
-
-
-def _series(root: Path) -> Path:
-    series = root / "series"
-    (series / "diffs").mkdir(parents=True, exist_ok=True)
-    (series / "series.toml").write_text('strip = 1\nroot = ""\n')
-    (series / "diffs" / "01-x.diff").write_text(DIFF)
-    return series
+from tests.fakeindex import X_PY, Index, index_series, sdist
+from tests.helpers import git as _git
 
 
 def assert_baked(out: Path, version: str) -> str:
@@ -208,7 +71,7 @@ def test_concurrent_bakes_share_the_cache(index: Index, tmp_path: Path) -> None:
     extracted once, every bake is complete, and bakes of one release are identical."""
     index.add("vllm-9.9.0.tar.gz", sdist("9.9.0", files=300))
     index.add("vllm-9.8.0.tar.gz", sdist("9.8.0", files=300))
-    series = _series(tmp_path)
+    series = index_series(tmp_path)
     cache = Path(os.environ["BAKERY_CACHE_DIR"])
     versions = ["9.9.0", "9.8.0"] * 3
 
@@ -261,7 +124,7 @@ def test_concurrent_bakes_to_one_out(index: Index, tmp_path: Path) -> None:
     """Four bakes racing for the same --out: each exits 0 or refuses cleanly (2), and the
     folder holds one complete bake at the end, with nothing left beside it."""
     index.add("vllm-9.9.0.tar.gz", sdist("9.9.0", files=200))
-    series = _series(tmp_path)
+    series = index_series(tmp_path)
     assert bake_cli(series, "9.9.0", tmp_path / "warm").exit_code == 0  # fill the cache
     out = tmp_path / "out"
     procs = [
@@ -303,7 +166,7 @@ def test_concurrent_bakes_to_one_out(index: Index, tmp_path: Path) -> None:
 def baked_once(index: Index, tmp_path: Path) -> tuple[Path, Path, str]:
     """The cache after one bake of 9.9.0: (cache, series, the bake's HEAD)."""
     index.add("vllm-9.9.0.tar.gz", sdist("9.9.0"))
-    series = _series(tmp_path)
+    series = index_series(tmp_path)
     out = tmp_path / "first"
     result = bake_cli(series, "9.9.0", out)
     assert result.exit_code == 0, result.stderr
@@ -518,7 +381,7 @@ def _refused(result: Result) -> str:
 def test_malicious_sdist_is_refused(name: str, index: Index, tmp_path: Path) -> None:
     members, data = MALICIOUS[name]
     index.add("vllm-6.6.6.tar.gz", sdist("6.6.6", files=2, extra=members, extra_data=data))
-    series = _series(tmp_path)
+    series = index_series(tmp_path)
     result = bake_cli(series, "6.6.6", tmp_path / "out")
     _refused(result)
     cache = Path(os.environ["BAKERY_CACHE_DIR"])
@@ -537,7 +400,7 @@ def test_setuid_and_odd_modes_are_dropped(index: Index, tmp_path: Path) -> None:
         "vllm-6.6.6.tar.gz",
         sdist("6.6.6", files=2, extra=members, extra_data={"vllm-6.6.6/vllm/suid.py": b"x=1"}),
     )
-    result = bake_cli(_series(tmp_path), "6.6.6", tmp_path / "out")
+    result = bake_cli(index_series(tmp_path), "6.6.6", tmp_path / "out")
     assert result.exit_code == 0, result.stderr
     mode = (tmp_path / "out" / "vllm" / "suid.py").stat().st_mode & 0o7777
     assert not mode & 0o6000 and not mode & 0o002
@@ -561,7 +424,7 @@ def test_bad_downloads_are_refused(
         index.add(name, b"<html>certainly not gzip</html>" * 100)
     elif problem == "index-garbage":
         monkeypatch.setenv("BAKERY_INDEX_URL", index.url.replace("/simple", "/files"))
-    result = bake_cli(_series(tmp_path), "6.6.6", tmp_path / "out")
+    result = bake_cli(index_series(tmp_path), "6.6.6", tmp_path / "out")
     _refused(result)
     cache = Path(os.environ["BAKERY_CACHE_DIR"])
     assert not (tmp_path / "out").exists()
@@ -573,16 +436,17 @@ def test_bad_downloads_are_refused(
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_killed_cache_builds_are_cleaned(index: Index, tmp_path: Path) -> None:
-    """SIGKILL while the cache downloads, extracts and commits a release: no entry is ever
-    seen half-made, and the next build of that entry removes what the killed ones left."""
+    """SIGKILL while the cache downloads a release, then while it builds its tree: no entry
+    is left half-made, and the next build of that entry removes what the killed ones left."""
     index.add("vllm-9.9.0.tar.gz", sdist("9.9.0", files=2000))
-    series = _series(tmp_path)
+    series = index_series(tmp_path)
     cache = Path(os.environ["BAKERY_CACHE_DIR"])
     marker = cache / "trees" / "vllm-9.9.0.json"
-    left = []
-    for delay in (0.3, 0.5, 0.7, 0.9, 1.2):
-        if marker.exists():
-            break
+    left: list[str] = []
+    # killed once its download is under way (a .part file), then once its build is (a
+    # .build- folder): seen in the cache, not guessed with sleeps
+    for stage in ("sdists/", "trees/"):
+        before = set(cache_debris(cache))
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -598,12 +462,15 @@ def test_killed_cache_builds_are_cleaned(index: Index, tmp_path: Path) -> None:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        time.sleep(delay)
+        while proc.poll() is None:
+            if any(p.startswith(stage) for p in set(cache_debris(cache)) - before):
+                break
+            time.sleep(0.0005)
         proc.kill()
         proc.wait()
         left += cache_debris(cache)
-        if marker.exists():  # complete: then its tree is intact
-            assert _git(cache / "trees" / "vllm-9.9.0", "status", "--porcelain") == ""
+        assert not marker.exists(), f"the build was done before the kill ({stage})"
+    assert {p.split("/")[0] for p in left} == {"sdists", "trees"}, left
     result = bake_cli(series, "9.9.0", tmp_path / "final")
     assert result.exit_code == 0, result.stderr
     assert_baked(tmp_path / "final", "9.9.0")

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bakery.patch.parse import read_diff
+from tests.helpers import PROJECT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = PROJECT
 SERIES_DIFFS = sorted((ROOT / "launcher").glob("*/diffs/*.diff")) + sorted(
     (ROOT / "patches").glob("*/*/*.diff")
 )

@@ -13,8 +13,7 @@ import pytest
 
 from bakery.patch.engine import FileResult, Outcome, apply_file, split_lines, worst
 from bakery.patch.parse import FilePatch, read_diff
-
-from .conftest import SAMPLES, gnu_patch, needs_patch
+from tests.helpers import SAMPLES, gnu_patch, needs_patch
 
 BASE30 = "".join(f"line {i}\n" for i in range(1, 31))
 
@@ -90,13 +89,19 @@ def assert_same_as_gnu(
 # --- outcomes ------------------------------------------------------------------------------
 
 
+def content_of(res: FileResult) -> bytes:
+    """The patched content of a file the diff does not delete."""
+    assert res.content is not None
+    return res.content
+
+
 @needs_patch
 def test_applied_at_the_stated_lines(tmp_path: Path) -> None:
     fp = sample("two_hunks.diff")
     res = apply_file(fp, BASE30.encode())
     assert outcomes(res) == [("applied", 2, 0, 0), ("applied", 22, 0, 0)]
     assert res.status is Outcome.APPLIED
-    assert b"line five\n" in res.content and b"line 24\nadded after 24\n" in res.content
+    assert b"line five\n" in content_of(res) and b"line 24\nadded after 24\n" in content_of(res)
     assert_same_as_gnu(tmp_path, BASE30.encode(), (SAMPLES / "two_hunks.diff").read_bytes(), res)
 
 
@@ -120,7 +125,7 @@ def test_running_offset_beats_a_decoy_near_the_stated_line(tmp_path: Path) -> No
     content = "".join(target).encode()
     res = apply_file(sample("two_hunks.diff"), content)
     assert outcomes(res) == [("offset", 7, 5, 0), ("offset", 33, 11, 0)]
-    got = split_lines(res.content)[0]
+    got = split_lines(content_of(res))[0]
     assert got[19:25] == [t.rstrip("\n") for t in decoy]  # the decoy is untouched
     assert got[35] == "added after 24"
     assert_same_as_gnu(tmp_path, content, (SAMPLES / "two_hunks.diff").read_bytes(), res)
@@ -191,7 +196,7 @@ def test_failed_hunk_keeps_the_others_and_names_its_line() -> None:
     assert outcomes(res) == [("applied", 2, 0, 0), ("failed", 22, 0, 0)]
     assert res.failed_hunks == [fp.hunks[1]]
     assert res.status is Outcome.FAILED and not res.ok
-    assert b"line five\n" in res.content
+    assert b"line five\n" in content_of(res)
 
 
 def test_missing_file_fails_every_hunk() -> None:
@@ -324,9 +329,9 @@ def test_lf_diff_on_a_crlf_file_keeps_crlf() -> None:
     crlf = BASE30.replace("\n", "\r\n").encode()
     res = apply_file(fp, crlf)
     assert res.ok
-    assert res.content == apply_file(fp, BASE30.encode()).content.replace(b"\n", b"\r\n")
-    assert b"\r\nline five\r\n" in res.content
-    assert b"\nadded after 24\r\n" in res.content
+    assert res.content == content_of(apply_file(fp, BASE30.encode())).replace(b"\n", b"\r\n")
+    assert b"\r\nline five\r\n" in content_of(res)
+    assert b"\nadded after 24\r\n" in content_of(res)
 
 
 @needs_patch

@@ -4,8 +4,9 @@
   without a final newline on either side) applied to the source gives the target, byte for
   byte; and its hunks rendered again parse to the same hunks.
 - Damage to such a diff (flipped bytes, truncation, lines dropped, doubled or inserted) never
-  makes ``read_diff`` or ``apply_file`` raise anything but bakery's own errors, and a
-  refusal names a line that exists.
+  makes ``read_diff`` or ``apply_file`` raise anything but bakery's own errors, a refusal
+  names a line that exists, and every result keeps its promises (``assert_consistent``),
+  also on a source shifted by a few lines (offsets) and with fuzz.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bakery.errors import BakeryError, DiffError
-from bakery.patch.engine import apply_file
-from bakery.patch.parse import read_diff
+from bakery.patch.engine import FileResult, Outcome, apply_file
+from bakery.patch.parse import FilePatch, read_diff
 
 PROPS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -211,6 +212,28 @@ def damaged(draw: st.DrawFn) -> tuple[bytes, bytes]:
     return source, bytes(data)
 
 
+def assert_consistent(fp: FilePatch, res: FileResult, fuzz: int) -> None:
+    """What every result promises, whatever the input: each hunk of the diff has one
+    outcome, in order; "applied" is at the stated line with all context; "fuzz" only
+    when asked, and within it; no merge without a base; a result that is ok has content
+    unless it deletes the file."""
+    assert res.hunks, "no outcome at all"
+    if fp.hunks and not fp.is_new:
+        assert [h.index for h in res.hunks] == [h.index for h in fp.hunks]
+    for h in res.hunks:
+        assert h.status is not Outcome.MERGED
+        assert 0 <= h.fuzz <= fuzz, (h.status, h.fuzz)
+        assert (h.status is Outcome.FUZZ) == (h.fuzz > 0), (h.status, h.fuzz)
+        if h.status is Outcome.APPLIED:
+            assert h.offset == 0, h
+        if h.status is Outcome.OFFSET:
+            assert h.offset != 0, h
+    assert res.ok == all(h.status.ok for h in res.hunks)
+    if res.ok:
+        assert (res.content is None) == res.deleted, (res.content, res.deleted)
+    assert res.content is None or isinstance(res.content, bytes)
+
+
 @PROPS
 @given(damaged())
 def test_damaged_diffs_raise_only_bakery_errors(case: tuple[bytes, bytes]) -> None:
@@ -219,11 +242,11 @@ def test_damaged_diffs_raise_only_bakery_errors(case: tuple[bytes, bytes]) -> No
         parsed = read_diff(Path("01-damaged.diff"), data)
         parsed.resolve_paths(1, "")
         for fp in parsed.files:
-            for old in (source, None, b""):
-                res = apply_file(fp, old, 0, 0o644)
-                assert all(h.status for h in res.hunks)
-                assert res.content is None or isinstance(res.content, bytes)
-            apply_file(fp, source, 2, 0o644)  # with fuzz too
+            shifted = b"pad\n" * 3 + source  # offsets, and with fuzz, fuzz
+            for old in (source, None, b"", shifted):
+                assert_consistent(fp, apply_file(fp, old, 0, 0o644), fuzz=0)
+            for old in (source, shifted):
+                assert_consistent(fp, apply_file(fp, old, 2, 0o644), fuzz=2)
     except DiffError as e:
         assert not e.line or 1 <= e.line <= data.count(b"\n") + 1, (e.line, str(e))
         assert "\n" not in str(e)

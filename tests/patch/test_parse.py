@@ -10,8 +10,7 @@ import unidiff
 
 from bakery.errors import DiffError, UnsafePathError
 from bakery.patch.parse import DEV_NULL, read_diff
-
-from .conftest import PROJECT, SAMPLES
+from tests.helpers import PROJECT, SAMPLES
 
 GOOD = [
     "two_hunks.diff",

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import Result
 
-from bakery.git import cmd as gitutil
 from bakery.sources.cache import Cache
-
-from .conftest import make_series, udiff, write_files
+from tests.helpers import cache_release as release
+from tests.helpers import make_series, udiff
 
 BASE = "".join(f"line{i}\n" for i in range(1, 31))
 CODE = (
@@ -24,20 +23,6 @@ CODE = (
     "def c():\n    return 3\n"
 )
 Cli = Callable[..., Result]
-
-
-def release(version: str, files: dict[str, str]) -> None:
-    """Put a release into the test's cache, as bakery would after downloading it."""
-    cache = Cache()
-    key = f"vllm-{version}"
-    with cache.lock(key), cache.building(key) as tmp:
-        top = write_files(tmp / f"vllm-{version}", {"setup.py": "", **files})
-        gitutil.init_commit_all(top, f"pristine vLLM {version}")
-        cache.commit_tree(
-            key,
-            top,
-            {"source": f"test://vllm-{version}.tar.gz", "sha256": "0" * 64, "version": version},
-        )
 
 
 def series(home: Path, before: str, after: str, path: str = "mod.py") -> Path:
@@ -127,15 +112,41 @@ def test_conflict_markers_then_refresh_then_port(
     assert r.exit_code == 1 and "not up to date" in r.output
 
 
-def test_refresh_takes_edits_made_after_the_bake(cli: Cli, home: Path, tmp_path: Path) -> None:
+def test_up_to_date_with_a_release_checks_only_that_releases_port(
+    cli: Cli, drifted: str, home: Path, tmp_path: Path
+) -> None:
+    # CI checks each port in the job that has its release cached, not every port in one job
+    assert cli("apply", "s", "--vllm", drifted, "--out", "out").exit_code == 0
+    assert cli("refresh", "s", "--tree", tmp_path / "out").exit_code == 0
+    port = home / f"patches/s/{drifted}/01-change.diff"
+    first, rest = port.read_text().split("\n", 1)
+    port.write_text("--- a/mod.py\n" + rest)  # applies, but is not what refresh writes
+    assert first != "--- a/mod.py"
+    assert cli("check", "s", "--vllm", "1.0.0", "--up-to-date").exit_code == 0
+    r = cli("check", "s", "--vllm", drifted, "--up-to-date")
+    assert r.exit_code == 1 and f"patches/s/{drifted}" in r.output, r.output
+    r = cli("check", "s", "--up-to-date")  # without --vllm: every port
+    assert r.exit_code == 1 and "not up to date" in r.output
+
+
+def test_refresh_of_a_base_release_tree_rewrites_the_series_own_diffs(
+    cli: Cli, home: Path, tmp_path: Path
+) -> None:
+    """As quilt refresh: a tree of the series' base release refreshes launcher/s/diffs/,
+    never a port that would shadow them; the edit made after the bake is in it."""
     release("1.0.0", {"vllm/mod.py": BASE})
     series(home, BASE, BASE.replace("line15\n", "FIFTEEN\n"))
     assert cli("apply", "s", "--vllm", "1.0.0", "--out", "out").exit_code == 0
     mod = tmp_path / "out/vllm/mod.py"
     mod.write_text(mod.read_text().replace("line20\n", "TWENTY\n"))
-    assert cli("refresh", "s", "--tree", "out", "--release", "1.0.0").exit_code == 0
-    port = (home / "patches/s/1.0.0/01-change.diff").read_text()
-    assert "+FIFTEEN" in port and "+TWENTY" in port
+    r = cli("refresh", "s", "--tree", "out", "--release", "1.0")  # 1.0 is 1.0.0
+    assert r.exit_code == 0, r.output
+    assert not (home / "patches").exists()
+    own = (home / "launcher/s/diffs/01-change.diff").read_text()
+    assert "+FIFTEEN" in own and "+TWENTY" in own
+    # a diffstat and the next step, pasteable
+    assert "01-change.diff  1 file, +2 -2" in r.stdout
+    assert "bakery apply s --vllm 1.0.0" in r.stdout
     assert cli("apply", "s", "--vllm", "1.0.0", "--out", "out2").exit_code == 0
     assert (tmp_path / "out2/vllm/mod.py").read_bytes() == mod.read_bytes()
 
@@ -174,7 +185,8 @@ def test_drift_warning_names_the_changed_function(cli: Cli, home: Path, tmp_path
     assert "warning" in r.output
     # unchanged upstream: no warning
     release("1.2.0", {"vllm/mod.py": CODE, "vllm/other.py": "x = 1\n"})
-    cli("apply", "s", "--vllm", "1.2.0", "--out", "out3", "--json", "r3.json")
+    r = cli("apply", "s", "--vllm", "1.2.0", "--out", "out3", "--json", "r3.json")
+    assert r.exit_code == 0, r.output
     (d,) = json.loads((tmp_path / "r3.json").read_text())["diffs"]
     assert "warnings" not in d
 
@@ -216,8 +228,9 @@ def test_matrix_reports(cli: Cli, conflicting: str, tmp_path: Path) -> None:
 
 
 def test_summarize_joins_job_reports(cli: Cli, drifted: str, tmp_path: Path) -> None:
-    cli("apply", "s", "--vllm", "1.0.0", "--out", "a", "--json", "r-1.0.0.json")
-    cli("apply", "s", "--vllm", drifted, "--out", "b", "--json", "r-1.1.0.json")
+    for version, out in (("1.0.0", "a"), (drifted, "b")):
+        r = cli("apply", "s", "--vllm", version, "--out", out, "--json", f"r-{version}.json")
+        assert r.exit_code == 0, r.output
     r = cli("summarize", "r-1.1.0.json", "r-1.0.0.json", "--markdown", "sum.md")
     assert r.exit_code == 0, r.output
     lines = (tmp_path / "sum.md").read_text().splitlines()
@@ -228,6 +241,43 @@ def test_summarize_joins_job_reports(cli: Cli, drifted: str, tmp_path: Path) -> 
     bad.write_text("{}")
     r = cli("summarize", bad)
     assert r.exit_code == 2 and "not a bakery report" in r.output
+
+
+def test_summarize_exits_1_when_a_row_failed(cli: Cli, conflicting: str, tmp_path: Path) -> None:
+    """A conflict among the reports, or a matrix row whose verify did not run: exit 1,
+    and the Markdown says which."""
+    r = cli("apply", "s", "--vllm", "1.0.0", "--out", "a", "--json", "ok.json")
+    assert r.exit_code == 0, r.output
+    r = cli("apply", "s", "--vllm", conflicting, "--out", "b", "--json", "bad.json")
+    assert r.exit_code == 1, r.output
+    assert cli("summarize", "ok.json").exit_code == 0
+    r = cli("summarize", "ok.json", "bad.json", "--markdown", "sum.md")
+    assert r.exit_code == 1, r.output
+    text = (tmp_path / "sum.md").read_text()
+    assert f"| {conflicting} | ❌ conflict" in text and "| 1.0.0 | ✅ baked" in text
+    # a matrix report whose verify could not run
+    row = json.loads((tmp_path / "ok.json").read_text())
+    matrix = {
+        "series": "s",
+        "ok": False,
+        "releases": [
+            {
+                "version": "1.0.0",
+                "status": "baked",
+                "port": None,
+                "error": None,
+                "verify": "error",
+                "verify_error": "no CUDA GPU is visible to torch",
+                "verify_log": None,
+                "seconds": 1.0,
+                "diffs": row["diffs"],
+            }
+        ],
+    }
+    (tmp_path / "m.json").write_text(json.dumps(matrix))
+    r = cli("summarize", "m.json")
+    assert r.exit_code == 1, r.output
+    assert "✅" not in r.stdout and "not verified: no CUDA GPU" in r.stdout
 
 
 def test_matrix_workers_share_the_cores_for_copies(monkeypatch: pytest.MonkeyPatch) -> None:

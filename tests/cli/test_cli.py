@@ -14,8 +14,7 @@ import pytest
 from typer.testing import Result
 
 from bakery import __version__
-
-from .conftest import (
+from tests.helpers import (
     Tiny,
     commits,
     git,
@@ -36,11 +35,11 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def load(path: Path) -> dict:  # type: ignore[type-arg]
+def load(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def hunks(report: dict) -> list[tuple[str, str, int, str, int]]:  # type: ignore[type-arg]
+def hunks(report: dict) -> list[tuple[str, str, int, str, int]]:
     return [
         (d["name"], f["path"], h["index"], h["status"], h["line"])
         for d in report["diffs"]
@@ -195,8 +194,13 @@ def test_keep_failed_writes_the_attempt_with_rej_files(
     assert not (tmp_path / "out").exists()
     failed = tmp_path / "out.failed"
     k = (failed / "vllm/model_executor/k.py").read_text()
-    assert "return 2 + 1\n" in k  # the hunks that applied are in place
+    # stopped as git am stops: the failing diff's hunks that applied are in place, the
+    # diffs after it are not applied (10-again would make it "2 + 1")
+    assert "return 2 + 0\n" in k and "return 2 + 1\n" not in k
     assert '"""Fourteen."""' not in k
+    assert [s for _, s, _ in commits(failed)] == ["pristine vLLM tree"]
+    manifest = load(failed / ".bakery" / "manifest.json")
+    assert manifest["stopped_at"] == "01-kernel.diff"
     rej = (failed / "vllm/model_executor/k.py.rej").read_text()
     assert rej.startswith("--- vllm/model_executor/k.py\n+++ vllm/model_executor/k.py\n@@ -51,6")
     assert '+    """Fourteen."""\n' in rej
@@ -289,11 +293,26 @@ def test_bad_series_folder(cli: Cli, tiny: Tiny, home: Path) -> None:
     assert "lacks a numeric prefix" in _one_error_line(r)
 
 
-@pytest.mark.parametrize("spec", ["does/not/exist", "not-a-version"])
-def test_unreadable_source(cli: Cli, tiny: Tiny, spec: str) -> None:
-    r = cli("apply", "demo", "--vllm", spec)
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("does/not/exist", "does/not/exist"),
+        ("not-a-version", "not-a-version"),
+        ("9.9.9", "on the package index"),
+    ],
+)
+def test_unreadable_source(cli: Cli, tiny: Tiny, spec: str, words: str, tmp_path: Path) -> None:
+    """A source that cannot be read (no such folder, no such spec, an index that does not
+    answer): one line naming it, exit 2, and the --json report says the same."""
+    r = cli("apply", "demo", "--vllm", spec, "--out", "out", "--json", "r.json")
     assert r.exit_code == 2
-    assert spec in _one_error_line(r)
+    line = _one_error_line(r)
+    assert words in line
+    rep = load(tmp_path / "r.json")
+    assert (rep["status"], rep["out"], rep["diffs"]) == ("error", None, [])
+    assert rep["error"] and rep["error"] in line
+    assert rep["series"]["name"] == "demo"
+    assert not (tmp_path / "out").exists()
 
 
 def test_no_base_release_and_no_vllm(cli: Cli, tiny: Tiny) -> None:
@@ -363,6 +382,7 @@ def test_list(cli: Cli, tiny: Tiny, home: Path) -> None:
 def test_pristine_source_is_never_changed(cli: Cli, tiny: Tiny) -> None:
     before = tree_digest(tiny.src)
     assert cli("apply", "demo", "--vllm", tiny.src, "--out", "out").exit_code == 0
+    assert tree_digest(tiny.src) == before  # a bake that applies
     break_hunk(tiny)
     before = tree_digest(tiny.src)
     assert (
@@ -377,7 +397,7 @@ def test_pristine_source_is_never_changed(cli: Cli, tiny: Tiny) -> None:
         ).exit_code
         == 1
     )
-    assert tree_digest(tiny.src) == before
+    assert tree_digest(tiny.src) == before  # a bake that does not
 
 
 def test_git_checkout_source_is_never_changed(cli: Cli, tmp_path: Path, home: Path) -> None:

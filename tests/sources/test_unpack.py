@@ -164,7 +164,7 @@ def test_git_archive_without_top_folder(tmp_path: Path) -> None:
     assert sorted(_git(dest, "ls-files").split()) == ["setup.py", "vllm/a.py"]
 
 
-REFUSED = {
+REFUSED: dict[str, list[tuple[str, bytes | str | None, int]]] = {
     "link chain out": [
         ("vllm/b", "->../x/y", 0o777),
         ("x/y", "->../..", 0o777),

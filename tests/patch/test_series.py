@@ -9,8 +9,7 @@ import pytest
 
 from bakery.errors import SeriesError
 from bakery.patch.series import detect_layout, load_series, ordered_diffs, project_root
-
-from .conftest import PROJECT, make_series, write_files
+from tests.helpers import PROJECT, make_series, write_files
 
 DIFF = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
 
@@ -161,7 +160,7 @@ def test_project_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 # --- layout detection --------------------------------------------------------------------------
 
 
-def _series(home: Path, header: str, toml: str | None = None):  # type: ignore[no-untyped-def]
+def _series(home: Path, header: str, toml: str | None = None):
     text = f"--- {header}\n+++ {header}\n@@ -1 +1 @@\n-a\n+b\n"
     make_series(home, "s", {"1-a.diff": text}, toml=toml)
     return load_series("s")

@@ -21,8 +21,7 @@ from bakery.errors import BakeryError, UnsafePathError
 from bakery.git import cmd as gitutil
 from bakery.patch.series import load_series
 from bakery.sources.resolve import Pristine
-
-from .conftest import Tiny, commits, git, make_series, tree_digest, udiff, write_files
+from tests.helpers import Tiny, commits, git, make_series, tree_digest, udiff, write_files
 
 
 def local(tree: Path, version: str | None = None) -> Pristine:
@@ -180,7 +179,8 @@ def test_conflict_leaves_nothing_and_no_staging(tiny: Tiny, tmp_path: Path) -> N
 
 def test_keep_failed_carries_applied_hunks_forward(tiny: Tiny, tmp_path: Path) -> None:
     # Hunk 1 of 01-kernel applies, hunk 2 fails; 10-again builds on hunk 1 and so applies
-    # to the attempt, which holds every hunk that applied plus the .rej of the one that did not.
+    # in the report. The attempt stops the way git am stops (issue 16): 01-kernel's hunk 1
+    # in place with the .rej of hunk 2, the diffs after it not applied.
     k = tiny.src / "vllm/model_executor/k.py"
     k.write_text(k.read_text().replace("    return 14\n", "    return 14  # upstream\n"))
     out = tmp_path / "out"
@@ -189,9 +189,9 @@ def test_keep_failed_carries_applied_hunks_forward(tiny: Tiny, tmp_path: Path) -
     assert statuses[-1] == ("10-again.diff", "applied")
     failed = tmp_path / "out.failed"
     text = (failed / "vllm/model_executor/k.py").read_text()
-    assert "return 2 + 1\n" in text and "return 14  # upstream\n" in text
-    assert (failed / "vllm/model_executor/new.py").is_file()
-    assert not (failed / "vllm/old.py").exists()
+    assert "return 2 + 0\n" in text and "return 14  # upstream\n" in text
+    assert not (failed / "vllm/model_executor/new.py").exists()  # 2-files waits
+    assert (failed / "vllm/old.py").exists()
     assert (failed / "vllm/model_executor/k.py.rej").is_file()
     assert not out.exists()
 

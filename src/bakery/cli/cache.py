@@ -1,0 +1,134 @@
+"""``bakery cache list|dir|clean``: the typer sub-app (output only; the work is in
+commands/cache.py)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Callable
+from typing import Annotated, ParamSpec
+
+import typer
+from rich.markup import escape
+
+P = ParamSpec("P")
+
+cache_app = typer.Typer(
+    name="cache",
+    help="Show or clean bakery's cache of releases and git sources.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _handled(command: Callable[P, None]) -> Callable[P, None]:
+    """cli.app's @handled (the one place errors become exit codes), looked up when the
+    command runs: this module is imported while cli.app is still being built."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
+        from bakery.cli.app import handled
+
+        handled(command)(*args, **kwargs)
+
+    return wrapper
+
+
+def size(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000  # type: ignore[assignment]
+    raise AssertionError("unreachable")
+
+
+def _entries(n: int) -> str:
+    return f"{n} entry" if n == 1 else f"{n} entries"
+
+
+def _ago(when: float) -> str:
+    days = (time.time() - when) / 86400
+    if days < 1:
+        return f"{days * 24:.0f} h ago"
+    return f"{days:.0f} days ago"
+
+
+@cache_app.command("dir")
+@_handled
+def dir_() -> None:
+    """Print the cache's folder (BAKERY_CACHE_DIR, else the user's cache folder)."""
+    from bakery.cli.app import out_console
+    from bakery.sources.cache import Cache
+
+    out_console.print(escape(str(Cache().root)), soft_wrap=True)
+
+
+@cache_app.command("list")
+@_handled
+def list_(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """The cache's entries, the one used last first, with their sizes."""
+    from bakery.cli.app import out_console
+    from bakery.commands import cache as commands
+
+    cache, rows = commands.listing()
+    if as_json:
+        data = {
+            "root": str(cache.root),
+            "size": sum(r.size for r in rows),
+            "entries": [r.to_json() for r in rows],
+        }
+        out_console.print_json(json.dumps(data))
+        return
+    for r in rows:
+        what = r.meta.get("version") or r.meta.get("source") or ""
+        if r.kind == "mirror":
+            what = "git mirror"
+        elif not r.complete:
+            what += " (incomplete)"
+        out_console.print(
+            escape(f"{r.key:<38} {r.kind:<8} {size(r.size):>9}  {_ago(r.used):<13} {what}"),
+            soft_wrap=True,
+        )
+    out_console.print(
+        escape(f"{_entries(len(rows))}, {size(sum(r.size for r in rows))} in {cache.root}"),
+        soft_wrap=True,
+    )
+
+
+@cache_app.command()
+@_handled
+def clean(
+    keep: Annotated[
+        int | None,
+        typer.Option("--keep", metavar="N", help="Keep the N entries used last; remove the rest."),
+    ] = None,
+    older_than: Annotated[
+        float | None,
+        typer.Option("--older-than", metavar="DAYS", help="Remove entries unused for DAYS days."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing.")
+    ] = False,
+) -> None:
+    """Remove entries: all, or all but the N used last, or those unused for DAYS.
+
+    An entry that a running bake holds is left alone (and named)."""
+    from bakery.cli.app import err_console, out_console
+    from bakery.commands import cache as commands
+
+    result = commands.clean(keep=keep, older_than=older_than, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for r in result.removed:
+        out_console.print(escape(f"{verb} {r.key} ({size(r.size)})"), soft_wrap=True)
+    for r in result.busy:
+        err_console.print(escape(f"in use by a running bake, kept: {r.key}"), soft_wrap=True)
+    out_console.print(
+        escape(
+            f"{verb} {_entries(len(result.removed))} ({size(result.freed)}), "
+            f"kept {len(result.kept) + len(result.busy)}"
+        ),
+        soft_wrap=True,
+    )

@@ -1,0 +1,73 @@
+"""Next steps that can be pasted: each is a whole command line, with the series, the
+``--vllm`` the user gave (or the release the report names), ``--no-port`` and ``--out``
+where they were given, and the ``.failed`` path, quoted for a POSIX shell."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bakery.bake.report import BakeReport
+
+if TYPE_CHECKING:
+    from bakery.bake.refresh import Refreshed
+
+
+@dataclass
+class Asked:
+    """The options of the apply or check that ran, as the user gave them."""
+
+    series: str
+    vllm: str | None
+    no_port: bool = False
+    out: Path | None = None
+    fuzz: int = 0
+    no_merge: bool = False
+
+
+def command(*words: str | Path | None) -> str:
+    return " ".join(shlex.quote(str(w)) for w in words if w is not None)
+
+
+def _vllm(report: BakeReport, asked: Asked) -> list[str]:
+    spec = asked.vllm or report.version
+    return ["--vllm", spec] if spec else []
+
+
+def after_bake(report: BakeReport, asked: Asked) -> list[str]:
+    """What to run after an apply or check that did not apply (nothing after one that did)."""
+    if report.ok or not report.diffs:
+        return []
+    if report.failed_out:
+        failed = report.failed_out
+        return [
+            f"resolve the conflicts in {failed} (`git -C {shlex.quote(failed)} status` "
+            "lists them; `git mergetool` works there), then:",
+            command("bakery", "refresh", asked.series, "--tree", failed),
+            command("bakery", "apply", asked.series, *_vllm(report, asked)),
+        ]
+    extra: list[str] = []
+    if asked.no_port:
+        extra.append("--no-port")
+    if asked.no_merge:
+        extra.append("--no-merge")
+    if asked.fuzz:
+        extra += ["--fuzz", str(asked.fuzz)]
+    if asked.out is not None:
+        extra += ["--out", str(asked.out)]
+    return [
+        "write the attempt, with the conflicts to resolve, to a .failed tree:",
+        command("bakery", "apply", asked.series, *_vllm(report, asked), *extra, "--keep-failed"),
+    ]
+
+
+def after_refresh(done: Refreshed, series: str) -> list[str]:
+    """Bake from what refresh wrote."""
+    if done.port:
+        return [command("bakery", "apply", series, "--vllm", done.release)]
+    return [
+        command("bakery", "apply", series, "--vllm", done.release),
+        command("bakery", "check", series, "--up-to-date"),
+    ]

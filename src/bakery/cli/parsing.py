@@ -1,0 +1,178 @@
+"""click's parsing, adjusted where bakery's contract differs from click's defaults.
+
+typer (0.26-0.28) vendors click as ``typer._click``; these classes subclass typer's own
+command classes, so help, completion and typer's option handling stay typer's.
+
+- A usage error (unknown option, missing argument, a value out of range) is one line on
+  stderr and exit 2, as the contract promises for bad input; click prints the usage, a hint
+  and a framed message instead.
+- ``matrix SERIES --vllm A B C``: several values after one option. click gives an option one
+  value each time it is named; the list form is rewritten as ``--vllm A --vllm B --vllm C``
+  before click parses it.
+- ``verify ... -- ARGS``: everything after ``--`` goes to pytest; click would give its first
+  word to the optional SERIES argument.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import typer
+from typer import _click
+from typer.core import TyperCommand, TyperGroup, TyperOption
+
+#: The argument that follows ``--`` on verify's command line (pytest's), kept in ctx.meta.
+PYTEST_ARGS = "bakery.pytest_args"
+
+
+def usage_line(e: _click.exceptions.UsageError) -> str:
+    """One line: the command, click's message, and where help is."""
+    path = e.ctx.command_path if e.ctx is not None else "bakery"
+    message = " ".join(e.format_message().split())
+    return f"error: {path}: {message} (see `{path} -h`)"
+
+
+class BakeryGroup(TyperGroup):
+    """The root command: usage errors become one line and exit 2."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if args is None:
+            args = sys.argv[1:]
+        try:
+            rv = super().main(
+                args=hoist_globals(list(args)),
+                prog_name=prog_name,
+                complete_var=complete_var,
+                standalone_mode=False,
+                windows_expand_args=windows_expand_args,
+                **extra,
+            )
+        except _click.exceptions.NoArgsIsHelpError as e:
+            e.show()  # `bakery` alone: the help, as before
+            rv = 2
+        except _click.exceptions.UsageError as e:
+            print(usage_line(e), file=sys.stderr)
+            rv = e.exit_code
+        except _click.exceptions.ClickException as e:
+            print(f"error: {' '.join(e.format_message().split())}", file=sys.stderr)
+            rv = e.exit_code
+        except typer.Abort:
+            print("interrupted", file=sys.stderr)
+            rv = 130
+        code = rv if isinstance(rv, int) else 0
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+#: Root options a user may also write after the command (``bakery apply dcp2 -q``).
+GLOBAL_FLAGS = ("-q", "--quiet", "-v", "--verbose")
+
+
+def hoist_globals(args: list[str]) -> list[str]:
+    """Move -q/-v written after the command in front of it, where click reads them. Not
+    for verify, whose unknown options are pytest's (``bakery verify -v`` is pytest -v)."""
+    at = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
+    if at is None or args[at] == "verify":
+        return args
+    end = args.index("--") if "--" in args else len(args)
+    moved = [a for a in args[at + 1 : end] if a in GLOBAL_FLAGS]
+    if not moved:
+        return args
+    rest = [a for a in args[at + 1 : end] if a not in GLOBAL_FLAGS]
+    return [*args[:at], *moved, args[at], *rest, *args[end:]]
+
+
+def _takes_value(command: _click.Command, ctx: _click.Context) -> set[str]:
+    """Every option name of the command that takes a value (the others are flags)."""
+    names: set[str] = set()
+    for p in command.get_params(ctx):
+        if isinstance(p, TyperOption) and not p.is_flag and not p.count:
+            names.update(p.opts)
+    return names
+
+
+def spread(args: list[str], multi: str, takes_value: set[str]) -> list[str]:
+    """``multi A B C`` -> ``multi A multi B multi C``. The words that follow the option's
+    value up to the next option are more values; when no other word is left for the
+    command's positional argument, the last of them is that argument
+    (``matrix --vllm 0.30.0 0.32.0 dcp2``)."""
+    out: list[str] = []
+    positional = False
+    last_run: tuple[int, list[str]] | None = None
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            out += args[i:]
+            break
+        if a == multi and i + 1 < len(args):
+            run = [args[i + 1]]
+            i += 2
+            while i < len(args) and not args[i].startswith("-"):
+                run.append(args[i])
+                i += 1
+            last_run = (len(out), run)
+            for v in run:
+                out += [multi, v]
+            continue
+        if a in takes_value and i + 1 < len(args):
+            out += [a, args[i + 1]]
+            i += 2
+            continue
+        if not a.startswith("-") or a == "-":
+            positional = True
+        out.append(a)
+        i += 1
+    if not positional and last_run is not None and len(last_run[1]) > 1:
+        at, run = last_run
+        # the run's words sit at out[at:at + 2*len(run)] as (multi, value) pairs
+        del out[at + 2 * (len(run) - 1) : at + 2 * len(run)]
+        out.insert(0, run[-1])
+    return out
+
+
+class Word(_click.types.StringParamType):
+    """A plain word argument: its help shows the argument's metavar alone, not typer's
+    ``<str>`` beside it."""
+
+    def get_metavar(self, param: Any, ctx: _click.Context) -> str | None:
+        return ""
+
+
+class BakeryCommand(TyperCommand):
+    """Every command: usage lines name arguments as the README writes them (SERIES,
+    [SERIES]), not typer's ``{SERIES}``."""
+
+    def collect_usage_pieces(self, ctx: _click.Context) -> list[str]:
+        return [
+            p[1:-1] if p.startswith("{") and p.endswith("}") else p
+            for p in super().collect_usage_pieces(ctx)
+        ]
+
+
+class ManyVllmCommand(BakeryCommand):
+    """A command whose ``--vllm`` takes several values (matrix)."""
+
+    def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, spread(args, "--vllm", _takes_value(self, ctx)))
+
+
+class PytestArgsCommand(BakeryCommand):
+    """A command whose words after ``--`` are pytest's (verify)."""
+
+    def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            at = args.index("--")
+            args, ctx.meta[PYTEST_ARGS] = args[:at], args[at + 1 :]
+        return super().parse_args(ctx, args)

@@ -1,0 +1,191 @@
+"""``bakery cache list|clean``: the cache's entries, their sizes and when each was last
+used, and their removal.
+
+An entry is what one key's lock guards (cache.py): a release (``trees/vllm-X``, its marker
+and ``sdists/vllm-X.tar.gz``), a git tree (``trees/git-URL-COMMIT``), or a git mirror
+(``git/git-URL``). Each is removed under its lock and its hold (cache.Hold: a bake holds
+its entries from the lookup to the end of the copy), both taken without waiting: an entry
+a bake holds is skipped and said so, never pulled from under it. The marker goes first, so
+an entry is never seen complete and half removed; a mirror goes when no tree cut from it
+is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bakery.sources.cache import Cache, EntryBusy
+
+DAY = 86400.0
+
+
+@dataclass
+class Item:
+    key: str
+    kind: str  # "release" | "git" | "mirror"
+    paths: list[Path]
+    size: int
+    used: float  # seconds since the epoch
+    meta: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return self.kind == "mirror" or "commit" in self.meta
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "key": self.key,
+            "kind": self.kind,
+            "version": self.meta.get("version"),
+            "source": self.meta.get("source"),
+            "commit": self.meta.get("upstream"),
+            "complete": self.complete,
+            "size": self.size,
+            "used": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.used)),
+            "paths": [str(p) for p in self.paths],
+        }
+
+
+def _size(path: Path) -> int:
+    try:
+        st = path.lstat()
+    except OSError:
+        return 0
+    if not path.is_dir() or path.is_symlink():
+        return st.st_size
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in filenames + dirnames:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _read_meta(marker: Path) -> dict[str, str]:
+    import json
+
+    try:
+        data = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: str(v) for k, v in data.items() if v is not None} if isinstance(data, dict) else {}
+
+
+def _tree_keys(trees: Path) -> Iterator[str]:
+    seen = set()
+    for p in sorted(trees.iterdir()) if trees.is_dir() else []:
+        key = p.name[: -len(".json")] if p.name.endswith(".json") else p.name
+        if key.startswith(".") or key in seen or (p.is_file() and not p.name.endswith(".json")):
+            continue
+        seen.add(key)
+        yield key
+
+
+def items(cache: Cache) -> list[Item]:
+    """Every entry, the one used last first."""
+    root = cache.root
+    found: dict[str, Item] = {}
+    for key in _tree_keys(root / "trees"):
+        marker = root / "trees" / f"{key}.json"
+        paths = [p for p in (root / "trees" / key, marker) if os.path.lexists(p)]
+        kind = "release" if key.startswith("vllm-") else "git"
+        used = _mtime(marker) or _mtime(root / "trees" / key)
+        found[key] = Item(key, kind, paths, 0, used, _read_meta(marker))
+    sdists = root / "sdists"
+    for p in sorted(sdists.glob("vllm-*.tar.gz")) if sdists.is_dir() else []:
+        key = p.name[: -len(".tar.gz")]
+        item = found.setdefault(key, Item(key, "release", [], 0, _mtime(p)))
+        item.paths.append(p)
+    mirrors = root / "git"
+    for p in sorted(mirrors.glob("git-*")) if mirrors.is_dir() else []:
+        found[p.name] = Item(p.name, "mirror", [p], 0, _mtime(p))
+    for item in found.values():
+        item.size = sum(_size(p) for p in item.paths)
+    return sorted(found.values(), key=lambda i: (-i.used, i.key))
+
+
+@dataclass
+class Cleaned:
+    removed: list[Item] = field(default_factory=list)
+    kept: list[Item] = field(default_factory=list)
+    #: entries a running bake holds (their lock was taken): left alone
+    busy: list[Item] = field(default_factory=list)
+
+    @property
+    def freed(self) -> int:
+        return sum(i.size for i in self.removed)
+
+
+def select(all_items: list[Item], keep: int | None, older_than: float | None) -> list[Item]:
+    """The entries to remove: beyond the ``keep`` used last, or unused for ``older_than``
+    days (neither: all). A mirror goes with the last tree cut from it."""
+    trees = [i for i in all_items if i.kind != "mirror"]  # used last first
+    if keep is not None:
+        doomed = trees[keep:]
+    elif older_than is not None:
+        cutoff = time.time() - older_than * DAY
+        doomed = [i for i in trees if i.used < cutoff]
+    else:
+        doomed = list(trees)
+    left = {i.key for i in trees} - {i.key for i in doomed}
+    for mirror in (i for i in all_items if i.kind == "mirror"):
+        if not any(k.startswith(mirror.key + "-") for k in left):
+            doomed.append(mirror)
+    return doomed
+
+
+def _remove(item: Item) -> None:
+    for p in sorted(item.paths, key=lambda p: not p.name.endswith(".json")):  # marker first
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink(missing_ok=True)
+
+
+def _leftovers(cache: Cache, key: str) -> list[Path]:
+    """What a killed build or download of key left (the caller holds key's lock)."""
+    trees, sdists = cache.root / "trees", cache.root / "sdists"
+    build = re.compile(re.escape(f".build-{key}-") + r"[a-z0-9_]{8}")
+    part = re.compile(re.escape(f"{key}.tar.gz.") + r"\d+\.part")
+    out = [p for p in trees.iterdir() if build.fullmatch(p.name)] if trees.is_dir() else []
+    out += [p for p in sdists.iterdir() if part.fullmatch(p.name)] if sdists.is_dir() else []
+    return out
+
+
+def clean(
+    cache: Cache, *, keep: int | None = None, older_than: float | None = None, dry_run: bool = False
+) -> Cleaned:
+    all_items = items(cache)
+    doomed = select(all_items, keep, older_than)
+    result = Cleaned(kept=[i for i in all_items if i not in doomed])
+    for item in doomed:
+        if dry_run:
+            result.removed.append(item)
+            continue
+        try:
+            with cache.lock(item.key, wait=False):
+                hold = cache.hold(item.key, exclusive=True)  # no bake copies from it now
+                try:
+                    item.paths += _leftovers(cache, item.key)
+                    _remove(item)
+                finally:
+                    hold.release()
+        except EntryBusy:
+            result.busy.append(item)
+            continue
+        result.removed.append(item)
+    return result

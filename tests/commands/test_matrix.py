@@ -1,0 +1,230 @@
+"""bakery matrix: the releases it picks from the index (``--since``, ``--pre``), the keys of
+its JSON report, and ``--verify``, which is ok only where the series' tests ran and passed.
+
+Releases are put into the test's cache (or served by a local index), and the series carries
+its own small ``tests/`` folder, so that verify runs real pytest on the baked trees without
+the network or the dcp2 kernels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import Result
+
+from tests.fakeindex import Index, index_series, sdist
+from tests.helpers import cache_release, make_series, udiff, write_files
+
+Cli = Callable[..., Result]
+
+MOD = "A = 1\nVALUE = 1\nB = 1\n"
+#: The series' own test: the bake changed VALUE, and the release's code is sound.
+TREE_TEST = """
+import runpy
+
+
+def test_the_bake_changed_the_value(baked_tree):
+    code = runpy.run_path(str(baked_tree / "vllm" / "mod.py"))
+    assert code["VALUE"] == 2
+    assert code.get("SOUND", True)
+"""
+RELEASE_KEYS = {
+    "version",
+    "status",
+    "port",
+    "error",
+    "verify",
+    "verify_error",
+    "verify_log",
+    "seconds",
+    "diffs",
+}
+
+
+def make_s(home: Path, tests: dict[str, str] | None) -> Path:
+    """Series "s": VALUE = 1 -> 2 in vllm/mod.py; with ``tests``, a tests/ folder."""
+    series = make_series(
+        home,
+        "s",
+        {"01-value.diff": udiff("mod.py", MOD, MOD.replace("VALUE = 1", "VALUE = 2"))},
+        'root = "vllm"\nstrip = 1\n',
+    )
+    if tests is not None:
+        write_files(series / "tests", tests)
+    return series
+
+
+@pytest.fixture
+def releases() -> None:
+    """1.0.0 bakes and passes the series' test; 1.1.0 bakes, but its code fails the test."""
+    cache_release("1.0.0", {"vllm/mod.py": MOD})
+    cache_release("1.1.0", {"vllm/mod.py": MOD + "SOUND = False\n"})
+
+
+def reports(tmp_path: Path) -> tuple[dict[str, dict[str, object]], dict[str, object], str]:
+    """(release -> JSON row, the whole JSON report, the Markdown)."""
+    data = json.loads((tmp_path / "m.json").read_text())
+    rows = {str(r["version"]): r for r in data["releases"]}
+    return rows, data, (tmp_path / "m.md").read_text()
+
+
+def junit_cases(tmp_path: Path) -> dict[tuple[str, str], ET.Element]:
+    suites = ET.parse(tmp_path / "m.xml").getroot()
+    return {(str(s.get("name")), str(c.get("name"))): c for s in suites for c in s.iter("testcase")}
+
+
+REPORTS = ("--json", "m.json", "--markdown", "m.md", "--junit", "m.xml", "--out", "mx")
+
+
+# --- --verify ---------------------------------------------------------------------------------
+
+
+def test_verify_passes_and_fails_per_release(
+    cli: Cli, home: Path, releases: None, tmp_path: Path
+) -> None:
+    make_s(home, {"test_tree.py": TREE_TEST})
+    r = cli("matrix", "s", "--vllm", "1.0.0", "--verify", "--jobs", "1", *REPORTS)
+    assert r.exit_code == 0, r.output
+    rows, data, md = reports(tmp_path)
+    assert data["ok"] is True and rows["1.0.0"]["verify"] == "passed"
+    assert "| 1.0.0 | ✅ baked |" in md and md.rstrip().endswith("| passed |")
+
+    r = cli("matrix", "s", "--vllm", "1.0.0", "1.1.0", "--verify", "--jobs", "2", *REPORTS)
+    assert r.exit_code == 1, r.output
+    rows, data, md = reports(tmp_path)
+    assert data["ok"] is False
+    assert {v: (x["status"], x["verify"], x["verify_error"]) for v, x in rows.items()} == {
+        "1.0.0": ("baked", "passed", None),
+        "1.1.0": ("baked", "failed", None),
+    }
+    log = Path(str(rows["1.1.0"]["verify_log"])).read_text()
+    assert "1 failed" in log and "SOUND" in log
+    assert "| 1.0.0 | ✅ baked |" in md and "| 1.1.0 | ❌ baked |" in md
+    cases = junit_cases(tmp_path)
+    assert cases[("s vLLM 1.1.0", "verify")].find("failure") is not None
+    assert len(cases[("s vLLM 1.0.0", "verify")]) == 0  # no failure, no error
+    assert "failed" in r.stdout and "passed" in r.stdout
+    assert cli("matrix", "s", "--vllm", "1.1.0", "--verify", "--allow-fail").exit_code == 0
+
+
+def assert_not_verified(code: int, stdout: str, tmp_path: Path, why: str) -> None:
+    """Every report says the bake was not verified, and why; nothing says ok."""
+    assert code == 2, stdout
+    rows, data, md = reports(tmp_path)
+    row = rows["1.0.0"]
+    assert data["ok"] is False
+    assert (row["status"], row["verify"]) == ("baked", "error")
+    assert why in str(row["verify_error"])
+    assert "✅" not in md and "| 1.0.0 | ❌ baked |" in md and "not verified: " in md
+    (suite,) = ET.parse(tmp_path / "m.xml").getroot()
+    assert suite.get("errors") == "1" and suite.get("failures") == "0"
+    error = junit_cases(tmp_path)[("s vLLM 1.0.0", "verify")].find("error")
+    assert error is not None and why in str(error.get("message"))
+    assert "not verified" in stdout and why in " ".join(stdout.split())
+
+
+def test_a_series_without_tests_is_not_verified(
+    cli: Cli, home: Path, releases: None, tmp_path: Path
+) -> None:
+    make_s(home, tests=None)
+    r = cli("matrix", "s", "--vllm", "1.0.0", "--verify", "--jobs", "1", *REPORTS)
+    assert_not_verified(r.exit_code, r.stdout, tmp_path, "has no tests/ folder")
+    # --allow-fail forgives releases that fail, not a verify that never ran
+    r = cli("matrix", "s", "--vllm", "1.0.0", "--verify", "--allow-fail", *REPORTS)
+    assert_not_verified(r.exit_code, r.stdout, tmp_path, "has no tests/ folder")
+
+
+def test_a_pytest_that_cannot_run_is_not_verified(
+    cli: Cli, home: Path, releases: None, tmp_path: Path
+) -> None:
+    make_s(home, {"test_tree.py": TREE_TEST, "pytest.ini": "[pytest]\naddopts = --no-such\n"})
+    r = cli("matrix", "s", "--vllm", "1.0.0", "--verify", "--jobs", "1", *REPORTS)
+    assert_not_verified(r.exit_code, r.stdout, tmp_path, "pytest stopped: usage error")
+
+
+def test_verify_on_a_gpu_without_a_gpu_is_not_verified(
+    home: Path, releases: None, tmp_path: Path
+) -> None:
+    """``--gpu`` where torch sees no GPU (CUDA_VISIBLE_DEVICES empty, in a fresh process,
+    so that it holds on a GPU host too)."""
+    make_s(home, {"test_tree.py": TREE_TEST})
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    cmd = [sys.executable, "-m", "bakery", "matrix", "s", "--vllm", "1.0.0", "--verify"]
+    proc = subprocess.run(
+        [*cmd, "--gpu", "--jobs", "1", *REPORTS],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert "Traceback" not in proc.stderr
+    assert_not_verified(proc.returncode, proc.stdout, tmp_path, "no CUDA GPU is visible")
+
+
+# --- the JSON report's keys ----------------------------------------------------------------------
+
+
+def test_json_keys_port_and_seconds(
+    cli: Cli, home: Path, releases: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    series = make_s(home, tests=None)
+    port = home / "patches" / "s" / "1.1.0"
+    port.mkdir(parents=True)
+    (port / "01-value.diff").write_bytes((series / "diffs" / "01-value.diff").read_bytes())
+    monkeypatch.chdir(home)  # paths in reports are relative to where bakery runs
+    r = cli("matrix", "s", "--vllm", "1.0.0", "1.1.0", "--jobs", "1", *REPORTS)
+    assert r.exit_code == 0, r.output
+    rows, data, _ = reports(home)
+    assert set(data) == {"series", "ok", "releases"} and data["series"] == "s"
+    for row in rows.values():
+        assert set(row) == RELEASE_KEYS
+        assert row["verify"] is row["verify_error"] is row["verify_log"] is None  # not asked
+        seconds = row["seconds"]
+        assert isinstance(seconds, float) and 0 < seconds < 120
+    assert rows["1.0.0"]["port"] is None
+    assert rows["1.1.0"]["port"] == "patches/s/1.1.0"
+
+
+def test_an_unreadable_release_is_an_error_row(cli: Cli, home: Path, tmp_path: Path) -> None:
+    make_s(home, tests=None)
+    r = cli("matrix", "s", "--vllm", "9.9.9", "--jobs", "1", *REPORTS)
+    assert r.exit_code == 1, r.output
+    rows, data, md = reports(tmp_path)
+    assert data["ok"] is False
+    assert rows["9.9.9"]["status"] == "error" and rows["9.9.9"]["error"]
+    assert "| 9.9.9 | ❌ error: " in md
+
+
+# --- --since and --pre ---------------------------------------------------------------------------
+
+
+def test_since_and_pre_take_releases_from_the_index(cli: Cli, index: Index, tmp_path: Path) -> None:
+    for v in ("0.9.0", "1.0.0", "1.1.0rc1", "1.1.0", "1.2.0.dev1", "1.2.0"):
+        index.add(f"vllm-{v}.tar.gz", sdist(v, files=2))
+    index.add("vllm-1.3.0-py3-none-any.whl", b"not an sdist")
+    series = index_series(tmp_path)
+
+    def versions(*args: str) -> list[str]:
+        r = cli("matrix", series, *args, "--jobs", "1", "--json", "m.json")
+        assert r.exit_code == 0, r.output
+        return [x["version"] for x in json.loads((tmp_path / "m.json").read_text())["releases"]]
+
+    assert versions("--since", "1.0.0") == ["1.0.0", "1.1.0", "1.2.0"]
+    assert versions("--since", "1.1.0", "--pre") == ["1.1.0", "1.2.0.dev1", "1.2.0"]
+    assert versions("--since", "1.0.1", "--pre") == ["1.1.0rc1", "1.1.0", "1.2.0.dev1", "1.2.0"]
+    # --vllm comes first; --since adds what it does not name yet
+    assert versions("--vllm", "0.9.0", "--vllm", "1.2.0", "--since", "1.1.0") == [
+        "0.9.0",
+        "1.2.0",
+        "1.1.0",
+    ]
+    r = cli("matrix", series, "--since", "2.0.0")
+    assert r.exit_code == 2 and "matrix needs" in r.stderr and "Traceback" not in r.output
