@@ -397,6 +397,10 @@ def port(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Prove the proposal but write no port.")
     ] = False,
+    lines_only: Annotated[
+        bool,
+        typer.Option("--lines-only", help="Merge by lines only, never by syntax (for comparison)."),
+    ] = False,
     out: Annotated[Path, typer.Option("--out", help="Scratch folder for candidate trees.")] = Path(
         "build/port"
     ),
@@ -413,6 +417,7 @@ def port(
         interpret=interpret,
         upstream=upstream,
         write=not dry_run,
+        syntax=not lines_only,
         events=_events,
     )
     if json_file is not None:

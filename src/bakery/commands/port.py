@@ -100,6 +100,7 @@ def port(
     upstream: Path | None = None,
     previous: str | None = None,
     write: bool = True,
+    syntax: bool = True,
     events: Events | None = None,
     cache: Cache | None = None,
 ) -> PortResult:
@@ -116,7 +117,9 @@ def port(
     if not tests_dir.is_dir():
         raise UsageError(f"{series.path}: no tests/ folder: a port cannot be proven")
     result = PortResult(
-        series.name, version, candidates(series_spec, target, cache, home, events=events)
+        series.name,
+        version,
+        candidates(series_spec, target, cache, home, syntax=syntax, events=events),
     )
     scratch = (out_root / f"{series.name}-{version}").absolute()
     shutil.rmtree(scratch, ignore_errors=True)
