@@ -95,16 +95,26 @@ class Fallback:
     """What bake.plan asks when a file does not apply cleanly, and after each diff."""
 
     def __init__(
-        self, series: Series, target: Pristine, base: Pristine | None, merge: bool
+        self,
+        series: Series,
+        target: Pristine,
+        base: Pristine | None,
+        merge: bool,
+        *,
+        syntax: bool = False,
+        start: Series | None = None,
     ) -> None:
+        """``start``: the diffs whose bake on ``base`` is "ours" (default: the series' own
+        diffs on its base release; ``bakery port`` passes a committed port and its
+        release). ``syntax``: where lines conflict in a Python file, merge by syntax."""
         # A port was made for its release: comparing the base with it says nothing new.
         self.warn = series.port is None
         self.target = target
         self.base = base
-        self.base_version = series.base
-        self.side = (
-            _BaseSide(load_series(str(series.path)), base) if base is not None and merge else None
-        )
+        self.base_version = base.version if start is not None and base else series.base
+        self.syntax = syntax
+        side = start or load_series(str(series.path))
+        self.side = _BaseSide(side, base) if base is not None and merge else None
 
     def resolve(
         self, diff: Diff, fp: FilePatch, current: bytes | None, res: FileResult
@@ -127,6 +137,10 @@ class Fallback:
         if ours_before is None or ours_after is None:
             return None
         merged, conflicts = merge_file(current, ours_before, ours_after)
+        if conflicts and self.syntax and fp.path.endswith(".py"):
+            by_syntax = self._merge_syntax(res, current, ours_before, ours_after)
+            if by_syntax is not None:
+                return by_syntax
         if conflicts:
             for h in res.hunks:
                 if h.status is Outcome.FAILED:
@@ -148,6 +162,34 @@ class Fallback:
             for h in res.hunks
         ]
         return FileResult(res.path, hunks, merged, res.mode)
+
+    def _merge_syntax(
+        self, res: FileResult, current: bytes, ours_before: bytes, ours_after: bytes
+    ) -> FileResult | None:
+        from bakery.bake.synmerge import SyntaxConflict, merge_python
+
+        try:
+            merged = merge_python(ours_before, ours_after, current)
+        except SyntaxConflict as e:
+            for h in res.hunks:
+                if h.status is Outcome.FAILED:
+                    h.reason = f"syntax merge: conflict at {e.where}"
+            return None
+        joined = ", ".join(merged.joined) or "no shared item"
+        hunks = [
+            HunkResult(
+                h.index,
+                Outcome.MERGED_SYNTAX,
+                h.line,
+                h.offset,
+                h.fuzz,
+                f"syntax merge against {self.base_version}; joined at {joined}",
+            )
+            if h.status is Outcome.FAILED
+            else h
+            for h in res.hunks
+        ]
+        return FileResult(res.path, hunks, merged.content, res.mode)
 
     def warnings(self, diff: Diff) -> list[str]:
         if self.base is None or self.base_version is None or not self.warn:

@@ -572,6 +572,59 @@ def summarize(
     raise typer.Exit(code=0 if all(r.ok for r in rows) else 1)
 
 
+@app.command(cls=BakeryCommand)
+@handled
+def port(
+    series: SeriesArg,
+    vllm: Annotated[
+        str, typer.Option("--vllm", metavar="VERSION", help="The release to port the series to.")
+    ],
+    upstream: Annotated[
+        Path | None,
+        typer.Option(
+            "--upstream",
+            metavar="DIR",
+            help="A vLLM git checkout: name the upstream commits behind each merged or "
+            "failed hunk.",
+        ),
+    ] = None,
+    interpret: Annotated[
+        bool,
+        typer.Option("--interpret/--gpu", help="Prove on the CPU (Triton interpreter) or a GPU."),
+    ] = True,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Prove the proposal but write no port.")
+    ] = False,
+    lines_only: Annotated[
+        bool,
+        typer.Option("--lines-only", help="Merge by lines only, never by syntax (for comparison)."),
+    ] = False,
+    out: Annotated[
+        Path, typer.Option("--out", metavar="DIR", help="Scratch folder for candidate trees.")
+    ] = Path("build/port"),
+    json_file: JsonOpt = None,
+) -> None:
+    """Propose a port of the series to a release: every start tried, merged by lines
+    then by syntax, and written to patches/ only when verify proves it."""
+    from bakery.commands.port import port as run_port
+
+    _json_target(json_file)
+    result = run_port(
+        series,
+        vllm=vllm,
+        out_root=out,
+        interpret=interpret,
+        upstream=upstream,
+        write=not dry_run,
+        syntax=not lines_only,
+        events=_events,
+    )
+    if json_file is not None:
+        write_json(json_file, result.to_json())
+    render.port_result(human(), result)
+    raise typer.Exit(code=0 if result.ok else 1)
+
+
 def _add_subcommands() -> None:
     from bakery.cli.cache import cache_app
 

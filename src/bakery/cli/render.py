@@ -15,6 +15,7 @@ from bakery.bake.report import BakeReport
 if TYPE_CHECKING:
     from bakery.bake.refresh import Refreshed
     from bakery.commands.matrix import Row
+    from bakery.commands.port import PortResult
     from bakery.testing.runner import VerifyResult
 
 #: The width of a console that is not a terminal (a pipe, a CI log) when COLUMNS does not
@@ -354,3 +355,34 @@ def verify_summary(console: Console, result: VerifyResult, edited: list[str]) ->
         f"{verdict}: {', '.join(parts) or 'no tests ran'} "
         f"in {r.elapsed:.1f}s" + (f"; JUnit {escape(str(r.junit))}" if r.junit else "")
     )
+
+
+def port_result(console: Console, result: PortResult) -> None:
+    table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+    for col in ("start", "merge base", "conflicts", "hunks", "lines from previous port"):
+        table.add_column(col)
+    for c in result.candidates:
+        hunks = ", ".join(f"{n} {k}" for k, n in sorted(c.kinds.items()))
+        table.add_row(
+            escape(c.start.label), c.start.release, str(c.failed), escape(hunks), str(c.distance)
+        )
+    console.print(f"[bold]{escape(result.series)}[/] ported to vLLM {escape(result.target)}")
+    console.print(table)
+    for t in result.tried:
+        mark = "[green]accepted[/]" if t.accepted else "[red]not accepted[/]"
+        console.print(f"{escape(t.start)}: verify {escape(t.verify)}; {mark}")
+        for d in t.differences:
+            console.print(f"  differs: {escape(d)}", soft_wrap=True)
+    for h in result.hunks:
+        why = f" ({h['reason']})" if h.get("reason") else ""
+        console.print(
+            escape(f"{h['diff']}: {h['path']} hunk {h['hunk']}: {h['status']}{why}"),
+            soft_wrap=True,
+        )
+        for line in h.get("upstream") or []:  # type: ignore[attr-defined]
+            console.print(f"  upstream {escape(str(line))}", soft_wrap=True)
+    if result.written:
+        console.print(f"[bold green]wrote[/] {escape(result.written)} (with PROVENANCE.md)")
+    else:
+        where = f"; best attempt in {result.failed_out}" if result.failed_out else ""
+        console.print(f"[bold red]no proposal proven[/]{escape(where)}")

@@ -23,6 +23,8 @@ class Outcome(str, Enum):
     OFFSET = "offset"
     FUZZ = "fuzz"
     MERGED = "merged"
+    #: resolved by a merge of Python syntax where the lines conflicted (``bakery port``)
+    MERGED_SYNTAX = "merged-syntax"
     ALREADY = "already-applied"
     FAILED = "failed"
 
@@ -35,6 +37,7 @@ class Outcome(str, Enum):
 _SEVERITY = [
     Outcome.FAILED,
     Outcome.ALREADY,
+    Outcome.MERGED_SYNTAX,
     Outcome.MERGED,
     Outcome.FUZZ,
     Outcome.OFFSET,
