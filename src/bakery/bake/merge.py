@@ -20,6 +20,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from bakery.bake.contracts import Reader, World
+from bakery.bake.report import DiffResult
 from bakery.git import cmd as gitutil
 from bakery.patch.engine import FileResult, HunkResult, Outcome, apply_file
 from bakery.patch.parse import Diff, FilePatch
@@ -61,6 +63,8 @@ class _BaseSide:
         self.by_name = {d.name: d for d in diffs}
         self.order = [d.name for d in diffs]
         self._cache: dict[tuple[str, str], tuple[bytes | None, bytes | None]] = {}
+        #: (diff, path) -> the hunks' results on the base release (for the placement check).
+        self.results: dict[tuple[str, str], list[HunkResult]] = {}
 
     def read_base(self, rel: str) -> bytes | None:
         p = self.base.tree / rel
@@ -82,10 +86,15 @@ class _BaseSide:
                     res = apply_file(fp, state, 0)
                     if not res.ok:
                         return None, None
+                    self.results[(name, rel)] = res.hunks
                     state = None if res.deleted else res.content
             if name == diff_name:
                 return before, state
         return None, None
+
+    def final(self, rel: str) -> bytes | None:
+        """The file on the base release with the whole series applied."""
+        return self.sides(self.order[-1], rel)[1] if self.order else self.read_base(rel)
 
 
 class Fallback:
@@ -96,6 +105,7 @@ class Fallback:
     ) -> None:
         # A port was made for its release: comparing the base with it says nothing new.
         self.warn = series.port is None
+        self.port = series.port
         self.target = target
         self.base = base
         self.base_version = series.base
@@ -144,6 +154,31 @@ class Fallback:
             for h in res.hunks
         ]
         return FileResult(res.path, hunks, merged, res.mode)
+
+    def guard(
+        self,
+        pairs: list[tuple[Diff, DiffResult]],
+        baked: Reader,
+        pristine: Reader,
+        applied: bool,
+    ) -> None:
+        """Placement and contract checks of the hunks (bake.guard), after the plan."""
+        from bakery.bake import guard
+
+        record = None
+        side = self.side
+        if side is not None and self.base_version:
+            record = guard.BaseRecord(
+                [side.by_name[n] for n in side.order],
+                lambda name, rel: side.sides(name, rel)[1],
+                side.results,
+                World(side.final),
+                World(side.read_base),
+                self.base_version,
+            )
+        port = None if self.port is None else str(self.port)
+        target = guard.Target(World(baked), World(pristine), self.target.version, port, applied)
+        guard.check(pairs, target, record)
 
     def warnings(self, diff: Diff) -> list[str]:
         if self.base is None or self.base_version is None or not self.warn:

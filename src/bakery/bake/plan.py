@@ -72,6 +72,18 @@ class _Overlay:
                 diff.path, fp.diff_line, f"cannot read {rel}: {e.strerror}"
             ) from None
 
+    def final(self, rel: str) -> bytes | None:
+        """A file with the whole series applied (for bake.guard)."""
+        return self.state[rel][0] if rel in self.state else self.pristine_file(rel)
+
+    def pristine_file(self, rel: str) -> bytes | None:
+        """A pristine file, or None (never read through a link: bake.guard only)."""
+        path = self.pristine.file(rel)
+        try:
+            return None if path.is_symlink() or not path.is_file() else path.read_bytes()
+        except OSError:
+            return None
+
     def _check_nesting(self, diff: Diff, fp: FilePatch, rel: str) -> None:
         """Refuse a file inside a file the series created, or over a folder it filled."""
         parts = rel.split("/")
@@ -171,5 +183,12 @@ def plan(
             dres.warnings = fallback.warnings(d)
         report.diffs.append(dres)
         result.writes.append(writes)
+    if fallback is not None:
+        fallback.guard(
+            list(zip(diffs, report.diffs, strict=True)),
+            overlay.final,
+            overlay.pristine_file,
+            report.ok,
+        )
     report.status = "checked" if report.ok else "conflict"
     return result

@@ -8,6 +8,11 @@ Search order for each hunk (GNU patch's, with the same running offset): the stat
 shifted by the offset the previous hunk needed, then ever farther lines either side; a hunk
 whose *result* is found instead is ``already-applied``; only then, with ``fuzz`` > 0, the
 same search with up to ``fuzz`` context lines dropped at either end.
+
+Ambiguity guard: a hunk found exactly (at its line or at an offset) whose old text (context
+plus removed lines) also matches elsewhere in the file is ``ambiguous`` and names those
+other lines. GNU patch's choice of place is kept, so the output stays byte-identical; the
+outcome only says that nothing but nearness chose it.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ class Outcome(str, Enum):
     APPLIED = "applied"
     OFFSET = "offset"
     FUZZ = "fuzz"
+    #: Applied (exactly or at an offset), but its old text matches in more than one place.
+    AMBIGUOUS = "ambiguous"
     MERGED = "merged"
     ALREADY = "already-applied"
     FAILED = "failed"
@@ -36,6 +43,7 @@ _SEVERITY = [
     Outcome.FAILED,
     Outcome.ALREADY,
     Outcome.MERGED,
+    Outcome.AMBIGUOUS,
     Outcome.FUZZ,
     Outcome.OFFSET,
     Outcome.APPLIED,
@@ -56,6 +64,13 @@ class HunkResult:
     reason: str | None = None
     #: What to do about a hunk that did not apply (set by merge.diagnose).
     action: str | None = None
+    #: For an ambiguous hunk: the other lines where its old text matches (1-based).
+    also_matches: list[int] = field(default_factory=list)
+    #: (base, target): the definitions that enclose the hunk on the series' base release
+    #: and where it lands, when they differ (set by bake.placement).
+    moved_def: tuple[str, str] | None = None
+    #: The vLLM names the hunk's new code uses (its contract; set by bake.guard).
+    uses: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         d: dict[str, object] = {
@@ -69,6 +84,12 @@ class HunkResult:
             d["reason"] = self.reason
         if self.action:
             d["action"] = self.action
+        if self.also_matches:
+            d["also_matches"] = self.also_matches
+        if self.moved_def:
+            d["moved_def"] = {"base": self.moved_def[0], "target": self.moved_def[1]}
+        if self.uses:
+            d["uses"] = self.uses
         return d
 
 
@@ -238,6 +259,32 @@ def _search(
     return None
 
 
+def _other_matches(
+    lines: list[str], eols: list[str], pat: _Pattern, pos: int, limit: int = 8
+) -> list[int]:
+    """Other positions where the pattern's old text matches (at most ``limit``). Only the
+    pattern's longest line is looked for (list.index, in C), then the whole text checked:
+    far fewer candidates than the first line, which is often blank."""
+    old = pat.old
+    if not old or pat.anchor is not None or pat.old_noeol:
+        return []  # no text, or a hunk that may match at one end of the file only
+    j = max(range(len(old)), key=lambda k: len(old[k].strip()))
+    key = old[j]
+    hi = len(lines) - len(old) + j
+    out: list[int] = []
+    i = j
+    while len(out) < limit:
+        try:
+            i = lines.index(key, i, hi + 1)
+        except ValueError:
+            break
+        start = i - j
+        if start != pos and _matches(lines, eols, old, start, False):
+            out.append(start)
+        i += 1
+    return out
+
+
 def _splice(lines: list[str], eols: list[str], pat: _Pattern, pos: int, style: str) -> None:
     """Replace the matched old lines at pos with the pattern's new lines, in place."""
     new_lines: list[str] = []
@@ -320,8 +367,16 @@ def apply_hunks(
                 status = (
                     Outcome.FUZZ if level else (Outcome.APPLIED if offset == 0 else Outcome.OFFSET)
                 )
+                others = [] if level else _other_matches(lines, eols, pat, pos)
                 _splice(lines, eols, pat, pos, style)
                 res = HunkResult(h.index, status, start + 1, offset, level)
+                if others:
+                    res.status = Outcome.AMBIGUOUS
+                    res.also_matches = [p + 1 for p in others]
+                    res.reason = (
+                        f"its old text also matches at line{'s' if len(others) > 1 else ''} "
+                        f"{', '.join(map(str, res.also_matches))}; the nearest place was taken"
+                    )
                 run = offset
                 lo = pos + len(pat.new)
                 delta += len(pat.new) - len(pat.old)
