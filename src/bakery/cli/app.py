@@ -80,6 +80,14 @@ VllmOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the report as JSON here.")]
+StrictOpt = Annotated[
+    bool,
+    typer.Option(
+        "--strict",
+        help="Exit 1 when any hunk applied at an offset, with fuzz, by a merge, "
+        "ambiguously, or in another definition (moved-def).",
+    ),
+]
 FuzzOpt = Annotated[
     int,
     typer.Option(
@@ -129,6 +137,7 @@ def apply(
         bool,
         typer.Option("--force", help="Replace a baked tree at --out even if it has local changes."),
     ] = False,
+    strict: StrictOpt = False,
 ) -> None:
     """Apply a series to a pristine vLLM tree, into a new baked tree."""
     from bakery.commands import bake as commands
@@ -150,7 +159,8 @@ def apply(
         json_file,
     )
     render.bake_report(out_console, report)
-    raise typer.Exit(code=0 if report.status == "baked" else 1)
+    code = 0 if report.status == "baked" else 1
+    raise typer.Exit(code=code or _strict(strict, [d.to_json() for d in report.diffs]))
 
 
 @app.command()
@@ -170,6 +180,7 @@ def check(
             "their own bake (for CI).",
         ),
     ] = False,
+    strict: StrictOpt = False,
 ) -> None:
     """The same run as apply, without writing a tree."""
     from bakery.commands import bake as commands
@@ -189,6 +200,7 @@ def check(
     )
     render.bake_report(out_console, report)
     code = 0 if report.ok else 1
+    code = code or _strict(strict, [d.to_json() for d in report.diffs])
     if up_to_date and code == 0:
         try:
             stale = commands.up_to_date(series, events=_events)
@@ -198,6 +210,16 @@ def check(
             err_console.print(f"[red]not up to date:[/] {escape(line)}", markup=True)
         code = 1 if stale else 0
     raise typer.Exit(code=code)
+
+
+def _strict(strict: bool, diffs: list[dict[str, object]]) -> int:
+    """--strict: 1 (and each refused hunk on stderr) when a hunk applied but not exactly."""
+    from bakery.bake.strict import strict_problems
+
+    problems = strict_problems(diffs) if strict else []
+    for line in problems:
+        err_console.print(f"[red]strict:[/] {escape(line)}", markup=True, soft_wrap=True)
+    return 1 if problems else 0
 
 
 def _run_bake(fn: object, json_file: Path | None) -> BakeReport:
@@ -294,6 +316,7 @@ def matrix(
     allow_fail: Annotated[
         bool, typer.Option("--allow-fail", help="Exit 0 even when a release fails.")
     ] = False,
+    strict: StrictOpt = False,
 ) -> None:
     """Bake (and verify) a series on many vLLM releases, in parallel."""
     from bakery.commands import matrix as mx
@@ -328,6 +351,11 @@ def matrix(
         junit.parent.mkdir(parents=True, exist_ok=True)
         junit.write_bytes(mx.to_junit(s.name, rows))
     ok = all(r.ok for r in rows)
+    for r in rows:
+        ok = (
+            _strict(strict, [{**d, "name": f"{r.version}: {d['name']}"} for d in r.diffs]) == 0
+            and ok
+        )
     raise typer.Exit(code=0 if ok or allow_fail else 1)
 
 

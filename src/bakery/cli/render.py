@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from bakery.bake.report import BakeReport
+from bakery.patch.engine import HunkResult
 
 if TYPE_CHECKING:
     from bakery.testing.runner import VerifyResult
@@ -19,6 +20,7 @@ _STYLE = {
     "offset": "cyan",
     "fuzz": "yellow",
     "merged": "magenta",
+    "ambiguous": "yellow",
     "already-applied": "yellow",
     "failed": "bold red",
 }
@@ -26,6 +28,14 @@ _STYLE = {
 
 def _status(s: str) -> str:
     return f"[{_STYLE.get(s, 'white')}]{s}[/]"
+
+
+def _why(h: HunkResult) -> str:
+    """The why column: every outcome but a plain one says why, and a moved hunk where."""
+    parts = [h.reason or ""] if h.status.value not in ("applied", "offset") else []
+    if h.moved_def:
+        parts.append(f"moved-def: {h.moved_def[0]} -> {h.moved_def[1]}")
+    return "; ".join(p for p in parts if p)
 
 
 def bake_report(console: Console, report: BakeReport) -> None:
@@ -54,7 +64,7 @@ def bake_report(console: Console, report: BakeReport) -> None:
                     str(h.line),
                     f"{h.offset:+d}" if h.offset else "0",
                     str(h.fuzz),
-                    escape(h.reason or "") if not h.status.ok or h.status.value == "merged" else "",
+                    escape(_why(h)),
                 )
             console.print(table)
     for d in report.diffs:
@@ -143,6 +153,7 @@ def download_progress(console: Console) -> Callable[[int, int | None], None]:
 
 
 def matrix_grid(console: Console, series: str, rows: list) -> None:  # type: ignore[type-arg]
+    from bakery.bake.strict import needs_review
     from bakery.commands.matrix import diff_names, summarize
 
     names = diff_names(rows)
@@ -159,6 +170,8 @@ def matrix_grid(console: Console, series: str, rows: list) -> None:  # type: ign
         status = {"baked": "[green]baked[/]", "conflict": "[red]conflict[/]"}.get(
             r.status, f"[red]{r.status}[/]"
         )
+        if r.status == "baked" and needs_review(r.diffs):
+            status = "[yellow]baked, review[/]"  # merged/fuzz/ambiguous: never a plain pass
         verify = {"passed": "[green]passed[/]", "failed": "[red]failed[/]"}.get(r.verify or "", "-")
         table.add_row(
             escape(r.version),
