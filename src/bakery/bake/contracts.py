@@ -16,7 +16,7 @@ For a port, made on its own release, only what no longer binds is reported.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from bakery.bake.pyindex import PyIndex, Signature, index
@@ -111,6 +111,21 @@ def _dotted(node: ast.expr) -> str | None:
     return None
 
 
+def _near(tree: ast.AST, lo: int, hi: int) -> Iterator[ast.AST]:
+    """The nodes whose lines meet lo..hi: only the subtrees around a hunk are walked, not
+    the whole module once per hunk."""
+    stack = [tree]
+    while stack:
+        for child in ast.iter_child_nodes(stack.pop()):
+            start = getattr(child, "lineno", None)
+            if start is not None:
+                end = getattr(child, "end_lineno", None) or start
+                if end < lo or start > hi:
+                    continue
+                yield child
+            stack.append(child)
+
+
 def uses(idx: PyIndex, lines: set[int]) -> list[Use]:
     """What the code on ``lines`` (1-based) of an indexed file uses: every call that spans
     one of them, and every name or ``X.attr`` on one of them."""
@@ -118,7 +133,8 @@ def uses(idx: PyIndex, lines: set[int]) -> list[Use]:
         return []
     found: dict[Use, None] = {}
     callees: set[int] = set()
-    for node in ast.walk(idx.tree):
+    near = list(_near(idx.tree, min(lines), max(lines)))
+    for node in near:
         if not isinstance(node, ast.Call):
             continue
         end = node.end_lineno or node.lineno
@@ -136,7 +152,7 @@ def uses(idx: PyIndex, lines: set[int]) -> list[Use]:
         )
         keywords = tuple(sorted(k.arg for k in node.keywords if k.arg))
         found[Use(name, True, launch, keywords, None if starred else len(node.args))] = None
-    for node in ast.walk(idx.tree):
+    for node in near:
         if id(node) in callees or getattr(node, "lineno", None) not in lines:
             continue
         if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):

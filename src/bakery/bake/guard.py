@@ -101,27 +101,14 @@ def _py(fp: FilePatch) -> bool:
 
 def check(pairs: list[tuple[Diff, DiffResult]], target: Target, record: BaseRecord | None) -> None:
     """Set hunks' ``moved_def`` and ``uses`` and add warnings to their diffs, in place.
-    Without ``record`` (the base release itself, --no-merge), only ``uses`` is set."""
+    Without ``record`` (the base release itself, --no-merge) there is nothing to compare
+    with, and nothing is done: the base bake pays nothing for the checks."""
     if record is None:
-        for d, dres in pairs:
-            for fp, fres in zip(d.files, dres.files, strict=False):
-                if _py(fp) and fres.content is not None:
-                    _record_landed(fp, fres.hunks, fres.content, target.pristine)
         return
     if target.port is None:
         for d, dres in pairs:
             _place_diff(d, dres, record, target.version)
     _contracts(pairs, target, record)
-
-
-def _record_landed(fp: FilePatch, results: list[HunkResult], content: bytes, w: World) -> None:
-    idx = index(content, _package(fp.path))
-    by_index = {r.index: r for r in results}
-    for h in fp.hunks:
-        r = by_index.get(h.index)
-        if r is not None and r.status in LANDED:
-            found = contracts.uses(idx, set(_changed(h, _first(h, r))))
-            r.uses = sorted({u.show() for u in found if _upstream(w, fp.path, u.name)})
 
 
 def _upstream(w: World, rel: str, name: str) -> Signature | None:
