@@ -73,9 +73,23 @@ class World:
                 return rel
         return None
 
-    def lookup(self, rel: str, name: str, depth: int = 0) -> Signature | _Gone | None:
+    def lookup(self, rel: str, name: str) -> Signature | _Gone | None:
         """The signature of ``name`` (dotted once at most) as seen from the file ``rel``:
         None where the name is not vLLM's (a builtin, torch, a local variable)."""
+        where = self.locate(rel, name)
+        if where is None or where is GONE:
+            return where  # type: ignore[return-value]
+        assert isinstance(where, tuple)
+        file, local = where
+        idx = self.index(file)
+        assert idx is not None
+        head, _, attr = local.partition(".")
+        if not attr:
+            return idx.names[head]
+        return idx.members[head].get(attr, GONE)
+
+    def locate(self, rel: str, name: str, depth: int = 0) -> tuple[str, str] | _Gone | None:
+        """Where ``name``, as seen from ``rel``, is defined: (file, name in it)."""
         idx = self.index(rel)
         if idx is None or depth > 3:
             return None
@@ -89,18 +103,18 @@ class World:
                 where = self.module(sub)
                 if not attr:
                     return None if where else GONE  # a module itself: only its names count
-                return GONE if where is None else self.lookup(where, attr, depth + 1)
+                return GONE if where is None else self.locate(where, attr, depth + 1)
             where = self.module(module)
             if where is None:
                 return GONE
-            return self.lookup(where, f"{member}.{attr}" if attr else member, depth + 1)
+            return self.locate(where, f"{member}.{attr}" if attr else member, depth + 1)
         if head not in idx.names:
             return None
-        if not attr:
-            return idx.names[head]
-        if head in idx.members:
-            return idx.members[head].get(attr, GONE)
-        return None  # an attribute of a value: its type is not known statically
+        if attr and head not in idx.members:
+            return None  # an attribute of a value: its type is not known statically
+        if attr and attr not in idx.members[head]:
+            return GONE
+        return rel, name
 
 
 def _dotted(node: ast.expr) -> str | None:

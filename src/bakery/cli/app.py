@@ -401,6 +401,47 @@ def summarize(
     raise typer.Exit(code=0 if all(r.ok for r in rows) else 1)
 
 
+@app.command()
+def upstream(
+    series: SeriesArg,
+    vllm: Annotated[
+        str,
+        typer.Option("--vllm", help="The branch to watch: git+URL@REF (e.g. vLLM's main)."),
+    ],
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since", help="The release to compare with (default: the last tag before REF)."
+        ),
+    ] = None,
+    json_file: JsonOpt = None,
+) -> None:
+    """Check a series against a vLLM branch, and list the upstream commits since the last
+    release that touched its hunks or the names its code uses."""
+    from bakery.commands import bake as commands
+    from bakery.commands import upstream as up
+
+    try:
+        result = up.upstream(
+            series,
+            vllm,
+            since=since,
+            events=_events,
+            progress=render.download_progress(err_console),
+        )
+    except commands.ReportedError as e:
+        if json_file is not None:
+            write_json(json_file, e.report.to_json())
+        fail(e.error)
+    except BakeryError as e:
+        fail(e)
+    if json_file is not None:
+        write_json(json_file, result.to_json())
+    render.bake_report(out_console, result.check)
+    render.upstream_commits(out_console, result)
+    raise typer.Exit(code=0 if result.check.ok else 1)
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 

@@ -13,6 +13,7 @@ from bakery.bake.report import BakeReport
 from bakery.patch.engine import HunkResult
 
 if TYPE_CHECKING:
+    from bakery.commands.upstream import UpstreamReport
     from bakery.testing.runner import VerifyResult
 
 _STYLE = {
@@ -220,3 +221,20 @@ def verify_summary(console: Console, result: VerifyResult, edited: list[str]) ->
         f"{verdict}: {', '.join(parts) or 'no tests ran'} "
         f"in {r.elapsed:.1f}s" + (f"; JUnit {escape(str(r.junit))}" if r.junit else "")
     )
+
+
+def upstream_commits(console: Console, result: UpstreamReport) -> None:
+    """The commits since the last release that touched what the series relies on."""
+    n = len(result.commits)
+    console.print(
+        escape(
+            f"{n} upstream commit{'s' if n != 1 else ''} since {result.since} "
+            f"(up to {result.commit[:12]}) touched what the series relies on"
+            + (":" if n else f" ({len(result.regions)} regions looked at)")
+        ),
+        soft_wrap=True,
+    )
+    for c in result.commits:
+        console.print(f"  [bold]{c.sha[:12]}[/] {escape(c.subject)}", soft_wrap=True)
+        for t in c.touches:
+            console.print(f"    {escape(t)}", soft_wrap=True)

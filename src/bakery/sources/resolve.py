@@ -343,3 +343,9 @@ def _git_source(spec: str, cache: Cache, defer_check: bool = False) -> Pristine:
         True,
         pending=(cache, key, entry) if entry.check else None,
     )
+
+
+def git_mirror(url: str, cache: Cache) -> Path:
+    """The cached bare mirror that ``git+URL@REF`` sources are read from (the same key as
+    _git_source's), for reading history (bakery upstream); None of it is written here."""
+    return cache.path("git") / ("git-" + hashlib.sha256(url.encode()).hexdigest()[:16])
