@@ -242,3 +242,18 @@ def test_strict_fails_an_offset_hunk_and_reports_ambiguity_in_json(tmp_path: Pat
     assert res.exit_code == 0 and "ambiguous" in res.output
     hunk = json.loads(out.read_text())["diffs"][0]["files"][0]["hunks"][0]
     assert hunk["status"] == "ambiguous" and hunk["also_matches"] == [43]  # "line 17" of the copy
+
+
+def test_a_merged_hunk_is_never_a_plain_pass_in_the_matrix_summary() -> None:
+    from bakery.commands.matrix import Row, to_markdown
+
+    def row(version: str, status: str) -> Row:
+        hunk = {"index": 1, "status": status, "line": 1, "offset": 0, "fuzz": 0}
+        diff = {"name": "01.diff", "files": [{"path": "m.py", "hunks": [hunk]}]}
+        return Row(version, "baked", diffs=[diff])
+
+    md = to_markdown("s", [row("1.0", "applied"), row("1.1", "merged"), row("1.2", "ambiguous")])
+    lines = {ln.split(" | ")[0].strip("| "): ln for ln in md.splitlines() if ln.startswith("| 1.")}
+    assert "✅ baked" in lines["1.0"]
+    assert "⚠️ baked" in lines["1.1"] and "✅" not in lines["1.1"]
+    assert "⚠️ baked" in lines["1.2"] and "1 ambiguous" in lines["1.2"]

@@ -123,6 +123,8 @@ def _place_diff(d: Diff, dres: DiffResult, record: BaseRecord, version: str | No
     for fp, fres in zip(d.files, dres.files, strict=False):
         if not _py(fp) or fres.content is None:
             continue
+        if any(r.status is Outcome.MERGED for r in fres.hunks):
+            continue  # the merge wrote the file: the engine's lines no longer hold
         after = record.after(d.name, fp.path)
         base_results = record.results.get((d.name, fp.path))
         if after is None or base_results is None:

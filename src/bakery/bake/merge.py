@@ -177,7 +177,11 @@ class Fallback:
                 self.base_version,
             )
         port = None if self.port is None else str(self.port)
-        target = guard.Target(World(baked), World(pristine), self.target.version, port, applied)
+        label = self.target.version
+        if label is None:  # a git+ source or a local tree: its name, and commit if any
+            where, _, commit = self.target.source.rpartition("@")
+            label = f"{Path(where or commit).name}@{commit[:12]}" if where else Path(commit).name
+        target = guard.Target(World(baked), World(pristine), label, port, applied)
         guard.check(pairs, target, record)
 
     def warnings(self, diff: Diff) -> list[str]:
