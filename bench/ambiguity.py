@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from bakery.patch.engine import Outcome, _other_matches, _Pattern, _trim, apply_file, split_lines
+from bakery.patch.engine import Outcome, _Pattern, _Places, _trim, apply_file, split_lines
 from bakery.patch.parse import read_diff
 from bakery.sources.cache import Cache
 from bakery.sources.resolve import release
@@ -95,14 +95,10 @@ def corpus(old: str, new: str, onto: str, under: str = "") -> dict[str, object]:
                     )
             if content is None:
                 continue
-            lines, eols = split_lines(content)
+            places = _Places(*split_lines(content))
             for h in fp.hunks:
                 pat: _Pattern = _trim(h, 0)
-                if (
-                    pat.anchor is None
-                    and pat.old
-                    and len(_other_matches(lines, eols, pat, -1, 2)) > 1
-                ):
+                if len(places.others(pat, -1, 2)) > 1:
                     multi += 1
     return {
         "corpus": f"vLLM {old} -> {new} (.py files both have under {under or '.'!r}), "

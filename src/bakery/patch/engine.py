@@ -11,8 +11,8 @@ same search with up to ``fuzz`` context lines dropped at either end.
 
 Ambiguity guard: a hunk found exactly (at its line or at an offset) whose old text (context
 plus removed lines) also matches elsewhere in the file is ``ambiguous`` and names those
-other lines. GNU patch's choice of place is kept, so the output stays byte-identical; the
-outcome only says that nothing but nearness chose it.
+other lines (numbered as in the file before the diff). GNU patch's choice of place is kept,
+so the output stays byte-identical; the outcome only says that nothing but nearness chose it.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ class HunkResult:
     reason: str | None = None
     #: What to do about a hunk that did not apply (set by merge.diagnose).
     action: str | None = None
-    #: For an ambiguous hunk: the other lines where its old text matches (1-based).
+    #: For an ambiguous hunk: the other lines where its old text matches (1-based, in the
+    #: file before the diff).
     also_matches: list[int] = field(default_factory=list)
     #: (base, target): the definitions that enclose the hunk on the series' base release
     #: and where it lands, when they differ (set by bake.placement).
@@ -259,30 +260,48 @@ def _search(
     return None
 
 
-def _other_matches(
-    lines: list[str], eols: list[str], pat: _Pattern, pos: int, limit: int = 8
-) -> list[int]:
-    """Other positions where the pattern's old text matches (at most ``limit``). Only the
-    pattern's longest line is looked for (list.index, in C), then the whole text checked:
-    far fewer candidates than the first line, which is often blank."""
-    old = pat.old
-    if not old or pat.anchor is not None or pat.old_noeol:
-        return []  # no text, or a hunk that may match at one end of the file only
-    j = max(range(len(old)), key=lambda k: len(old[k].strip()))
-    key = old[j]
-    hi = len(lines) - len(old) + j
-    out: list[int] = []
-    i = j
-    while len(out) < limit:
-        try:
-            i = lines.index(key, i, hi + 1)
-        except ValueError:
-            break
-        start = i - j
-        if start != pos and _matches(lines, eols, old, start, False):
-            out.append(start)
-        i += 1
-    return out
+class _Places:
+    """The ambiguity guard's view of the target file as it was before any hunk: where each
+    line text stands, built once per file (a dict; list.index per hunk made a diff with
+    many hunks quadratic). A hunk's old text is looked for by its rarest line only.
+
+    Work is bounded: ``budget`` whole-text comparisons per file (proportional to its size,
+    as the hunk search's own work is in practice); a hostile file of near-identical lines
+    that uses them up gets no ambiguity check for its remaining hunks rather than a bake
+    that does not finish."""
+
+    def __init__(self, lines: list[str], eols: list[str]) -> None:
+        self.lines = list(lines)
+        self.eols = list(eols)
+        self._at: dict[str, list[int]] | None = None
+        self.budget = 64 * len(lines) + 4096
+
+    def at(self) -> dict[str, list[int]]:
+        if self._at is None:
+            self._at = {}
+            for i, t in enumerate(self.lines):
+                self._at.setdefault(t, []).append(i)
+        return self._at
+
+    def others(self, pat: _Pattern, pos: int, limit: int = 8) -> list[int]:
+        """Other places (0-based, in the file before any hunk) where the pattern's old
+        text matches, at most ``limit``; ``pos`` is its own place there."""
+        old = pat.old
+        if not old or pat.anchor is not None or pat.old_noeol:
+            return []  # no text, or a hunk that may match at one end of the file only
+        at = self.at()
+        j = min(range(len(old)), key=lambda k: len(at.get(old[k], ())))
+        out: list[int] = []
+        for i in at.get(old[j], ()):
+            if self.budget <= 0 or len(out) >= limit:
+                break
+            start = i - j
+            if start == pos or start < 0:
+                continue
+            self.budget -= 1
+            if _matches(self.lines, self.eols, old, start, False):
+                out.append(start)
+        return out
 
 
 def _splice(lines: list[str], eols: list[str], pat: _Pattern, pos: int, style: str) -> None:
@@ -321,6 +340,8 @@ def apply_hunks(
     delta = 0  # lines added minus removed by the hunks done so far
     run = 0  # the offset the previous hunk needed (GNU patch's running offset)
     lo = 0  # hunks never match above the end of the previous one
+    places = _Places(lines, eols)
+    shift = 0  # lines the spliced hunks so far added (the file's own lines: see _Places)
     for h in fp.hunks:
         base = h.old_start - 1 if h.old_len else h.old_start
         stated = base + delta
@@ -367,8 +388,9 @@ def apply_hunks(
                 status = (
                     Outcome.FUZZ if level else (Outcome.APPLIED if offset == 0 else Outcome.OFFSET)
                 )
-                others = [] if level else _other_matches(lines, eols, pat, pos)
+                others = [] if level else places.others(pat, pos - shift)
                 _splice(lines, eols, pat, pos, style)
+                shift += len(pat.new) - len(pat.old)
                 res = HunkResult(h.index, status, start + 1, offset, level)
                 if others:
                     res.status = Outcome.AMBIGUOUS
