@@ -70,7 +70,8 @@ def bake_report(console: Console, report: BakeReport) -> None:
             console.print(table)
     for d in report.diffs:
         for w in d.warnings:
-            console.print(f"[yellow]warning:[/] {escape(d.name)}: {escape(w)}", soft_wrap=True)
+            label = "[dim]note:[/]" if "resolved by the port" in w else "[yellow]warning:[/]"
+            console.print(f"{label} {escape(d.name)}: {escape(w)}", soft_wrap=True)
         for f in d.files:
             bad = [h for h in f.hunks if not h.status.ok]
             if not bad:
