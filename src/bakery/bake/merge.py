@@ -19,9 +19,8 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bakery.bake.contracts import Reader, World
-from bakery.bake.report import DiffResult
 from bakery.git import cmd as gitutil
 from bakery.patch.engine import FileResult, HunkResult, Outcome, apply_file
 from bakery.patch.parse import Diff, FilePatch
@@ -29,6 +28,10 @@ from bakery.patch.series import Series, detect_layout, load_series
 from bakery.sources import resolve as sources
 from bakery.sources.cache import Cache
 from bakery.sources.resolve import Pristine, Progress
+
+if TYPE_CHECKING:
+    from bakery.bake.contracts import Reader
+    from bakery.bake.report import DiffResult
 
 
 def merge_file(current: bytes, base: bytes, other: bytes) -> tuple[bytes, int]:
@@ -162,20 +165,23 @@ class Fallback:
         pristine: Reader,
         applied: bool,
     ) -> None:
-        """Placement and contract checks of the hunks (bake.guard), after the plan."""
-        from bakery.bake import guard
-
-        record = None
+        """Placement and contract checks of the hunks (bake.guard), after the plan. Only
+        with the base release to compare with: the base release's own bake pays nothing,
+        not even the import."""
         side = self.side
-        if side is not None and self.base_version:
-            record = guard.BaseRecord(
-                [side.by_name[n] for n in side.order],
-                lambda name, rel: side.sides(name, rel)[1],
-                side.results,
-                World(side.final),
-                World(side.read_base),
-                self.base_version,
-            )
+        if side is None or not self.base_version:
+            return
+        from bakery.bake import guard
+        from bakery.bake.contracts import World
+
+        record = guard.BaseRecord(
+            [side.by_name[n] for n in side.order],
+            lambda name, rel: side.sides(name, rel)[1],
+            side.results,
+            World(side.final),
+            World(side.read_base),
+            self.base_version,
+        )
         port = None if self.port is None else str(self.port)
         label = self.target.version
         if label is None:  # a git+ source or a local tree: its name, and commit if any
