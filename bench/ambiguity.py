@@ -9,6 +9,9 @@ release with bakery's engine. Counts the hunks, their outcomes, the ``ambiguous`
 (applied, but their old text matches elsewhere too), and, for every hunk whose file
 exists, how many have old text that matches in more than one place of the target file.
 
+It also counts the hunks the placement check would warn about (``moved-def``), with the
+``--from`` release as the base.
+
 ``series``: the series checked on each release, with its own diffs (``--no-port``) and
 with the release's port where there is one: outcomes, ``ambiguous`` and ``moved-def``
 hunks, and contract warnings, marking those the port resolved.
@@ -27,8 +30,18 @@ import sys
 import time
 from pathlib import Path
 
-from bakery.patch.engine import Outcome, _Pattern, _Places, _trim, apply_file, split_lines
-from bakery.patch.parse import read_diff
+from bakery.bake.guard import LANDED, _changed, _first, _names
+from bakery.bake.pyindex import index
+from bakery.patch.engine import (
+    FileResult,
+    Outcome,
+    _Pattern,
+    _Places,
+    _trim,
+    apply_file,
+    split_lines,
+)
+from bakery.patch.parse import FilePatch, read_diff
 from bakery.sources.cache import Cache
 from bakery.sources.resolve import release
 
@@ -64,7 +77,8 @@ def corpus(old: str, new: str, onto: str, under: str = "") -> dict[str, object]:
     counts: dict[str, int] = {}
     multi = 0  # hunks whose old text matches more than one place of the pristine target
     examples: list[dict[str, object]] = []
-    hunks = files = 0
+    hunks = files = moved = 0
+    moved_examples: list[dict[str, object]] = []
     start = time.perf_counter()
     engine_s = 0.0
     for rel in both:
@@ -95,6 +109,7 @@ def corpus(old: str, new: str, onto: str, under: str = "") -> dict[str, object]:
                     )
             if content is None:
                 continue
+            moved += _moved_defs(fp, da, db, res, moved_examples)
             places = _Places(*split_lines(content))
             for h in fp.hunks:
                 pat: _Pattern = _trim(h, 0)
@@ -110,10 +125,40 @@ def corpus(old: str, new: str, onto: str, under: str = "") -> dict[str, object]:
         "ambiguous_share": round(counts.get("ambiguous", 0) / max(hunks, 1), 4),
         "old_text_in_more_than_one_place": multi,
         "old_text_in_more_than_one_place_share": round(multi / max(hunks, 1), 4),
+        "moved_def": moved,
+        "moved_def_examples": moved_examples,
         "engine_seconds": round(engine_s, 3),
         "seconds": round(time.perf_counter() - start, 1),
         "examples": examples,
     }
+
+
+def _moved_defs(
+    fp: FilePatch, base: bytes, after: bytes, res: FileResult, examples: list[dict[str, object]]
+) -> int:
+    """The placement check (bake.guard's rule) with the ``--from`` release as the base: the
+    definitions around each landed hunk there (its result is the ``--to`` file) against
+    those where it landed on ``--onto``."""
+    if not fp.path.endswith(".py") or res.content is None:
+        return 0
+    if any(r.status is Outcome.MERGED for r in res.hunks):
+        return 0
+    on_base = {r.index: r for r in apply_file(fp, base, 0).hunks}
+    b_idx, t_idx = index(after), index(res.content)
+    if b_idx.tree is None or t_idx.tree is None:
+        return 0
+    n = 0
+    for h, r in zip(fp.hunks, res.hunks, strict=True):
+        b = on_base.get(h.index)
+        if b is None or b.status not in LANDED or r.status not in LANDED:
+            continue
+        was = _names(b_idx, _changed(h, _first(h, b)))
+        now = _names(t_idx, _changed(h, _first(h, r)))
+        if was != now:
+            n += 1
+            if len(examples) < 10:
+                examples.append({"file": fp.path, "hunk": h.index, "base": was, "target": now})
+    return n
 
 
 def _check(series: str, version: str, use_port: bool) -> dict[str, object]:
