@@ -257,3 +257,34 @@ def test_a_merged_hunk_is_never_a_plain_pass_in_the_matrix_summary() -> None:
     assert "✅ baked" in lines["1.0"]
     assert "⚠️ baked" in lines["1.1"] and "✅" not in lines["1.1"]
     assert "⚠️ baked" in lines["1.2"] and "1 ambiguous" in lines["1.2"]
+
+
+def test_a_port_whose_call_fits_the_new_signature_resolves_the_contract(tmp_path: Path) -> None:
+    from bakery.patch.series import load_series
+
+    ours = USER.replace("BLOCK=128)", "BLOCK=128, PIN=False)")
+    base = {"vllm/kernels.py": KERNEL, "vllm/user.py": USER, "vllm/__init__.py": ""}
+    renamed = KERNEL.replace("PIN: tl", "PIN_NEWEST: tl")
+    target = {**base, "vllm/kernels.py": renamed}
+    folder = _series(tmp_path, {"01-change.diff": _udiff("vllm/user.py", USER, ours)})
+    port = tmp_path / "port"
+    port.mkdir()
+    fixed = USER.replace("BLOCK=128)", "BLOCK=128, PIN_NEWEST=False)")
+    broken = USER.replace("BLOCK=128)", "BLOCK=128, PIN=False)")
+    b, t = _tree(tmp_path / "1.0", base), _tree(tmp_path / "2.0", target)
+    for text, verdict in ((fixed, "resolved by the port"), (broken, "does not fit it either")):
+        (port / "01-change.diff").write_text(_udiff("vllm/user.py", USER, text))
+        series = load_series(str(folder))
+        series.use_port(port)
+        report = plan(series, t, fallback=Fallback(series, t, b, merge=True)).report
+        (w,) = [w for w in report.diffs[0].warnings if w.startswith("contract:")]
+        assert "upstream changed `_block_scores_kernel` (1.0 -> 2.0)" in w and verdict in w
+
+
+def test_enclosing_definitions_are_qualified() -> None:
+    from bakery.bake.pyindex import index
+
+    src = b"X = 1\n\n\nclass A:\n    def m(self):\n        return 1\n\n\ndef f():\n    pass\n"
+    idx = index(src)
+    assert [idx.enclosing(n) for n in (1, 4, 6, 10)] == ["<module>", "A", "A.m", "f"]
+    assert idx.names["A"].show() == "class" and idx.names["f"].show() == "function()"

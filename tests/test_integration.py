@@ -184,3 +184,25 @@ def test_a_broken_series_bakes_but_fails_verify(
     assert cli("apply", "broken", "--vllm", "0.30.0", "--out", out).exit_code == 0
     result = cli("verify", "broken", "--tree", out, "--interpret", "--", "-x", "-q", "-k", "dcp")
     assert result.exit_code == 1, result.output
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+def test_dcp2_is_not_ambiguous_nor_moved_and_ports_resolve_its_contracts(
+    version: str, home: Path
+) -> None:
+    """Issue 19: dcp2's hunks are unique and land in their own definitions; on 0.33.0,
+    upstream changed `_block_scores_kernel`, and the port's code fits the change."""
+    from bakery.commands import bake as commands
+
+    shutil.copytree(PROJECT / "patches" / "dcp2", home / "patches" / "dcp2")
+    own = commands.check("dcp2", vllm=version, use_port=False)
+    hunks = [h for d in own.diffs for f in d.files for h in f.hunks]
+    assert hunks and all(h.status.value != "ambiguous" and h.moved_def is None for h in hunks)
+    ported = commands.check("dcp2", vllm=version)
+    contracts = [w for d in ported.diffs for w in d.warnings if w.startswith("contract:")]
+    if version == "0.33.0":
+        assert ported.port and ported.ok
+        assert len(contracts) == 1 and "`_block_scores_kernel`" in contracts[0]
+        assert "resolved by the port" in contracts[0]
+    else:
+        assert own.ok and contracts == []
