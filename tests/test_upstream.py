@@ -153,6 +153,11 @@ def test_upstream_needs_a_git_source_and_a_tag(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "git+URL@REF" in res.output
     res = runner.invoke(app, ["upstream", str(folder), "--vllm", f"git+{repo}@main"])
     assert res.exit_code == 2 and "no release tag" in res.output
+    _git(repo, "tag", "v0.0.1")
+    res = runner.invoke(
+        app, ["upstream", str(folder), "--vllm", f"git+{repo}@main", "--since", "9.9.9"]
+    )
+    assert res.exit_code == 2 and "--since 9.9.9: no tag v9.9.9" in res.output
     assert "Traceback" not in res.output
 
 
