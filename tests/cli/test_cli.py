@@ -298,7 +298,7 @@ def test_bad_series_folder(cli: Cli, tiny: Tiny, home: Path) -> None:
     [
         ("does/not/exist", "does/not/exist"),
         ("not-a-version", "not-a-version"),
-        ("9.9.9", "cannot read the package index"),
+        ("9.9.9", "on the package index"),
     ],
 )
 def test_unreadable_source(cli: Cli, tiny: Tiny, spec: str, words: str, tmp_path: Path) -> None:

@@ -176,7 +176,7 @@ def test_upstream_blame_names_the_commits_that_touched_the_lines(tmp_path: Path)
     (repo / "k.py").write_text(THEIRS + "\n\nX = 2\n")
     git(repo, "commit", "-qam", "append below")
     git(repo, "tag", "v1.1.0")
-    found = touching(repo, "k.py", 1, 2, "1.0.0", "1.1.0")
+    found = touching(repo, "v1.0.0", "v1.1.0", "k.py", (1, 2))
     assert [c.subject for c in found] == ["pick: a key argument"]
 
 
@@ -196,7 +196,7 @@ def test_upstream_checkout_config_runs_nothing(tmp_path: Path) -> None:
     git(repo, "config", "diff.external", f"touch {marker}; false")
     (repo / ".gitattributes").write_text("*.py diff=evil\n")
     git(repo, "config", "diff.evil.textconv", f"touch {marker}; cat")
-    assert [c.subject for c in touching(repo, "k.py", 1, 3, "1.0.0", "1.1.0")] == ["two"]
+    assert [c.subject for c in touching(repo, "v1.0.0", "v1.1.0", "k.py", (1, 3))] == ["two"]
     assert not marker.exists()
 
 

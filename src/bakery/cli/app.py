@@ -182,6 +182,14 @@ JsonOpt = Annotated[
         help="Write the report as JSON here; - writes it to stdout (the rest goes to stderr).",
     ),
 ]
+StrictOpt = Annotated[
+    bool,
+    typer.Option(
+        "--strict",
+        help="Exit 1 when any hunk applied at an offset, with fuzz, by a merge, "
+        "ambiguously, or in another definition (moved-def).",
+    ),
+]
 FuzzOpt = Annotated[
     int,
     typer.Option(
@@ -238,6 +246,7 @@ def apply(
         bool,
         typer.Option("--force", help="Replace a baked tree at --out even if it has local changes."),
     ] = False,
+    strict: StrictOpt = False,
 ) -> None:
     """Apply a series to a pristine vLLM tree, into a new baked tree."""
     from bakery.commands import bake as commands
@@ -261,7 +270,8 @@ def apply(
     )
     asked = hints.Asked(series, vllm, no_port=no_port, out=out, fuzz=fuzz, no_merge=no_merge)
     _show_report(report, hints.after_bake(report, asked))
-    raise typer.Exit(code=0 if report.status == "baked" else 1)
+    code = 0 if report.status == "baked" else 1
+    raise typer.Exit(code=code or _strict(strict, [d.to_json() for d in report.diffs]))
 
 
 @app.command(cls=BakeryCommand)
@@ -282,6 +292,7 @@ def check(
             "their own bake (for CI); with --vllm VERSION, only that release's port.",
         ),
     ] = False,
+    strict: StrictOpt = False,
 ) -> None:
     """The same run as apply, without writing a tree."""
     from bakery.commands import bake as commands
@@ -303,12 +314,23 @@ def check(
     asked = hints.Asked(series, vllm, no_port=no_port, fuzz=fuzz, no_merge=no_merge)
     _show_report(report, hints.after_bake(report, asked))
     code = 0 if report.ok else 1
+    code = code or _strict(strict, [d.to_json() for d in report.diffs])
     if up_to_date and code == 0:
         stale = commands.up_to_date(series, events=_events, vllm=vllm)
         for line in stale:
             err_console.print(f"[red]not up to date:[/] {escape(line)}", markup=True)
         code = 1 if stale else 0
     raise typer.Exit(code=code)
+
+
+def _strict(strict: bool, diffs: list[dict[str, object]]) -> int:
+    """--strict: 1 (and each refused hunk on stderr) when a hunk applied but not exactly."""
+    from bakery.bake.strict import strict_problems
+
+    problems = strict_problems(diffs) if strict else []
+    for line in problems:
+        err_console.print(f"[red]strict:[/] {escape(line)}", markup=True, soft_wrap=True)
+    return 1 if problems else 0
 
 
 def _run_bake(fn: Callable[[], BakeReport], json_file: Path | None) -> BakeReport:
@@ -444,6 +466,7 @@ def matrix(
             help="Exit 0 even when a release fails (not when a verify could not run).",
         ),
     ] = False,
+    strict: StrictOpt = False,
 ) -> None:
     """Bake (and verify) a series on many vLLM releases, in parallel."""
     from bakery.commands import matrix as mx
@@ -480,7 +503,10 @@ def matrix(
     if junit:
         junit.parent.mkdir(parents=True, exist_ok=True)
         junit.write_bytes(mx.to_junit(s.name, rows))
-    raise typer.Exit(code=mx.exit_code(rows, allow_fail))
+    refused = [
+        _strict(strict, [{**d, "name": f"{r.version}: {d['name']}"} for d in r.diffs]) for r in rows
+    ]
+    raise typer.Exit(code=mx.exit_code(rows, allow_fail) or (1 if any(refused) else 0))
 
 
 @app.command(cls=BakeryCommand)
@@ -632,6 +658,47 @@ def _add_subcommands() -> None:
 
 
 _add_subcommands()
+
+
+@app.command(cls=BakeryCommand)
+@handled
+def upstream(
+    series: SeriesArg,
+    vllm: Annotated[
+        str,
+        typer.Option(
+            "--vllm",
+            metavar="SPEC",
+            help="The branch to watch: git+URL@REF (e.g. vLLM's main).",
+        ),
+    ],
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            metavar="VERSION",
+            help="The release to compare with (default: the last tag before REF).",
+        ),
+    ] = None,
+    json_file: JsonOpt = None,
+) -> None:
+    """Check a series against a vLLM branch, and list the upstream commits since the last
+    release that touched its hunks or the names its code uses."""
+    from bakery.commands import upstream as up
+
+    _json_target(json_file)
+    result = up.upstream(
+        series,
+        vllm,
+        since=since,
+        events=_events,
+        progress=render.download_progress(err_console),
+    )
+    if json_file is not None:
+        write_json(json_file, result.to_json())
+    render.bake_report(human(), result.check)
+    render.upstream_commits(human(), result)
+    raise typer.Exit(code=0 if result.check.ok else 1)
 
 
 def _on_sigterm(signum: int, frame: object) -> None:

@@ -11,11 +11,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from bakery.bake.report import BakeReport
+from bakery.patch.engine import HunkResult
 
 if TYPE_CHECKING:
     from bakery.bake.refresh import Refreshed
     from bakery.commands.matrix import Row
     from bakery.commands.port import PortResult
+    from bakery.commands.upstream import UpstreamReport
     from bakery.testing.runner import VerifyResult
 
 #: The width of a console that is not a terminal (a pipe, a CI log) when COLUMNS does not
@@ -31,6 +33,7 @@ _STYLE = {
     "offset": "cyan",
     "fuzz": "yellow",
     "merged": "magenta",
+    "ambiguous": "yellow",
     "already-applied": "yellow",
     "failed": "bold red",
 }
@@ -38,6 +41,14 @@ _STYLE = {
 
 def _status(s: str) -> str:
     return f"[{_STYLE.get(s, 'white')}]{s}[/]"
+
+
+def _why(h: HunkResult) -> str:
+    """The why column: every outcome but a plain one says why, and a moved hunk where."""
+    parts = [h.reason or ""] if h.status.value not in ("applied", "offset") else []
+    if h.moved_def:
+        parts.append(f"moved-def: {h.moved_def[0]} -> {h.moved_def[1]}")
+    return "; ".join(p for p in parts if p)
 
 
 def bake_report(
@@ -93,7 +104,7 @@ def _hunk_tables(console: Console, report: BakeReport, verbose: bool) -> None:
                     str(h.line),
                     f"{h.offset:+d}" if h.offset else "0",
                     str(h.fuzz),
-                    escape(h.reason or "") if not h.status.ok or h.status.value == "merged" else "",
+                    escape(_why(h)),
                 )
             console.print(table)
 
@@ -101,7 +112,8 @@ def _hunk_tables(console: Console, report: BakeReport, verbose: bool) -> None:
 def _problems(console: Console, report: BakeReport) -> None:
     for d in report.diffs:
         for w in d.warnings:
-            console.print(f"[yellow]warning:[/] {escape(d.name)}: {escape(w)}", soft_wrap=True)
+            label = "[dim]note:[/]" if "resolved by the port" in w else "[yellow]warning:[/]"
+            console.print(f"{label} {escape(d.name)}: {escape(w)}", soft_wrap=True)
         for f in d.files:
             bad = [h for h in f.hunks if not h.status.ok]
             if not bad:
@@ -221,6 +233,8 @@ _SHORT = {
     "offset": "offset",
     "fuzz": "fuzz",
     "merged": "merged",
+    "merged-syntax": "syntax",
+    "ambiguous": "ambiguous",
     "already-applied": "upstream",
     "failed": "FAILED",
 }
@@ -271,11 +285,16 @@ def matrix_grid(console: Console, series: str, rows: list[Row], *, quiet: bool =
         table.add_column(escape(h), overflow="fold")
     table.add_column("verify", no_wrap=True)
     table.add_column("s", justify="right", no_wrap=True)
+    from bakery.bake.strict import needs_review
+
     for r in rows:
         cells = {str(d["name"]): _cell(d) for d in r.diffs}
+        status = _GRID_STATUS.get(r.status, f"[red]{escape(r.status)}[/]")
+        if r.status == "baked" and needs_review(r.diffs):
+            status = "[yellow]baked, review[/]"  # merged/fuzz/ambiguous: never a plain pass
         table.add_row(
             escape(r.version),
-            _GRID_STATUS.get(r.status, f"[red]{escape(r.status)}[/]"),
+            status,
             "yes" if r.port else "-",
             *[escape(cells.get(n, "-")) for n in names],
             _GRID_VERIFY.get(r.verify or "", "-"),
@@ -386,3 +405,20 @@ def port_result(console: Console, result: PortResult) -> None:
     else:
         where = f"; best attempt in {result.failed_out}" if result.failed_out else ""
         console.print(f"[bold red]no proposal proven[/]{escape(where)}")
+
+
+def upstream_commits(console: Console, result: UpstreamReport) -> None:
+    """The commits since the last release that touched what the series relies on."""
+    n = len(result.commits)
+    console.print(
+        escape(
+            f"{n} upstream commit{'s' if n != 1 else ''} since {result.since} "
+            f"(up to {result.commit[:12]}) touched what the series relies on"
+            + (":" if n else f" ({len(result.regions)} regions looked at)")
+        ),
+        soft_wrap=True,
+    )
+    for c in result.commits:
+        console.print(f"  [bold]{c.sha[:12]}[/] {escape(c.subject)}", soft_wrap=True)
+        for t in c.touches:
+            console.print(f"    {escape(t)}", soft_wrap=True)

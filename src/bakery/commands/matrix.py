@@ -14,6 +14,7 @@ from typing import Any
 from packaging.version import Version
 
 from bakery.bake import treecopy
+from bakery.bake.strict import needs_review
 from bakery.errors import BakeryError
 
 
@@ -89,7 +90,7 @@ def summarize(diff: dict[str, object]) -> str:
     for f in diff.get("files", []):  # type: ignore[attr-defined]
         for h in f["hunks"]:
             counts[h["status"]] = counts.get(h["status"], 0) + 1
-    order = ["failed", "already-applied", "merged", "fuzz", "offset", "applied"]
+    order = ["failed", "already-applied", "merged", "ambiguous", "fuzz", "offset", "applied"]
     return ", ".join(f"{counts[s]} {s}" for s in order if s in counts) or "-"
 
 
@@ -236,7 +237,8 @@ def to_markdown(series: str, rows: list[Row]) -> str:
     ]
     for r in rows:
         cells = {str(d["name"]): summarize(d) for d in r.diffs}
-        icon = "✅" if r.ok else "❌"
+        # a merged, fuzzed or ambiguous hunk applied but asks for a look: never a plain ✅
+        icon = ("⚠️" if needs_review(r.diffs) else "✅") if r.ok else "❌"
         lines.append(
             "| "
             + " | ".join(
@@ -260,7 +262,7 @@ def to_junit(series: str, rows: list[Row]) -> bytes:
             (
                 str(d["name"]),
                 summarize(d),
-                d.get("status") in ("applied", "offset", "fuzz", "merged"),
+                d.get("status") in ("applied", "offset", "fuzz", "merged", "ambiguous"),
             )
             for d in r.diffs
         ]

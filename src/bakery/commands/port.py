@@ -16,6 +16,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.version import Version
 
@@ -233,8 +234,6 @@ def _leave_best(
 
 def _attention(cand: Candidate, target: str, upstream: Path | None) -> list[dict[str, object]]:
     """Each hunk that was merged or failed, with the upstream commits behind it."""
-    from bakery.git.history import touching
-
     by_name = {d.name: d for d in cand.series.load_diffs()}
     rows: list[dict[str, object]] = []
     for d in cand.plan.report.diffs:
@@ -254,9 +253,17 @@ def _attention(cand: Candidate, target: str, upstream: Path | None) -> list[dict
                     None,
                 )
                 if upstream is not None and hunk is not None:
-                    first = max(hunk.old_start, 1)
-                    last = first + max(hunk.old_len, 1) - 1
-                    commits = touching(upstream, f.path, first, last, cand.start.release, target)
-                    row["upstream"] = [c.line() for c in commits]
+                    row["upstream"] = _blame(upstream, cand.start.release, target, f.path, h, hunk)
                 rows.append(row)
     return rows
+
+
+def _blame(upstream: Path, since: str, until: str, path: str, res: Any, hunk: Any) -> list[str]:
+    """The upstream commits in since..until that touched the lines the hunk needs, as they
+    stand in the target release (where the engine looked for them)."""
+    from bakery.git import history
+
+    first = max(res.line, 1)
+    last = first + max(hunk.old_len, 1) - 1
+    a, b = history.release_ref(upstream, since), history.release_ref(upstream, until)
+    return [history.line(c) for c in history.touching(upstream, a, b, path, (first, last))]

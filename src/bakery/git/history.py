@@ -1,22 +1,29 @@
-"""Reading upstream history, for the porter: which upstream commits between two releases
-touched the lines a hunk needed (what ``git log -L`` answers).
+"""Reading a vLLM checkout's history (the cached mirror of a ``git+`` source): the last
+release before a commit, and the commits since then that touched given lines of a file.
 
-Read through GitPython (the design card's library for repository work), with the same
-environment policy as every other git process (:func:`bakery.git.cmd.clean_env`): the
-checkout is the user's, so nothing of its configuration that runs code is honoured.
+Through GitPython, as the ``git+`` sources are read, with the same clean environment as
+every other git bakery runs (cmd.clean_env: no user or system config, no prompts), so
+that a foreign repository's config or hooks never run. Lines are followed through history
+by ``git log -L``, which moves a range with the edits above it: a commit counts when it
+changed the range as it stood at that commit, not only the lines as they are now.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from bakery.errors import SourceError
-from bakery.git import cmd
+from bakery.git import cmd as gitutil
 
-#: Configuration of the checkout that would run code while git reads history.
-_NO_FOREIGN_CODE = ("core.fsmonitor=false", "core.hooksPath=/dev/null", "diff.external=")
+#: Configuration of a checkout that would run code while git reads its history.
+_NO_FOREIGN_CODE = (
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "diff.external=",
+)
 
 
 @dataclass(frozen=True)
@@ -24,57 +31,74 @@ class Commit:
     sha: str
     subject: str
 
-    def line(self) -> str:
-        return f"{self.sha[:12]} {self.subject}"
 
-
-def _repo(path: Path) -> Any:
+def _git(repo: Path, *args: str) -> str:
     import git as gitpython  # GitPython, imported lazily: it is slow to import
 
     try:
-        repo = gitpython.Repo(path)
-    except (gitpython.InvalidGitRepositoryError, gitpython.NoSuchPathError):
-        raise SourceError(f"--upstream {path}: not a git checkout of vLLM") from None
-    repo.git.update_environment(**cmd.clean_env())
-    return repo
-
-
-def release_ref(repo_path: Path, version: str) -> str:
-    """The tag of a release in an upstream checkout (v0.34.0 or 0.34.0)."""
-    repo = _repo(repo_path)
-    names = {t.name for t in repo.tags}
-    for name in (f"v{version}", version):
-        if name in names:
-            return name
-    raise SourceError(f"--upstream {repo_path}: no tag v{version} (fetch the release tags)")
-
-
-def touching(
-    repo_path: Path, path: str, first: int, last: int, since: str, until: str
-) -> list[Commit]:
-    """Commits in since..until that changed lines first..last (1-based, as of ``since``)
-    of path, newest first."""
-    import git as gitpython
-
-    repo = _repo(repo_path)
-    a, b = release_ref(repo_path, since), release_ref(repo_path, until)
-    try:
-        # -L diffs file versions: no textconv or external diff driver of the checkout runs
-        out = repo.git(c=list(_NO_FOREIGN_CODE)).log(
-            "--no-textconv",
-            "--no-ext-diff",
-            f"-L{first},{max(first, last)}:{path}",
-            "-s",
-            "--format=%H%x09%s",
-            f"{a}..{b}",
-        )
+        cmdline = ["git", *_NO_FOREIGN_CODE, *args]
+        if args[0] == "log":  # -L diffs file versions: no textconv or external diff runs
+            cmdline[len(_NO_FOREIGN_CODE) + 2 : len(_NO_FOREIGN_CODE) + 2] = [
+                "--no-textconv",
+                "--no-ext-diff",
+            ]
+        return str(gitpython.Repo(repo).git.execute(cmdline, env=gitutil.clean_env()))
     except gitpython.GitCommandError as e:
-        lines = str(e.stderr).strip().splitlines()
-        why = lines[-1] if lines else "git log failed"
-        raise SourceError(f"--upstream {repo_path}: {why.strip(chr(39))}") from None
+        lines = (e.stderr or str(e)).strip().splitlines()
+        raise gitutil.GitError(f"git {args[0]}: {lines[-1] if lines else 'failed'}") from None
+    except gitpython.exc.GitError as e:
+        raise gitutil.GitError(f"{repo}: {e}") from None
+
+
+def last_release(repo: Path, commit: str) -> str | None:
+    """The newest release tag (``vX.Y.Z``) that the commit contains, or None."""
+    try:
+        return _git(repo, "describe", "--tags", "--abbrev=0", "--match", "v[0-9]*", commit).strip()
+    except gitutil.GitError:
+        return None
+
+
+def exists(repo: Path, rev: str) -> bool:
+    try:
+        _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    except gitutil.GitError:
+        return False
+    return True
+
+
+def _parse(out: str) -> list[Commit]:
     commits = []
     for line in out.splitlines():
         sha, _, subject = line.partition("\t")
         if len(sha) == 40:
             commits.append(Commit(sha, subject))
     return commits
+
+
+def touching(
+    repo: Path, since: str, until: str, path: str, lines: tuple[int, int] | None = None
+) -> list[Commit]:
+    """Commits in since..until that changed the file, or only lines (a, b) of it as they
+    are at ``until``; oldest first."""
+    spec = f"{since}..{until}"
+    fmt = "--format=%H%x09%s"
+    if lines is None:
+        out = _git(repo, "log", "--reverse", fmt, spec, "--", path)
+    else:
+        a, b = lines
+        # -L does not take --reverse; the order is put right below
+        out = _git(repo, "log", fmt, "--no-patch", f"-L{a},{b}:{path}", spec)
+        return list(reversed(_parse(out)))
+    return _parse(out)
+
+
+def release_ref(repo: Path, version: str) -> str:
+    """The tag of a release in an upstream checkout (v0.34.0, or 0.34.0)."""
+    for name in (f"v{version}", version):
+        if exists(repo, f"refs/tags/{name}"):
+            return name
+    raise gitutil.GitError(f"{repo}: no tag v{version} (fetch the release tags)")
+
+
+def line(c: Commit) -> str:
+    return f"{c.sha[:12]} {c.subject}"

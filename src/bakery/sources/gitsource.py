@@ -72,9 +72,19 @@ def _mirror_commit(url: str, ref: str, cache: Cache, mirror_key: str) -> tuple[P
     return mirror, commit
 
 
+def _mirror_key(url: str) -> str:
+    return "git-" + hashlib.sha256(split_userinfo(url)[0].encode()).hexdigest()[:16]
+
+
+def git_mirror(url: str, cache: Cache) -> Path:
+    """The cached bare mirror that ``git+URL@REF`` sources are read from, for reading
+    history (bakery upstream); nothing of it is written here."""
+    return cache.path("git") / _mirror_key(url)
+
+
 def git_source(spec: str, cache: Cache, defer_check: bool = False) -> Pristine:
     url, ref = split_spec(spec)
-    mirror_key = "git-" + hashlib.sha256(split_userinfo(url)[0].encode()).hexdigest()[:16]
+    mirror_key = _mirror_key(url)
     pinned = ref.lower() if _FULL.fullmatch(ref.lower()) else None
     entry = None
     if pinned is not None:  # a commit id: the cached tree, without a look at the remote
