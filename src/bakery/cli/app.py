@@ -331,6 +331,85 @@ def matrix(
     raise typer.Exit(code=0 if ok or allow_fail else 1)
 
 
+PackageOut = Annotated[Path, typer.Option("--out", help="Folder the packages are written to.")]
+TreeOpt = Annotated[
+    Path | None,
+    typer.Option("--tree", help="Where the baked tree goes (default build/<series>-<version>/)."),
+]
+
+
+@app.command()
+def wheel(
+    series: SeriesArg,
+    vllm: Annotated[str, typer.Option("--vllm", help="The release (X.Y.Z) whose wheel to bake.")],
+    platform: Annotated[
+        str | None,
+        typer.Option("--platform", help="x86_64, aarch64 or all (default: this machine's)."),
+    ] = None,
+    out: PackageOut = Path("dist"),
+    tree: TreeOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="As apply --force.")] = False,
+) -> None:
+    """Bake a series into the release's upstream wheel: vllm-X+SERIES.HASH-TAGS.whl, no
+    compiler needed. Refused (exit 2) when the series changes what the wheel compiles."""
+    from bakery.commands import wheel as wheel_cmd
+
+    _package(
+        lambda: wheel_cmd.wheel(
+            series,
+            vllm=vllm,
+            platform=platform,
+            out_dir=out,
+            tree=tree,
+            force=force,
+            events=_events,
+            progress=render.download_progress(err_console),
+        )
+    )
+
+
+@app.command()
+def sdist(
+    series: SeriesArg,
+    vllm: Annotated[str, typer.Option("--vllm", help="The release (X.Y.Z) whose sdist to bake.")],
+    out: PackageOut = Path("dist"),
+    tree: TreeOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="As apply --force.")] = False,
+) -> None:
+    """Bake a series into the release's source distribution, with the local version."""
+    from bakery.commands import wheel as wheel_cmd
+
+    _package(
+        lambda: wheel_cmd.sdist(
+            series,
+            vllm=vllm,
+            out_dir=out,
+            tree=tree,
+            force=force,
+            events=_events,
+            progress=render.download_progress(err_console),
+        )
+    )
+
+
+def _package(fn: object) -> NoReturn:
+    from bakery.commands.bake import ReportedError
+
+    try:
+        done = fn()  # type: ignore[operator]
+    except ReportedError as e:
+        fail(e.error)
+    except BakeryError as e:
+        fail(e)
+    render.bake_report(err_console, done.report)
+    for kind, path in done.files:
+        size = path.stat().st_size / 1e6
+        out_console.print(
+            f"wrote {escape(str(path))} ({kind}, {size:.1f} MB)", highlight=False, soft_wrap=True
+        )
+    raise typer.Exit(code=0 if done.report.status == "baked" else 1)
+
+
 @app.command()
 def refresh(
     series: SeriesArg,
