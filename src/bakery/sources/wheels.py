@@ -10,10 +10,11 @@ Cache layout (beside ``sdists/``)::
                                 url, sha256, size): later runs find them without the network
     wheels/FILENAME             the wheel, downloaded by resolve._download (sha256 and size
                                 checked against the index as it streams in)
-    wheels/FILENAME.ok.json     its verification stamp: sha256, size, mtime and inode
+    wheels/FILENAME.ok.json     its verification stamp: sha256, size, mtime, ctime, inode
 
 A cached wheel is hashed again whenever its stamp no longer matches its ``stat()`` (it was
-replaced, touched or truncated), and downloaded again if the hash is wrong. An unchanged
+replaced, written, touched or truncated: a write always moves ctime, which no tool
+sets back), and downloaded again if the hash is wrong. An unchanged
 stamp is trusted, the same trust the cached trees get from ``git status`` (which also
 compares stat data): hashing 239 MB on every run would cost more than writing the
 baked wheel does.
@@ -124,7 +125,13 @@ def pick(wheels: list[WheelFile], version: str, platform: str) -> WheelFile:
 
 def _stamp(path: Path, sha256: str) -> dict[str, object]:
     st = path.stat()
-    return {"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
+    return {
+        "sha256": sha256,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "ctime_ns": st.st_ctime_ns,
+        "ino": st.st_ino,
+    }
 
 
 def _trusted(path: Path, stamp_file: Path, wheel: WheelFile) -> bool:
