@@ -462,3 +462,34 @@ def test_upstream_with_data_descriptors(index: Index, series: Path, tmp_path: Pa
     assert not any(i.flag_bits & 0x8 for i in zipfile.ZipFile(path).infolist())
     ours, theirs = _raw_members(path), _raw_members(upstream)
     assert ours["vllm/_C.abi3.so"][1] == theirs["vllm/_C.abi3.so"][1]
+
+
+# --- matrix --wheels ---------------------------------------------------------------------------
+
+
+def test_matrix_wheels(
+    cli: Callable[..., Result], index: Index, home: Path, tmp_path: Path
+) -> None:
+    make_series(home, "demo", {"01-k.diff": K_DIFF}, toml='strip = 1\nroot = ""\n')
+    result = cli(
+        "matrix", "demo", "--vllm", VERSION, "--wheels", "--jobs", "1",
+        "--out", "m", "--json", "m.json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    (row,) = json.loads((tmp_path / "m.json").read_text())["releases"]
+    assert row["wheel_error"] is None
+    written = sorted(Path(w).name for w in row["wheels"])
+    assert written == sorted(p.name for p in (tmp_path / "m" / "wheels").iterdir())
+    assert [parse_wheel_filename(n)[3] for n in written] == [
+        parse_wheel_filename(wheel_filename(p))[3] for p in ("aarch64", "x86_64")
+    ]
+    for name in written:
+        check_record(tmp_path / "m" / "wheels" / name)
+
+
+def test_matrix_wheels_refused(cli: Callable[..., Result], index: Index, home: Path) -> None:
+    cuda = udiff("csrc/k.cu", "__global__ void k() {}\n", "__global__ void k() { }\n", "a", "b")
+    make_series(home, "hard", {"01-cu.diff": cuda}, toml='strip = 1\nroot = ""\n')
+    result = cli("matrix", "hard", "--vllm", VERSION, "--wheels", "--jobs", "1", "--out", "m")
+    assert result.exit_code == 1
+    assert "csrc/k.cu: a wheel cannot carry this change" in result.stderr

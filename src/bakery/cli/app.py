@@ -294,6 +294,10 @@ def matrix(
     allow_fail: Annotated[
         bool, typer.Option("--allow-fail", help="Exit 0 even when a release fails.")
     ] = False,
+    wheels: Annotated[
+        bool,
+        typer.Option("--wheels", help="Also write each release's wheels to <out>/wheels/."),
+    ] = False,
 ) -> None:
     """Bake (and verify) a series on many vLLM releases, in parallel."""
     from bakery.commands import matrix as mx
@@ -315,10 +319,16 @@ def matrix(
             verify=do_verify,
             interpret=interpret,
             home=project_root(),
+            wheels=wheels,
         )
     except BakeryError as e:
         fail(e)
     render.matrix_grid(out_console, s.name, rows)
+    for r in rows:
+        for w in r.wheels:
+            out_console.print(f"wrote {escape(w)}", soft_wrap=True)
+        if r.wheel_error:
+            err_console.print(f"[red]{r.version}:[/] {escape(r.wheel_error)}", soft_wrap=True)
     if json_file:
         write_json(json_file, mx.to_json(s.name, rows))
     if markdown:

@@ -27,10 +27,12 @@ class Row:
     verify: str | None = None  # passed | failed | None (not run)
     verify_log: str | None = None
     seconds: float = 0.0
+    wheels: list[str] = field(default_factory=list)  # matrix --wheels: the wheels written
+    wheel_error: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.status == "baked" and self.verify in (None, "passed")
+        return self.status == "baked" and self.verify in (None, "passed") and not self.wheel_error
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -42,6 +44,8 @@ class Row:
             "verify_log": self.verify_log,
             "seconds": round(self.seconds, 2),
             "diffs": self.diffs,
+            "wheels": self.wheels,
+            "wheel_error": self.wheel_error,
         }
 
 
@@ -73,22 +77,34 @@ def _worker_init(busy: Any) -> None:
 
 
 def _one(
-    series: str, version: str, out_root: str, verify: bool, interpret: bool, home: str
+    series: str,
+    version: str,
+    out_root: str,
+    verify: bool,
+    interpret: bool,
+    home: str,
+    wheels: bool = False,
 ) -> dict[str, Any]:
     """Runs in a worker process: bake one release, verify it if asked."""
     if _busy is None:
-        return _one_bake(series, version, out_root, verify, interpret, home)
+        return _one_bake(series, version, out_root, verify, interpret, home, wheels)
     with _busy.get_lock():
         _busy.value += 1
     try:
-        return _one_bake(series, version, out_root, verify, interpret, home)
+        return _one_bake(series, version, out_root, verify, interpret, home, wheels)
     finally:
         with _busy.get_lock():
             _busy.value -= 1
 
 
 def _one_bake(
-    series: str, version: str, out_root: str, verify: bool, interpret: bool, home: str
+    series: str,
+    version: str,
+    out_root: str,
+    verify: bool,
+    interpret: bool,
+    home: str,
+    wheels: bool = False,
 ) -> dict[str, Any]:
     os.environ["BAKERY_HOME"] = home
     from bakery.commands import bake as commands
@@ -107,6 +123,8 @@ def _one_bake(
             )
             row.verify_log = str(log)
             row.verify = "passed" if result.exit_code == 0 else "failed"
+        if wheels and report.status == "baked" and row.verify != "failed":
+            _wheels(row, out, Path(out_root) / "wheels")
     except commands.ReportedError as e:
         row.error = e.message
         row.diffs = [d.to_json() for d in e.report.diffs]
@@ -114,6 +132,19 @@ def _one_bake(
         row.error = e.message
     row.seconds = time.monotonic() - start
     return row.to_json()
+
+
+def _wheels(row: Row, tree: Path, out_dir: Path) -> None:
+    """matrix --wheels: the release's baked wheel for every platform, into out_dir."""
+    from bakery.commands.wheel import platforms, wheels_from_tree
+    from bakery.sources.cache import Cache
+
+    try:
+        paths = wheels_from_tree(tree, platforms("all"), out_dir, Cache())
+    except BakeryError as e:
+        row.wheel_error = e.message
+        return
+    row.wheels = [str(p) for p in paths]
 
 
 def run(
@@ -125,10 +156,12 @@ def run(
     verify: bool,
     interpret: bool,
     home: Path,
+    wheels: bool = False,
 ) -> list[Row]:
-    """Bake every version; the cache is shared safely between the workers (file locks)."""
+    """Bake every version; the cache is shared safely between the workers (file locks).
+    With wheels, each baked release's wheels go to <out_root>/wheels/."""
     # Download/extract each release once, before the workers race for it.
-    args = [(series, v, str(out_root), verify, interpret, str(home)) for v in versions]
+    args = [(series, v, str(out_root), verify, interpret, str(home), wheels) for v in versions]
     if jobs <= 1 or len(versions) == 1:
         results = [_one(*a) for a in args]
     else:
@@ -148,6 +181,8 @@ def run(
             r["verify"],
             r["verify_log"],
             float(r["seconds"]),
+            list(r["wheels"]),
+            r["wheel_error"],
         )
         rows.append(row)
     return rows

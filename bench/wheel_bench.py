@@ -1,0 +1,179 @@
+"""The ``wheel`` section of ``make bench``: writing the baked wheel of dcp2 on vLLM 0.34.0
+beside a plain ``cp`` of the upstream wheel, and the peak memory of each, per platform.
+
+Both sides are whole processes, alternating, ``sync`` before each, a fresh output folder
+each time: ``cp UPSTREAM OUT/`` against ``python bench/wheel_step.py`` (Python's start,
+the imports, reading the bake back, the write). The peak memory is the ``ru_maxrss`` that
+``os.wait4`` gives for the process (the largest of it and the children it waited for, git
+included). The whole ``bakery wheel`` command (bake from the cached tree, cached wheel,
+write) is timed too, for scale. Optional: skipped unless the upstream wheel is already in
+the benchmark cache or the tests' cache (bench never downloads 239 MB by itself).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RELEASE = "0.34.0"
+PLATFORMS = ("x86_64", "aarch64")
+#: The issue's targets: time at most 2x cp, peak memory under 300 MB.
+TIME_TARGET = 2.0
+RSS_TARGET_MB = 300.0
+
+
+def find_wheel(caches: list[Path], platform: str) -> Path | None:
+    for cache in caches:
+        found = sorted((cache / "wheels").glob(f"vllm-{RELEASE}-*_{platform}.whl"))
+        if found:
+            return found[0]
+    return None
+
+
+def timed_rss(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MB) of one whole process, after sync."""
+    os.sync()
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
+        raise SystemExit(f"benchmark command failed: {' '.join(cmd)}\n{err}")
+    if proc.stderr:
+        proc.stderr.close()
+    return wall, usage.ru_maxrss / 1024
+
+
+def _stats(xs: list[float]) -> dict[str, Any]:
+    return {
+        "median": statistics.median(xs),
+        "min": min(xs),
+        "max": max(xs),
+        "runs": [round(x, 4) for x in xs],
+    }
+
+
+def bench(
+    runs: int,
+    *,
+    caches: list[Path],
+    work: Path,
+    py: str,
+    bakery: str,
+    env: dict[str, str],
+    root: Path,
+    fresh: Callable[[str, str], Path],
+) -> dict[str, Any]:
+    wheels = {p: find_wheel(caches, p) for p in PLATFORMS}
+    if not any(wheels.values()):
+        return {
+            "skipped": f"no vLLM {RELEASE} wheel cached (run `bakery wheel dcp2 --vllm "
+            f"{RELEASE} --platform all` with BAKERY_CACHE_DIR={caches[0]} first)"
+        }
+    tree = work / "wheel-tree"
+    subprocess.run(
+        [bakery, "apply", "dcp2", "--vllm", RELEASE, "--out", str(tree), "--force"],
+        env=env,
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
+    step = str(Path(__file__).with_name("wheel_step.py"))
+    out: dict[str, Any] = {"release": RELEASE, "platforms": {}}
+    for platform, upstream in wheels.items():
+        if upstream is None:
+            out["platforms"][platform] = {"skipped": "not cached"}
+            continue
+        times: dict[str, list[float]] = {"cp": [], "bakery": []}
+        rss: dict[str, list[float]] = {"cp": [], "bakery": []}
+        variants = {
+            "cp": lambda d, w=upstream: ["cp", str(w), str(d)],
+            "bakery": lambda d, w=upstream: [py, step, str(tree), str(w), str(d)],
+        }
+        for i in range(runs):
+            order = list(variants) if i % 2 == 0 else list(reversed(variants))
+            for name in order:
+                d = fresh("wheel", f"{platform}-{name}-{i}")
+                d.mkdir(parents=True)
+                wall, peak = timed_rss(variants[name](d), env, root)
+                times[name].append(wall)
+                rss[name].append(peak)
+        full = fresh("wheel", f"{platform}-command")
+        cmd_wall, cmd_rss = timed_rss(
+            [bakery, "wheel", "dcp2", "--vllm", RELEASE, "--platform", platform,
+             "--tree", str(work / "wheel-tree-cmd"), "--out", str(full), "--force"],
+            env,
+            root,
+        )  # fmt: skip
+        ratio = statistics.median(times["bakery"]) / statistics.median(times["cp"])
+        out["platforms"][platform] = {
+            "wheel": upstream.name,
+            "size_mb": upstream.stat().st_size / 1e6,
+            "times": {k: _stats(v) for k, v in times.items()},
+            "peak_rss_mb": {k: max(v) for k, v in rss.items()},
+            "ratio": ratio,
+            "fastest_ratio": min(times["bakery"]) / min(times["cp"]),
+            "command": {"seconds": cmd_wall, "peak_rss_mb": cmd_rss},
+        }
+    return out
+
+
+def summary_lines(r: dict[str, Any] | None) -> list[str]:
+    if not r:
+        return []
+    if "skipped" in r:
+        return [f"baked wheel dcp2 {RELEASE}: skipped ({r['skipped']})"]
+    lines = []
+    for platform, p in r["platforms"].items():
+        if "skipped" in p:
+            continue
+        t, peak = p["times"], p["peak_rss_mb"]["bakery"]
+        met_t = "met" if p["ratio"] <= TIME_TARGET else "MISSED"
+        met_m = "met" if peak < RSS_TARGET_MB else "MISSED"
+        lines.append(
+            f"baked wheel dcp2 {RELEASE} {platform}: write {t['bakery']['median']:.3f} s, "
+            f"cp {t['cp']['median']:.3f} s, ratio {p['ratio']:.2f}x (target <= "
+            f"{TIME_TARGET}x: {met_t}; fastest runs: {p['fastest_ratio']:.2f}x); peak memory "
+            f"{peak:.0f} MB (target < {RSS_TARGET_MB:.0f} MB: {met_m})"
+        )
+    return lines
+
+
+def markdown(r: dict[str, Any] | None) -> list[str]:
+    if not r or "skipped" in r:
+        return []
+    md = [
+        "## Baked wheel",
+        "",
+        f"`bakery wheel dcp2 --vllm {RELEASE}`: the write (`bench/wheel_step.py`: start, "
+        "imports, the bake read back, the wheel written) beside `cp` of the upstream wheel, "
+        "whole processes; peak memory is `ru_maxrss` from `os.wait4`. The whole command "
+        "(bake from the cached tree, the cached wheel, the write) once, for scale.",
+        "",
+        "| platform | wheel MB | variant | median s | min s | max s | peak MB | runs |",
+        "|---|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for platform, p in r["platforms"].items():
+        if "skipped" in p:
+            continue
+        for variant, s in p["times"].items():
+            md.append(
+                f"| {platform} | {p['size_mb']:.0f} | {variant} | {s['median']:.3f} | "
+                f"{s['min']:.3f} | {s['max']:.3f} | {p['peak_rss_mb'][variant]:.0f} | "
+                f"{', '.join(f'{x:.2f}' for x in s['runs'])} |"
+            )
+        c = p["command"]
+        md.append(
+            f"| {platform} | {p['size_mb']:.0f} | whole `bakery wheel` | {c['seconds']:.3f} | "
+            f"| | {c['peak_rss_mb']:.0f} | 1 run |"
+        )
+    return [*md, ""]
