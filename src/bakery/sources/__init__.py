@@ -1,3 +1,3 @@
 """Pristine vLLM trees: where a ``--vllm`` spec points (``resolve``: index, local tree,
 ``git+`` URL), the locked cache that keeps them (``cache``), and a release unpacked once,
-safely (``unpack``, ``tarstream``)."""
+safely (``unpack``, ``tarstream``); a release's upstream wheels (``wheels``)."""
