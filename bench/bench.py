@@ -1091,6 +1091,7 @@ def main() -> int:
                 "scale",
                 "matrix",
                 "matrix-disk",
+                "wheel",
             )
             else max(3, args.runs // 2)
         )

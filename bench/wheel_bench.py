@@ -5,9 +5,11 @@ Both sides are whole processes, alternating, ``sync`` before each, a fresh outpu
 each time: ``cp UPSTREAM OUT/`` against ``python bench/wheel_step.py`` (Python's start,
 the imports, reading the bake back, the write). The peak memory is the ``ru_maxrss`` that
 ``os.wait4`` gives for the process (the largest of it and the children it waited for, git
-included). The whole ``bakery wheel`` command (bake from the cached tree, cached wheel,
-write) is timed too, for scale. Optional: skipped unless the upstream wheel is already in
-the benchmark cache or the tests' cache (bench never downloads 239 MB by itself).
+included; a process started from Python also counts the parent's size when it was
+spawned, about 25 MB here, which is what ``cp`` shows). The whole ``bakery wheel``
+command (bake from the cached tree, cached wheel, write) is timed too, for scale.
+Optional: skipped unless the upstream wheel is already in the benchmark cache or the
+tests' cache (bench never downloads 239 MB by itself).
 """
 
 from __future__ import annotations
@@ -176,7 +178,8 @@ def markdown(r: dict[str, Any] | None) -> list[str]:
         "",
         f"`bakery wheel dcp2 --vllm {RELEASE}`: the write (`bench/wheel_step.py`: start, "
         "imports, the bake read back, the wheel written) beside `cp` of the upstream wheel, "
-        "whole processes; peak memory is `ru_maxrss` from `os.wait4`. The whole command "
+        "whole processes; peak memory is `ru_maxrss` from `os.wait4` (it includes the size of "
+        "the spawning Python, about 25 MB: what `cp` shows). The whole command "
         "(bake from the cached tree, the cached wheel, the write) once, for scale.",
         "",
         "| platform | wheel MB | variant | median s | min s | max s | peak MB | runs |",

@@ -400,6 +400,17 @@ def test_no_wheel_for_the_platform(cli: Callable[..., Result], index: Index, ser
     assert f"vLLM {VERSION} has no manylinux wheel for aarch64" in result.stderr
 
 
+def test_wheel_uploaded_after_the_listing_was_kept(
+    cli: Callable[..., Result], index: Index, series: Path
+) -> None:
+    late = index.files.pop(wheel_filename("aarch64"))
+    assert wheel_cli(cli, "demo", "--platform", "x86_64", "--out", "dist").exit_code == 0
+    index.add(wheel_filename("aarch64"), late)
+    result = wheel_cli(cli, "demo", "--platform", "aarch64", "--out", "dist")
+    assert result.exit_code == 0, result.stderr
+    assert index.downloads[wheel_filename("aarch64")] == 1
+
+
 # --- sdist -------------------------------------------------------------------------------------
 
 

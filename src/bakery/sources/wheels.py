@@ -78,13 +78,15 @@ def default_platform() -> str | None:
     return machine if machine in PLATFORMS else None
 
 
-def release_wheels(version: str, cache: Cache) -> list[WheelFile]:
-    """Every wheel of the release on the index (listed once, then read from the cache)."""
+def release_wheels(version: str, cache: Cache, *, fresh: bool = False) -> list[WheelFile]:
+    """Every wheel of the release on the index (listed once, then read from the cache;
+    fresh: from the index again)."""
     listing = cache.path("wheels") / f"vllm-{version}.index.json"
-    try:
-        return [WheelFile(**w) for w in json.loads(listing.read_text())]
-    except (OSError, ValueError, TypeError):
-        pass
+    if not fresh:
+        try:
+            return [WheelFile(**w) for w in json.loads(listing.read_text())]
+        except (OSError, ValueError, TypeError):
+            pass
     found = []
     for f in resolve.index_files():
         name = str(f.get("filename", ""))
@@ -162,7 +164,10 @@ def fetch(wheel: WheelFile, cache: Cache, progress: Progress | None = None) -> P
 def upstream_wheel(
     version: str, platform: str, cache: Cache, progress: Progress | None = None
 ) -> tuple[WheelFile, Path]:
-    wheel = pick(release_wheels(version, cache), version, platform)
+    try:
+        wheel = pick(release_wheels(version, cache), version, platform)
+    except SourceError:  # uploaded since the listing was kept?
+        wheel = pick(release_wheels(version, cache, fresh=True), version, platform)
     return wheel, fetch(wheel, cache, progress)
 
 
