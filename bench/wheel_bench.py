@@ -57,8 +57,8 @@ def adopt(wheel: Path, cache: Path) -> Path:
     return dest
 
 
-def timed_rss(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
-    """(wall seconds, peak RSS in MB) of one whole process, after sync."""
+def timed_rss(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS in MB, CPU seconds) of one whole process, after sync."""
     os.sync()
     start = time.perf_counter()
     proc = subprocess.Popen(
@@ -72,7 +72,7 @@ def timed_rss(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, fl
         raise SystemExit(f"benchmark command failed: {' '.join(cmd)}\n{err}")
     if proc.stderr:
         proc.stderr.close()
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def _stats(xs: list[float]) -> dict[str, Any]:
@@ -118,6 +118,7 @@ def bench(
             continue
         times: dict[str, list[float]] = {"cp": [], "bakery": []}
         rss: dict[str, list[float]] = {"cp": [], "bakery": []}
+        cpu: dict[str, list[float]] = {"cp": [], "bakery": []}
         variants = {
             "cp": lambda d, w=upstream: ["cp", str(w), str(d)],
             "bakery": lambda d, w=upstream: [py, step, str(tree), str(w), str(d)],
@@ -127,21 +128,25 @@ def bench(
             for name in order:
                 d = fresh("wheel", f"{platform}-{name}-{i}")
                 d.mkdir(parents=True)
-                wall, peak = timed_rss(variants[name](d), env, root)
+                wall, peak, used = timed_rss(variants[name](d), env, root)
                 times[name].append(wall)
                 rss[name].append(peak)
+                cpu[name].append(used)
         command = [
             bakery, "wheel", "dcp2", "--vllm", RELEASE, "--platform", platform,
             "--tree", str(work / "wheel-tree-cmd"), "--force", "--out",
         ]  # fmt: skip
         timed_rss([*command, str(fresh("wheel", f"{platform}-warm"))], env, root)  # untimed
-        cmd_wall, cmd_rss = timed_rss([*command, str(fresh("wheel", f"{platform}-cmd"))], env, root)
+        cmd_wall, cmd_rss, _ = timed_rss(
+            [*command, str(fresh("wheel", f"{platform}-cmd"))], env, root
+        )
         ratio = statistics.median(times["bakery"]) / statistics.median(times["cp"])
         out["platforms"][platform] = {
             "wheel": upstream.name,
             "size_mb": upstream.stat().st_size / 1e6,
             "times": {k: _stats(v) for k, v in times.items()},
             "peak_rss_mb": {k: max(v) for k, v in rss.items()},
+            "cpu_median": {k: statistics.median(v) for k, v in cpu.items()},
             "ratio": ratio,
             "fastest_ratio": min(times["bakery"]) / min(times["cp"]),
             "command": {"seconds": cmd_wall, "peak_rss_mb": cmd_rss},
@@ -182,8 +187,9 @@ def markdown(r: dict[str, Any] | None) -> list[str]:
         "the spawning Python, about 25 MB: what `cp` shows). The whole command "
         "(bake from the cached tree, the cached wheel, the write) once, for scale.",
         "",
-        "| platform | wheel MB | variant | median s | min s | max s | peak MB | runs |",
-        "|---|---:|---|---:|---:|---:|---:|---|",
+        "| platform | wheel MB | variant | median s | min s | max s | CPU s (median) | peak MB "
+        "| runs |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---|",
     ]
     for platform, p in r["platforms"].items():
         if "skipped" in p:
@@ -191,12 +197,13 @@ def markdown(r: dict[str, Any] | None) -> list[str]:
         for variant, s in p["times"].items():
             md.append(
                 f"| {platform} | {p['size_mb']:.0f} | {variant} | {s['median']:.3f} | "
-                f"{s['min']:.3f} | {s['max']:.3f} | {p['peak_rss_mb'][variant]:.0f} | "
+                f"{s['min']:.3f} | {s['max']:.3f} | {p['cpu_median'][variant]:.3f} | "
+                f"{p['peak_rss_mb'][variant]:.0f} | "
                 f"{', '.join(f'{x:.2f}' for x in s['runs'])} |"
             )
         c = p["command"]
         md.append(
             f"| {platform} | {p['size_mb']:.0f} | whole `bakery wheel` | {c['seconds']:.3f} | "
-            f"| | {c['peak_rss_mb']:.0f} | 1 run |"
+            f"| | | {c['peak_rss_mb']:.0f} | 1 run |"
         )
     return [*md, ""]
