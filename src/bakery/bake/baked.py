@@ -10,19 +10,18 @@ bytes of the bake, or is not written.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from packaging.version import Version
 
-from bakery.bake.report import read_manifest
 from bakery.errors import BakeryError
 from bakery.git import cmd as gitutil
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(NamedTuple):
     """One path the bake changed (tree-relative, ``/``-separated)."""
 
     path: str
@@ -32,8 +31,7 @@ class Change:
     old_blob: str
 
 
-@dataclass
-class Baked:
+class Baked(NamedTuple):
     """A baked tree's series, release and changes, as its manifest and commits say."""
 
     tree: Path
@@ -45,7 +43,8 @@ class Baked:
     pristine_commit: str
     head: str
     changes: list[Change]
-    sha256: dict[str, str] = field(default_factory=dict)
+    #: tree path -> sha256 of each file the bake wrote (the manifest's "files")
+    sha256: dict[str, str]
 
     @property
     def digest(self) -> str:
@@ -85,9 +84,17 @@ def local_version(upstream: str, series: str, digest: str) -> str:
     return str(Version(f"{v}{'.' if v.local else '+'}{label}.{digest[:8]}"))
 
 
+#: report.MANIFEST, named again: importing report.py brings the patch engine along, a
+#: tenth of a second that `bakery wheel` in a matrix worker or bench pays for nothing.
+MANIFEST = Path(".bakery") / "manifest.json"
+
+
 def read_baked(tree: Path) -> Baked:
-    manifest = read_manifest(tree)
-    if manifest is None or manifest.get("status") != "baked":
+    try:
+        manifest = json.loads((tree / MANIFEST).read_text())
+    except (OSError, ValueError):
+        manifest = None
+    if not isinstance(manifest, dict) or manifest.get("status") != "baked":
         raise BakeryError(f"{tree}: not a baked tree (no .bakery/manifest.json of a bake)")
     version = (manifest.get("vllm") or {}).get("version")
     if not version:

@@ -13,7 +13,8 @@ Why a zip writer of its own, instead of ``zipfile``:
   vLLM 0.34.0) are the upstream's, and are copied as they are: local header and
   compressed bytes, each run of consecutive unchanged members in one
   ``os.copy_file_range`` (the kernel copies, nothing passes through Python), never
-  decompressed, recompressed or held in memory. ``zipfile`` cannot write a member's
+  decompressed, recompressed or held in memory; their local headers are not even read
+  (a run ends where the next member begins). ``zipfile`` cannot write a member's
   compressed bytes: ``write``, ``writestr`` and ``open("w")`` always compress, and the
   private state a raw write would need (``fp``, ``start_dir``, ``_writecheck``) is no API.
 - Every byte fixed by the inputs. The upstream members keep their local headers, so their
@@ -23,8 +24,8 @@ Why a zip writer of its own, instead of ``zipfile``:
   (or zlib-ng) the machine has. Members keep the upstream's order; bakery.json and RECORD
   come last. The central directory is written anew (offsets move), zip64 where needed.
 
-``zipfile`` still reads the upstream's central directory (zip64 and name encodings
-included), and METADATA and RECORD (small, CRC-checked).
+The upstream's central directory is read raw by zipraw.py (why there, too); the entry of
+an unchanged member is copied with only its offset changed.
 """
 
 from __future__ import annotations
@@ -38,35 +39,31 @@ import json
 import os
 import re
 import struct
-import zipfile
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
 from bakery import __version__
+from bakery.bake import zipraw
 from bakery.bake.baked import Baked, Change, local_version
+from bakery.bake.zipraw import Entry
 from bakery.errors import BakeryError, SourceError
 
-#: Local file header, central directory entry, end of central directory (APPNOTE 4.3).
-_LOCAL = struct.Struct("<IHHHHHIIIHH")
-_CENTRAL = struct.Struct("<IBBBBHHHHIIIHHHHHII")
-_END = struct.Struct("<IHHHHIIH")
-_END64 = struct.Struct("<IQHHIIQQQQ")
-_LOCATOR64 = struct.Struct("<IIQI")
-_SIG_LOCAL, _SIG_CENTRAL, _SIG_END = 0x04034B50, 0x02014B50, 0x06054B50
-_SIG_END64, _SIG_LOCATOR64 = 0x06064B50, 0x07064B50
+_LOCAL, _CENTRAL, _END = zipraw.LOCAL, zipraw.CENTRAL, zipraw.END
+_END64, _LOCATOR64 = zipraw.END64, zipraw.LOCATOR64
+_SIG_LOCAL, _SIG_CENTRAL, _SIG_END = zipraw.SIG_LOCAL, zipraw.SIG_CENTRAL, zipraw.SIG_END
+_SIG_END64, _SIG_LOCATOR64 = zipraw.SIG_END64, zipraw.SIG_LOCATOR64
 #: Field limits past which zip64 records take over (module constants: tests lower them).
 LIMIT32 = 0xFFFFFFFF
 LIMIT16 = 0xFFFF
 #: 1980-01-01 00:00:00 as DOS date and time: the time of every member bakery writes.
 FIXED_DATE, FIXED_TIME = (1 << 5) | 1, 0
 _UNIX = 3
-_UTF8 = 0x800
-_DESCRIPTOR = 0x8
+_UTF8, _DESCRIPTOR = zipraw.UTF8, zipraw.DESCRIPTOR
+_STORED = 0
 _CHUNK = 1 << 20
 
 #: Paths a build compiles or runs (the wheel holds their output, not them).
@@ -80,19 +77,34 @@ class CannotCarry(BakeryError):
     """The series changes something a wheel cannot carry (exit 2, with the file named)."""
 
 
-@dataclass
 class _Out:
     """A member of the new wheel: where its bytes come from, and its RECORD row."""
 
-    info: zipfile.ZipInfo
-    name: str
-    #: None: the upstream member's bytes; else the content to store.
-    content: bytes | None
-    record: tuple[str, str] | None  # (hash, size) or None for RECORD itself / folders
-    external_attr: int
-    #: Copy the upstream local header too (name, flags and descriptor unchanged).
-    verbatim: bool = False
-    offset: int = 0
+    __slots__ = ("entry", "name", "content", "record", "external_attr", "verbatim", "end", "offset")
+
+    def __init__(
+        self,
+        entry: Entry | None,
+        name: str,
+        content: bytes | None,
+        record: tuple[str, str] | None,
+        external_attr: int,
+        verbatim: bool = False,
+        end: int = 0,
+    ) -> None:
+        #: The upstream entry whose bytes it copies, or None for what bakery writes.
+        self.entry = entry
+        self.name = name
+        #: None: the upstream member's bytes; else the content to store.
+        self.content = content
+        #: (hash, size), or None for RECORD itself and folders.
+        self.record = record
+        self.external_attr = external_attr
+        #: Copy the upstream local header too (name, flags and descriptor unchanged), up
+        #: to where the next upstream member begins (end).
+        self.verbatim = verbatim
+        self.end = end
+        self.offset = 0
 
 
 def wheel_name(upstream_filename: str, version: str) -> str:
@@ -110,60 +122,63 @@ def write_wheel(
     carry."""
     version = local_version(baked.vllm, baked.series, baked.digest)
     try:
-        zf = zipfile.ZipFile(upstream)
-    except (OSError, zipfile.BadZipFile) as e:
-        raise SourceError(f"{upstream}: not a readable wheel ({e})") from None
-    with zf:
-        members = _plan(zf, upstream, baked, version, upstream_sha256)
+        src = open(upstream, "rb")  # noqa: SIM115 - closed below, after the write
+    except OSError as e:
+        raise SourceError(f"{upstream}: {e.strerror}") from None
+    with src:
+        fd = src.fileno()
+        members = _plan(fd, upstream, baked, version, upstream_sha256)
         target = out_dir / wheel_name(upstream.name, version)
-        with open(upstream, "rb") as src, _atomic(target) as dst:
-            _write(src.fileno(), dst, members)
+        with _atomic(target) as dst:
+            _write(fd, dst, members, upstream.name)
     return target
 
 
 # --- what goes in --------------------------------------------------------------------------------
 
 
-def _plan(
-    zf: zipfile.ZipFile, upstream: Path, baked: Baked, version: str, sha256: str | None
-) -> list[_Out]:
-    infos = sorted(zf.infolist(), key=lambda i: i.header_offset)
-    names = {i.orig_filename: i for i in infos}
-    dist_info = _dist_info(names, upstream)
+def _plan(fd: int, upstream: Path, baked: Baked, version: str, sha256: str | None) -> list[_Out]:
+    label = upstream.name
+    directory = zipraw.read_directory(fd, label)
+    entries = directory.entries
+    names = {e.name: e for e in entries}
+    if len(names) != len(entries):
+        raise SourceError(f"{label}: a member name appears twice")
+    dist_info = _dist_info(names, label)
     dist, _, old_version = dist_info[: -len(".dist-info")].rpartition("-")
     if _version(old_version) != _version(baked.vllm):
         raise SourceError(
-            f"{upstream.name}: a wheel of {dist} {old_version}, the tree is baked on {baked.vllm}"
+            f"{label}: a wheel of {dist} {old_version}, the tree is baked on {baked.vllm}"
         )
-    record = _read_record(zf, f"{dist_info}/RECORD", names)
+    record = _read_record(fd, f"{dist_info}/RECORD", names, label)
     new_info = f"{dist}-{version}.dist-info"
     renames = {
         f"{dist_info}/": f"{new_info}/",
         f"{dist}-{old_version}.data/": f"{dist}-{version}.data/",
     }
-    replaced = _replacements(baked, names, record, version)
+    replaced = _replacements(baked, names, record)
+    rewritten = {f"{dist_info}/{n}" for n in ("RECORD", "bakery.json", *_SIGNATURES)}
     out: list[_Out] = []
-    for info in infos:
-        name = info.orig_filename
-        if info.flag_bits & 0x1:
-            raise SourceError(f"{upstream.name}: {name} is encrypted")
-        if name in (f"{dist_info}/RECORD", *(f"{dist_info}/{s}" for s in _SIGNATURES)):
+    ends = [e.offset for e in entries[1:]] + [directory.start]
+    for e, end in zip(entries, ends, strict=True):
+        if e.flags & zipraw.ENCRYPTED:
+            raise SourceError(f"{label}: {e.name} is encrypted")
+        if e.name in rewritten:
             continue  # written anew; a signature of the old RECORD would be a lie
-        if name in replaced:
-            content = replaced[name]
+        if e.name in replaced:
+            content = replaced[e.name]
             if content is not None:
-                out.append(_new(name, content, _mode(baked, name, info)))
+                out.append(_new(e.name, content, _mode(baked, e)))
             continue
-        new_name = _renamed(name, renames)
-        row = None if name.endswith("/") else record.get(name)
+        new_name = _renamed(e.name, renames)
         if new_name == f"{new_info}/METADATA":
-            meta = _metadata(zf.read(info), baked.vllm, version, upstream.name)
-            out.append(_new(new_name, meta, info.external_attr))
+            meta = _metadata(zipraw.read_member(fd, e, label), baked.vllm, version, label)
+            out.append(_new(new_name, meta, e.external_attr))
             continue
-        verbatim = new_name == name and not info.flag_bits & _DESCRIPTOR
-        out.append(_Out(info, new_name, None, row, info.external_attr, verbatim))
-    bake_json = _bakery_json(baked, version, upstream.name, sha256)
-    out.append(_new(f"{new_info}/bakery.json", bake_json))
+        row = None if e.name.endswith("/") else record[e.name]
+        verbatim = new_name == e.name and not e.flags & _DESCRIPTOR
+        out.append(_Out(e, new_name, None, row, e.external_attr, verbatim, end))
+    out.append(_new(f"{new_info}/bakery.json", _bakery_json(baked, version, label, sha256)))
     record_name = f"{new_info}/RECORD"
     out.append(_new(record_name, _record_bytes(out, record_name)))
     return out
@@ -176,11 +191,11 @@ def _version(text: str) -> Version | str:
         return text
 
 
-def _dist_info(names: dict[str, zipfile.ZipInfo], upstream: Path) -> str:
+def _dist_info(names: dict[str, Entry], label: str) -> str:
     tops = {n.split("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA")}
     tops = {t for t in tops if f"{t}/METADATA" in names}
     if len(tops) != 1:
-        raise SourceError(f"{upstream.name}: expected one .dist-info folder, found {len(tops)}")
+        raise SourceError(f"{label}: expected one .dist-info folder, found {len(tops)}")
     return tops.pop()
 
 
@@ -192,24 +207,26 @@ def _renamed(name: str, renames: dict[str, str]) -> str:
 
 
 def _read_record(
-    zf: zipfile.ZipFile, name: str, names: dict[str, zipfile.ZipInfo]
+    fd: int, name: str, names: dict[str, Entry], label: str
 ) -> dict[str, tuple[str, str]]:
     """The upstream RECORD as path -> (hash, size); every member (but RECORD, signatures
     and folders) must be listed with a sha256 and its size."""
     if name not in names:
-        raise SourceError(f"{zf.filename}: no {name}")
-    rows: dict[str, tuple[str, str]] = {}
-    for row in csv.reader(io.StringIO(zf.read(name).decode("utf-8"))):
-        if len(row) == 3:
-            rows[row[0]] = (row[1], row[2])
+        raise SourceError(f"{label}: no {name}")
+    text = zipraw.read_member(fd, names[name], label).decode("utf-8")
+    rows = {}
+    for line in text.splitlines():
+        fields = line.split(",") if '"' not in line else next(csv.reader([line]), [])
+        if len(fields) == 3:
+            rows[fields[0]] = (fields[1], fields[2])
     dist_info = name.rsplit("/", 1)[0]
     skip = {name, *(f"{dist_info}/{s}" for s in _SIGNATURES)}
-    for member, info in names.items():
+    for member, e in names.items():
         if member in skip or member.endswith("/"):
             continue
         hash_, size = rows.get(member, ("", ""))
-        if not hash_.startswith("sha256=") or size != str(info.file_size):
-            raise SourceError(f"{zf.filename}: RECORD gives no sha256 and size of {member}")
+        if not hash_.startswith("sha256=") or size != str(e.usize):
+            raise SourceError(f"{label}: RECORD gives no sha256 and size of {member}")
     return rows
 
 
@@ -240,7 +257,7 @@ def _cannot(baked: Baked, path: str, why: str) -> CannotCarry:
 
 
 def _replacements(
-    baked: Baked, names: dict[str, zipfile.ZipInfo], record: dict[str, tuple[str, str]], v: str
+    baked: Baked, names: dict[str, Entry], record: dict[str, tuple[str, str]]
 ) -> dict[str, bytes | None]:
     """Member -> baked bytes (None: the bake deleted it). Raises CannotCarry for the first
     change (in path order) the wheel cannot carry."""
@@ -256,7 +273,7 @@ def _replacements(
 def _cannot_carry(
     change: Change,
     baked: Baked,
-    names: dict[str, zipfile.ZipInfo],
+    names: dict[str, Entry],
     record: dict[str, tuple[str, str]],
 ) -> str | None:
     path = change.path
@@ -273,11 +290,11 @@ def _cannot_carry(
     return None
 
 
-def _mode(baked: Baked, name: str, info: zipfile.ZipInfo) -> int:
+def _mode(baked: Baked, entry: Entry) -> int:
     """The upstream member's attributes, unless the bake changed the file's mode."""
-    change = next(c for c in baked.changes if c.path == name)
+    change = next(c for c in baked.changes if c.path == entry.name)
     if change.old_mode == change.new_mode:
-        return info.external_attr
+        return entry.external_attr
     return (0o100755 if change.new_mode & 0o111 else 0o100644) << 16
 
 
@@ -313,20 +330,33 @@ def _bakery_json(baked: Baked, version: str, upstream: str, sha256: str | None) 
 
 
 def _record_bytes(members: list[_Out], record_name: str) -> bytes:
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
+    """RECORD as the csv module writes it (a name is quoted only where it must be), built
+    as plain lines where no quoting is needed: 6,000 csv rows cost more than the rest of
+    the plan."""
+    lines = []
     for m in members:
         if m.record is not None:
-            writer.writerow([m.name, *m.record])
-    writer.writerow([record_name, "", ""])
-    return buf.getvalue().encode()
+            lines.append(_row(m.name, *m.record))
+    lines.append(_row(record_name, "", ""))
+    return "".join(lines).encode()
+
+
+def _row(name: str, hash_: str, size: str) -> str:
+    if not _NEEDS_QUOTES.search(name):
+        return f"{name},{hash_},{size}\n"
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow([name, hash_, size])
+    return buf.getvalue()
+
+
+_NEEDS_QUOTES = re.compile(r'[,"\r\n]')
 
 
 def _new(name: str, content: bytes, external_attr: int = 0o100644 << 16) -> _Out:
     """A member bakery writes: stored, fixed time; its RECORD row from its bytes."""
     digest = base64.urlsafe_b64encode(hashlib.sha256(content).digest()).rstrip(b"=")
     return _Out(
-        zipfile.ZipInfo(name),
+        None,
         name,
         content,
         (f"sha256={digest.decode()}", str(len(content))),
@@ -362,50 +392,32 @@ def _atomic(target: Path) -> Iterator[int]:
         raise
 
 
-def _write(sfd: int, dfd: int, members: list[_Out]) -> None:
+def _write(sfd: int, dfd: int, members: list[_Out], label: str) -> None:
     pos = 0
     run: tuple[int, int] | None = None  # a range of the upstream not yet copied
     for m in members:
-        start, data, end = _extent(sfd, m)
-        if m.verbatim:
-            if run is not None and run[1] == start:
-                run = (run[0], end)
+        e = m.entry
+        if m.verbatim and e is not None:
+            if run is not None and run[1] == e.offset:
+                run = (run[0], m.end)
             else:
                 pos += _flush(sfd, dfd, run)
-                run = (start, end)
-            m.offset = pos + (start - run[0])
+                run = (e.offset, m.end)
+            m.offset = pos + (e.offset - run[0])
             continue
         pos += _flush(sfd, dfd, run)
         run = None
         m.offset = pos
-        if m.content is None:
-            pos += _write_all(dfd, _local_header(m, m.info.CRC, m.info.compress_size))
-            pos += _copy(sfd, dfd, data, m.info.compress_size)
+        if e is not None:
+            pos += _write_all(dfd, _local_header(m, e.crc, e.csize))
+            pos += _copy(sfd, dfd, zipraw.data_offset(sfd, e, label), e.csize)
         else:
+            assert m.content is not None
             pos += _write_all(dfd, _local_header(m, zlib.crc32(m.content), len(m.content)))
             pos += _write_all(dfd, m.content)
     pos += _flush(sfd, dfd, run)
     central = b"".join(_central(m) for m in members)
     _write_all(dfd, central + _end(len(members), len(central), pos))
-
-
-def _extent(sfd: int, m: _Out) -> tuple[int, int, int]:
-    """(local header, data, end of data) offsets of an upstream member; its local header
-    must name it as the central directory does."""
-    if m.content is not None:
-        return 0, 0, 0
-    info = m.info
-    raw = info.orig_filename.encode("utf-8" if info.flag_bits & _UTF8 else "cp437")
-    head = os.pread(sfd, _LOCAL.size + len(raw), info.header_offset)
-    if len(head) < _LOCAL.size:
-        raise SourceError(f"{info.orig_filename}: the wheel is cut short")
-    sig, *_, nlen, xlen = _LOCAL.unpack_from(head)
-    if sig != _SIG_LOCAL or head[_LOCAL.size :] != raw or nlen != len(raw):
-        raise SourceError(
-            f"{info.orig_filename}: its local header does not match the wheel's index"
-        )
-    data = info.header_offset + _LOCAL.size + nlen + xlen
-    return info.header_offset, data, data + info.compress_size
 
 
 def _flush(sfd: int, dfd: int, run: tuple[int, int] | None) -> int:
@@ -443,26 +455,26 @@ def _write_all(dfd: int, data: bytes) -> int:
 
 
 def _dos(m: _Out) -> tuple[int, int]:
-    if m.content is not None:
+    if m.entry is None:
         return FIXED_TIME, FIXED_DATE
-    y, mo, d, h, mi, s = m.info.date_time
-    return (h << 11) | (mi << 5) | (s // 2), ((y - 1980) << 9) | (mo << 5) | d
+    return m.entry.dostime, m.entry.dosdate
 
 
 def _flags(m: _Out) -> tuple[int, bytes]:
     raw = m.name.encode("utf-8")
     utf8 = _UTF8 if not m.name.isascii() else 0
-    if m.content is not None:
+    if m.entry is None:
         return utf8, raw
-    return (m.info.flag_bits & ~(_DESCRIPTOR | _UTF8)) | utf8, raw
+    return (m.entry.flags & ~(_DESCRIPTOR | _UTF8)) | utf8, raw
 
 
 def _method(m: _Out) -> int:
-    return zipfile.ZIP_STORED if m.content is not None else m.info.compress_type
+    return _STORED if m.entry is None else m.entry.method
 
 
 def _local_header(m: _Out, crc: int, csize: int) -> bytes:
-    usize = len(m.content) if m.content is not None else m.info.file_size
+    e = m.entry
+    usize = e.usize if e is not None else len(m.content or b"")
     flags, raw = _flags(m)
     time_, date = _dos(m)
     extra = b""
@@ -470,8 +482,8 @@ def _local_header(m: _Out, crc: int, csize: int) -> bytes:
         extra = struct.pack("<HHQQ", 1, 16, usize, csize)
         csize = usize = 0xFFFFFFFF
     version = 45 if extra else 20
-    if m.content is None:
-        version = max(version, m.info.extract_version)
+    if e is not None:
+        version = max(version, e.extract_version)
     head = _LOCAL.pack(
         _SIG_LOCAL, version, flags, _method(m), time_, date, crc, csize, usize, len(raw), len(extra)
     )
@@ -479,22 +491,22 @@ def _local_header(m: _Out, crc: int, csize: int) -> bytes:
 
 
 def _central(m: _Out) -> bytes:
-    if m.verbatim:
-        flags = m.info.flag_bits
-        raw = m.info.orig_filename.encode("utf-8" if flags & _UTF8 else "cp437")
+    e = m.entry
+    if m.verbatim and e is not None and not e.zip64 and m.offset < LIMIT32:
+        # the upstream's entry as it is, at its new offset
+        return e.raw[:42] + struct.pack("<I", m.offset) + e.raw[46:]
+    if m.verbatim and e is not None:
+        flags, raw = e.flags, e.raw_name
     else:
         flags, raw = _flags(m)
-    if m.content is not None:
-        crc, csize, usize = zlib.crc32(m.content), len(m.content), len(m.content)
+    if e is None:
+        content = m.content or b""
+        crc, csize, usize = zlib.crc32(content), len(content), len(content)
         create, system, extract, internal = 20, _UNIX, 20, 0
     else:
-        crc, csize, usize = m.info.CRC, m.info.compress_size, m.info.file_size
-        create, system, extract = (
-            m.info.create_version,
-            m.info.create_system,
-            m.info.extract_version,
-        )
-        internal = m.info.internal_attr
+        crc, csize, usize = e.crc, e.csize, e.usize
+        create, system = e.create_version, e.create_system
+        extract, internal = e.extract_version, e.internal_attr
     time_, date = _dos(m)
     big = [v for v in (usize, csize, m.offset) if v >= LIMIT32]
     extra = struct.pack(f"<HH{len(big)}Q", 1, 8 * len(big), *big) if big else b""
