@@ -513,3 +513,31 @@ def test_manifest_path_agrees() -> None:
     from bakery.bake import baked, report
 
     assert baked.MANIFEST == report.MANIFEST
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: b"not a zip at all" * 100, "not a zip archive"),
+        (lambda d: d[: len(d) // 2], "not a zip archive"),
+        (lambda d: d.replace(b"PK\x01\x02", b"PK\x01\x03", 1), "a damaged central directory"),
+    ],
+)
+def test_damaged_upstream_wheel(
+    index: Index,
+    series: Path,
+    tmp_path: Path,
+    damage: Callable[[bytes], bytes],
+    message: str,
+) -> None:
+    from bakery.bake.baked import read_baked
+    from bakery.bake.wheel import write_wheel
+    from bakery.commands import bake as commands
+    from bakery.errors import SourceError
+
+    commands.apply("demo", vllm=VERSION, out=tmp_path / "tree")
+    upstream = tmp_path / wheel_filename("x86_64")
+    upstream.write_bytes(damage(index.files[wheel_filename("x86_64")]))
+    with pytest.raises(SourceError, match=message):
+        write_wheel(upstream, read_baked(tmp_path / "tree"), tmp_path / "dist")
+    assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
