@@ -541,3 +541,14 @@ def test_damaged_upstream_wheel(
     with pytest.raises(SourceError, match=message):
         write_wheel(upstream, read_baked(tmp_path / "tree"), tmp_path / "dist")
     assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
+
+
+def test_series_that_does_not_apply_writes_no_wheel(
+    cli: Callable[..., Result], index: Index, home: Path, tmp_path: Path
+) -> None:
+    stale = udiff("vllm/model_executor/k.py", "nothing like this\n", "at all\n", "a", "b")
+    make_series(home, "stale", {"01-k.diff": stale}, toml='strip = 1\nroot = ""\n')
+    result = wheel_cli(cli, "stale", "--platform", "all", "--out", "dist")
+    assert result.exit_code == 1
+    assert not (tmp_path / "dist").exists()
+    assert not any(n.endswith(".whl") for n in index.downloads)
