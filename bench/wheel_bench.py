@@ -3,15 +3,16 @@ beside a plain ``cp`` of the upstream wheel, and the peak memory of each, per pl
 
 Both sides are whole processes, alternating, ``sync`` before each, a fresh output folder
 each time: ``cp UPSTREAM OUT/`` against ``python bench/wheel_step.py`` (Python's start,
-the imports, reading the bake back, the write); the step also reports its own time inside
+the imports, reading the bake back, the write). The step also reports its own time inside
 the process, the part the ratio target is for: in ``bakery wheel`` the interpreter is
-already running for the bake, so the write is all the wheel adds. The peak memory is
-the ``ru_maxrss`` that ``os.wait4`` gives for the process (the largest of it and the
-children it waited for, git included; a process started from Python also counts the
-parent's size when it was spawned, about 25 MB here, which is what ``cp`` shows). The whole ``bakery wheel``
-command (bake from the cached tree, cached wheel, write) is timed too, for scale.
-Optional: skipped unless the upstream wheel is already in the benchmark cache or the
-tests' cache (bench never downloads 239 MB by itself).
+already running for the bake, so the write is all the wheel adds.
+
+The peak memory is the ``ru_maxrss`` that ``os.wait4`` gives for the process (the largest
+of it and the children it waited for, git included; a process started from Python also
+counts the parent's size when it was spawned, about 25 MB here, which is what ``cp``
+shows). The whole ``bakery wheel`` command (bake from the cached tree, cached wheel,
+write) is timed too, for scale. Optional: skipped unless the upstream wheel is already in
+the benchmark cache or the tests' cache (bench never downloads 239 MB by itself).
 """
 
 from __future__ import annotations
