@@ -552,3 +552,16 @@ def test_series_that_does_not_apply_writes_no_wheel(
     assert result.exit_code == 1
     assert not (tmp_path / "dist").exists()
     assert not any(n.endswith(".whl") for n in index.downloads)
+
+
+def test_refusal_names_the_series_as_given(
+    cli: Callable[..., Result], index: Index, tmp_path: Path
+) -> None:
+    folder = tmp_path / "elsewhere" / "cuda"
+    (folder / "diffs").mkdir(parents=True)
+    (folder / "series.toml").write_text('strip = 1\nroot = ""\n')
+    cuda = udiff("csrc/k.cu", "__global__ void k() {}\n", "__global__ void k() { }\n", "a", "b")
+    (folder / "diffs" / "01-cu.diff").write_text(cuda)
+    result = wheel_cli(cli, str(folder), "--platform", "all")
+    assert result.exit_code == 2
+    assert result.stderr.strip().endswith(f"bakery sdist {folder} --vllm {VERSION}")

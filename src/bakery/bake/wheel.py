@@ -76,6 +76,17 @@ _SIGNATURES = ("RECORD.jws", "RECORD.p7s")
 class CannotCarry(BakeryError):
     """The series changes something a wheel cannot carry (exit 2, with the file named)."""
 
+    def __init__(self, path: str, why: str, series: str, vllm: str) -> None:
+        super().__init__(
+            f"{path}: a wheel cannot carry this change ({why}); bake a source distribution "
+            f"for a source build instead: bakery sdist {series} --vllm {vllm}"
+        )
+        self.path, self.why, self.vllm = path, why, vllm
+
+    def naming(self, series: str) -> CannotCarry:
+        """The same refusal, its suggestion naming the series as the user gave it."""
+        return CannotCarry(self.path, self.why, series, self.vllm)
+
 
 class _Out:
     """A member of the new wheel: where its bytes come from, and its RECORD row."""
@@ -250,10 +261,7 @@ def _built(path: str) -> bool:
 
 
 def _cannot(baked: Baked, path: str, why: str) -> CannotCarry:
-    return CannotCarry(
-        f"{path}: a wheel cannot carry this change ({why}); bake a source distribution "
-        f"for a source build instead: bakery sdist {baked.series} --vllm {baked.vllm}"
-    )
+    return CannotCarry(path, why, baked.series, baked.vllm)
 
 
 def _replacements(

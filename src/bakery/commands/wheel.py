@@ -81,7 +81,12 @@ def wheel(
     report, baked_tree = _bake(series, vllm, tree, force, events, progress, cache)
     if baked_tree is None:
         return Packaged(report)
-    paths = wheels_from_tree(baked_tree, wanted, out_dir, cache, events, progress)
+    from bakery.bake.wheel import CannotCarry
+
+    try:
+        paths = wheels_from_tree(baked_tree, wanted, out_dir, cache, events, progress)
+    except CannotCarry as e:
+        raise e.naming(series) from None
     return Packaged(report, list(zip(wanted, paths, strict=True)))
 
 
