@@ -13,7 +13,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, NoReturn, ParamSpec
+from typing import Annotated, Any, NoReturn, ParamSpec
 
 import typer
 from rich.console import Console
@@ -467,6 +467,10 @@ def matrix(
         ),
     ] = False,
     strict: StrictOpt = False,
+    wheels: Annotated[
+        bool,
+        typer.Option("--wheels", help="Also write each release's wheels to <out>/wheels/."),
+    ] = False,
 ) -> None:
     """Bake (and verify) a series on many vLLM releases, in parallel."""
     from bakery.commands import matrix as mx
@@ -493,20 +497,107 @@ def matrix(
         verify=do_verify,
         interpret=bool(interpret),
         home=project_root(),
+        wheels=wheels,
     )
     render.matrix_grid(human(), s.name, rows, quiet=_Invocation.quiet)
+    render.matrix_wheels(human(), err_console, rows)
     if json_file:
         write_json(json_file, mx.to_json(s.name, rows))
-    if markdown:
-        markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(mx.to_markdown(s.name, rows))
-    if junit:
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_bytes(mx.to_junit(s.name, rows))
+    mx.write_reports(s.name, rows, markdown=markdown, junit=junit)
     refused = [
         _strict(strict, [{**d, "name": f"{r.version}: {d['name']}"} for d in r.diffs]) for r in rows
     ]
     raise typer.Exit(code=mx.exit_code(rows, allow_fail) or (1 if any(refused) else 0))
+
+
+PackageOut = Annotated[
+    Path, typer.Option("--out", metavar="DIR", help="Folder the packages are written to.")
+]
+TreeOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--tree",
+        metavar="DIR",
+        help="Where the baked tree goes (default build/<series>-<version>/).",
+    ),
+]
+
+
+@app.command(cls=BakeryCommand)
+@handled
+def wheel(
+    series: SeriesArg,
+    vllm: Annotated[
+        str,
+        typer.Option("--vllm", metavar="VERSION", help="The release (X.Y.Z) whose wheel to bake."),
+    ],
+    platform: Annotated[
+        str | None,
+        typer.Option(
+            "--platform",
+            metavar="ARCH",
+            help="x86_64, aarch64 or all (default: this machine's).",
+        ),
+    ] = None,
+    out: PackageOut = Path("dist"),
+    tree: TreeOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="As apply --force.")] = False,
+) -> None:
+    """Bake a series into the release's upstream wheel: vllm-X+SERIES.HASH-TAGS.whl, no
+    compiler needed. Refused (exit 2) when the series changes what the wheel compiles."""
+    from bakery.commands import wheel as wheel_cmd
+
+    _package(
+        lambda: wheel_cmd.wheel(
+            series,
+            vllm=vllm,
+            platform=platform,
+            out_dir=out,
+            tree=tree,
+            force=force,
+            events=_events,
+            progress=render.download_progress(err_console),
+        )
+    )
+
+
+@app.command(cls=BakeryCommand)
+@handled
+def sdist(
+    series: SeriesArg,
+    vllm: Annotated[
+        str,
+        typer.Option("--vllm", metavar="VERSION", help="The release (X.Y.Z) whose sdist to bake."),
+    ],
+    out: PackageOut = Path("dist"),
+    tree: TreeOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="As apply --force.")] = False,
+) -> None:
+    """Bake a series into the release's source distribution, with the local version."""
+    from bakery.commands import wheel as wheel_cmd
+
+    _package(
+        lambda: wheel_cmd.sdist(
+            series,
+            vllm=vllm,
+            out_dir=out,
+            tree=tree,
+            force=force,
+            events=_events,
+            progress=render.download_progress(err_console),
+        )
+    )
+
+
+def _package(fn: Callable[[], Any]) -> NoReturn:
+    done = fn()
+    render.bake_report(err_console, done.report)
+    for kind, path in done.files:
+        size = path.stat().st_size / 1e6
+        human().print(
+            f"wrote {escape(str(path))} ({kind}, {size:.1f} MB)", highlight=False, soft_wrap=True
+        )
+    raise typer.Exit(code=0 if done.report.status == "baked" else 1)
 
 
 @app.command(cls=BakeryCommand)

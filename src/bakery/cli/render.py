@@ -304,6 +304,15 @@ def matrix_grid(console: Console, series: str, rows: list[Row], *, quiet: bool =
     _matrix_notes(console, rows, [(h, n) for h, n in zip(heads, names, strict=True) if h != n])
 
 
+def matrix_wheels(console: Console, err: Console, rows: list[Row]) -> None:
+    """matrix --wheels: each wheel written, and why a release has none."""
+    for r in rows:
+        for w in r.wheels:
+            console.print(f"wrote {escape(w)}", soft_wrap=True)
+        if r.wheel_error:
+            err.print(f"[red]{escape(r.version)}:[/] {escape(r.wheel_error)}", soft_wrap=True)
+
+
 def _matrix_lines(console: Console, rows: list[Row]) -> None:
     for r in rows:
         verify = f", verify {r.verify}" if r.verify else ""
