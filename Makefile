@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 BAKERY  := $(BIN)/bakery
 STAMP   := $(VENV)/.setup-stamp
 
-.PHONY: setup demo test test-offline test-network lint bench matrix clean
+.PHONY: setup demo test test-offline test-network lint bench matrix ports-table clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,10 @@ lint: setup
 # make bench BASELINE=<rev>: also time the warm bake of the code at <rev> (history rows)
 bench: setup
 	$(BIN)/python bench/bench.py $(if $(BASELINE),--baseline-rev $(BASELINE))
+
+# each committed port hidden in turn: what `bakery port` proposes (bench/ports.md)
+ports-table: setup
+	$(BIN)/python bench/port_table.py
 
 matrix: setup
 	$(BAKERY) matrix dcp2 --since 0.30.0 --verify --markdown build/matrix.md --json build/matrix.json

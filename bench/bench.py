@@ -6,7 +6,7 @@ bakery runs alternate, with ``sync`` before each and a fresh output folder each 
 they meet the same page cache and the same disk. Results go to build/bench/results.json,
 BENCHMARKS.md and bench/scale.png.
 
-    .venv/bin/python bench/bench.py [--runs N] [--only warm,cold,matrix,verify,scale,startup]
+    .venv/bin/python bench/bench.py [--runs N] [--only warm,cold,matrix,verify,scale,startup,wheel]
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import synth  # noqa: E402 - bench/ helper, found through the path above
+import wheel_bench  # noqa: E402 - the wheel section (bench/wheel_bench.py)
 
 BIN = Path(sys.executable).parent
 BAKERY = str(BIN / "bakery")
@@ -58,6 +59,7 @@ SECTIONS = [
     "verify",
     "scale",
     "history",
+    "wheel",
 ]
 
 #: (bakery / baseline) targets: at most for time ratios, at least for the matrix speed-up.
@@ -678,6 +680,23 @@ def _plot(rows: list[Result], path: Path, runs: int) -> None:
 # --- the report --------------------------------------------------------------------------------
 
 
+def bench_wheel(runs: int) -> Result:
+    """The baked wheel beside `cp` of the upstream wheel (bench/wheel_bench.py)."""
+    test_cache = Path(
+        os.environ.get("BAKERY_TEST_CACHE") or Path.home() / ".cache" / "bakery-tests"
+    )
+    return wheel_bench.bench(
+        runs,
+        caches=[CACHE, test_cache],
+        work=WORK,
+        py=PY,
+        bakery=BAKERY,
+        env=env(),
+        root=ROOT,
+        fresh=fresh,
+    )
+
+
 def _met(name: str, ratio: float) -> str:
     op, target = TARGETS[name]
     ok = ratio <= target if op == "<=" else ratio >= target
@@ -738,7 +757,7 @@ def summary_lines(res: dict[str, Result]) -> list[str]:
             f"(target {op} {target}x: {_met(name, r['ratio'])}; "
             f"fastest runs: {low:.2f}x)"
         )
-    return lines
+    return lines + wheel_bench.summary_lines(res.get("wheel"))
 
 
 def _gpu_section() -> str:
@@ -784,6 +803,7 @@ def write_markdown(res: dict[str, Result], m: Result) -> str:
     md += _md_startup(res.get("startup"))
     md += _md_verify(res.get("verify"), _python_start(res))
     md += _md_scale(res.get("scale"))
+    md += wheel_bench.markdown(res.get("wheel"))
     md += NOTES.splitlines()
     return "\n".join(md).rstrip() + "\n"
 
@@ -1068,6 +1088,7 @@ def main() -> int:
                 "scale",
                 "matrix",
                 "matrix-disk",
+                "wheel",
             )
             else max(3, args.runs // 2)
         )

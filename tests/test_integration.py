@@ -228,3 +228,25 @@ def test_verify_judges_the_ports_too(
         assert result.exit_code == 0 and " failed" not in result.stderr, result.output
     else:
         assert result.exit_code == 1 and "1 failed" in result.output, result.output
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+def test_dcp2_is_not_ambiguous_nor_moved_and_ports_resolve_its_contracts(
+    version: str, home: Path
+) -> None:
+    """Issue 19: dcp2's hunks are unique and land in their own definitions; on 0.33.0,
+    upstream changed `_block_scores_kernel`, and the port's code fits the change."""
+    from bakery.commands import bake as commands
+
+    shutil.copytree(PROJECT / "patches" / "dcp2", home / "patches" / "dcp2")
+    own = commands.check("dcp2", vllm=version, use_port=False)
+    hunks = [h for d in own.diffs for f in d.files for h in f.hunks]
+    assert hunks and all(h.status.value != "ambiguous" and h.moved_def is None for h in hunks)
+    ported = commands.check("dcp2", vllm=version)
+    contracts = [w for d in ported.diffs for w in d.warnings if w.startswith("contract:")]
+    if version == "0.33.0":
+        assert ported.port and ported.ok
+        assert len(contracts) == 1 and "`_block_scores_kernel`" in contracts[0]
+        assert "resolved by the port" in contracts[0]
+    else:
+        assert own.ok and contracts == []

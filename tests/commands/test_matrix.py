@@ -44,6 +44,8 @@ RELEASE_KEYS = {
     "verify_error",
     "verify_log",
     "seconds",
+    "wheels",
+    "wheel_error",
     "diffs",
 }
 

@@ -119,12 +119,14 @@ def test_offset_is_reported_and_carried_to_the_next_hunk(tmp_path: Path) -> None
 def test_running_offset_beats_a_decoy_near_the_stated_line(tmp_path: Path) -> None:
     # Hunk 2's context also appears 2 lines above its stated line, but hunk 1 needed +5:
     # like GNU patch, the search for hunk 2 starts at its stated line + 5, not at the decoy.
+    # The decoy makes hunk 2 ambiguous (issue 19): same place, but the other one is named.
     base = lines(BASE30)
     decoy = base[21:27]  # "line 22".."line 27", hunk 2's old lines
     target = [f"new {i}\n" for i in range(5)] + base[:14] + decoy + base[14:]
     content = "".join(target).encode()
     res = apply_file(sample("two_hunks.diff"), content)
-    assert outcomes(res) == [("offset", 7, 5, 0), ("offset", 33, 11, 0)]
+    assert outcomes(res) == [("offset", 7, 5, 0), ("ambiguous", 33, 11, 0)]
+    assert res.hunks[1].also_matches == [20] and res.status is Outcome.AMBIGUOUS and res.ok
     got = split_lines(content_of(res))[0]
     assert got[19:25] == [t.rstrip("\n") for t in decoy]  # the decoy is untouched
     assert got[35] == "added after 24"
@@ -140,7 +142,8 @@ def test_equal_distance_prefers_the_later_match_like_gnu(tmp_path: Path) -> None
     target = ["f1\n", "f2\n", *block, "g\n", *block, "h1\n", "h2\n", "h3\n"]
     content = "".join(target).encode()
     res = apply_file(fpatch(diff), content)
-    assert outcomes(res) == [("offset", 11, 4, 0)]
+    assert outcomes(res) == [("ambiguous", 11, 4, 0)]  # GNU's place; the other one named
+    assert res.hunks[0].also_matches == [3]
     assert_same_as_gnu(tmp_path, content, diff, res)
 
 
@@ -401,7 +404,11 @@ def test_worst_and_ok() -> None:
     assert worst([Outcome.OFFSET, Outcome.ALREADY]) is Outcome.ALREADY
     assert worst([Outcome.ALREADY, Outcome.FAILED]) is Outcome.FAILED
     assert worst([]) is Outcome.APPLIED
-    assert [o.ok for o in Outcome] == [True, True, True, True, False, False]
+    assert [o.ok for o in Outcome] == [True, True, True, True, True, True, False, False]
+    assert Outcome.MERGED_SYNTAX.ok
+    assert worst([Outcome.MERGED, Outcome.MERGED_SYNTAX]) is Outcome.MERGED_SYNTAX
+    assert worst([Outcome.FUZZ, Outcome.AMBIGUOUS]) is Outcome.AMBIGUOUS
+    assert worst([Outcome.AMBIGUOUS, Outcome.MERGED]) is Outcome.MERGED
 
 
 def test_hunk_result_json_uses_the_contract_words() -> None:

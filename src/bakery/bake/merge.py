@@ -17,6 +17,7 @@ import ast
 import difflib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bakery.git import cmd as gitutil
 from bakery.patch.engine import FileResult, HunkResult, Outcome, apply_file
@@ -25,6 +26,10 @@ from bakery.patch.series import Series, detect_layout, load_series
 from bakery.sources import resolve as sources
 from bakery.sources.cache import Cache
 from bakery.sources.resolve import Pristine, Progress
+
+if TYPE_CHECKING:
+    from bakery.bake.contracts import Reader
+    from bakery.bake.report import DiffResult
 
 
 def merge_file(current: bytes, base: bytes, other: bytes) -> tuple[bytes, int]:
@@ -47,6 +52,8 @@ class _BaseSide:
         self.by_name = {d.name: d for d in diffs}
         self.order = [d.name for d in diffs]
         self._cache: dict[tuple[str, str], tuple[bytes | None, bytes | None]] = {}
+        #: (diff, path) -> the hunks' results on the base release (for the placement check).
+        self.results: dict[tuple[str, str], list[HunkResult]] = {}
 
     def read_base(self, rel: str) -> bytes | None:
         p = self.base.tree / rel
@@ -68,26 +75,42 @@ class _BaseSide:
                     res = apply_file(fp, state, 0)
                     if not res.ok:
                         return None, None
+                    self.results[(name, rel)] = res.hunks
                     state = None if res.deleted else res.content
             if name == diff_name:
                 return before, state
         return None, None
+
+    def final(self, rel: str) -> bytes | None:
+        """The file on the base release with the whole series applied."""
+        return self.sides(self.order[-1], rel)[1] if self.order else self.read_base(rel)
 
 
 class Fallback:
     """What bake.plan asks when a file does not apply cleanly, and after each diff."""
 
     def __init__(
-        self, series: Series, target: Pristine, base: Pristine | None, merge: bool
+        self,
+        series: Series,
+        target: Pristine,
+        base: Pristine | None,
+        merge: bool,
+        *,
+        syntax: bool = False,
+        start: Series | None = None,
     ) -> None:
+        """``start``: the diffs whose bake on ``base`` is "ours" (default: the series' own
+        diffs on its base release; ``bakery port`` passes a committed port and its
+        release). ``syntax``: where lines conflict in a Python file, merge by syntax."""
         # A port was made for its release: comparing the base with it says nothing new.
         self.warn = series.port is None
+        self.port = series.port
         self.target = target
         self.base = base
-        self.base_version = series.base
-        self.side = (
-            _BaseSide(load_series(str(series.path)), base) if base is not None and merge else None
-        )
+        self.base_version = base.version if start is not None and base else series.base
+        self.syntax = syntax
+        side = start or load_series(str(series.path))
+        self.side = _BaseSide(side, base) if base is not None and merge else None
 
     def resolve(
         self, diff: Diff, fp: FilePatch, current: bytes | None, res: FileResult
@@ -110,6 +133,10 @@ class Fallback:
         if ours_before is None or ours_after is None:
             return None
         merged, conflicts = merge_file(current, ours_before, ours_after)
+        if conflicts and self.syntax and fp.path.endswith(".py"):
+            by_syntax = self._merge_syntax(res, current, ours_before, ours_after)
+            if by_syntax is not None:
+                return by_syntax
         if conflicts:
             for h in res.hunks:
                 if h.status is Outcome.FAILED:
@@ -131,6 +158,66 @@ class Fallback:
             for h in res.hunks
         ]
         return FileResult(res.path, hunks, merged, res.mode)
+
+    def _merge_syntax(
+        self, res: FileResult, current: bytes, ours_before: bytes, ours_after: bytes
+    ) -> FileResult | None:
+        from bakery.bake.synmerge import SyntaxConflict, merge_python
+
+        try:
+            merged = merge_python(ours_before, ours_after, current)
+        except SyntaxConflict as e:
+            for h in res.hunks:
+                if h.status is Outcome.FAILED:
+                    h.reason = f"syntax merge: conflict at {e.where}"
+            return None
+        joined = ", ".join(merged.joined) or "no shared item"
+        hunks = [
+            HunkResult(
+                h.index,
+                Outcome.MERGED_SYNTAX,
+                h.line,
+                h.offset,
+                h.fuzz,
+                f"syntax merge against {self.base_version}; joined at {joined}",
+            )
+            if h.status is Outcome.FAILED
+            else h
+            for h in res.hunks
+        ]
+        return FileResult(res.path, hunks, merged.content, res.mode)
+
+    def guard(
+        self,
+        pairs: list[tuple[Diff, DiffResult]],
+        baked: Reader,
+        pristine: Reader,
+        applied: bool,
+    ) -> None:
+        """Placement and contract checks of the hunks (bake.guard), after the plan. Only
+        with the base release to compare with: the base release's own bake pays nothing,
+        not even the import."""
+        side = self.side
+        if side is None or not self.base_version:
+            return
+        from bakery.bake import guard
+        from bakery.bake.contracts import World
+
+        record = guard.BaseRecord(
+            [side.by_name[n] for n in side.order],
+            lambda name, rel: side.sides(name, rel)[1],
+            side.results,
+            World(side.final),
+            World(side.read_base),
+            self.base_version,
+        )
+        port = None if self.port is None else str(self.port)
+        label = self.target.version
+        if label is None:  # a git+ source or a local tree: its name, and commit if any
+            where, _, commit = self.target.source.rpartition("@")
+            label = f"{Path(where or commit).name}@{commit[:12]}" if where else Path(commit).name
+        target = guard.Target(World(baked), World(pristine), label, port, applied)
+        guard.check(pairs, target, record)
 
     def warnings(self, diff: Diff) -> list[str]:
         if self.base is None or self.base_version is None or not self.warn:

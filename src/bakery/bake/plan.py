@@ -12,7 +12,7 @@ from bakery.bake.merge import Fallback, diagnose
 from bakery.bake.report import BakeReport, DiffResult
 from bakery.bake.staging import display_path
 from bakery.errors import UnsafePathError
-from bakery.patch.engine import apply_file
+from bakery.patch.engine import FileResult, apply_file
 from bakery.patch.parse import Diff, FilePatch
 from bakery.patch.series import Series, detect_layout
 from bakery.sources.resolve import Pristine
@@ -72,6 +72,18 @@ class _Overlay:
                 diff.path, fp.diff_line, f"cannot read {rel}: {e.strerror}"
             ) from None
 
+    def final(self, rel: str) -> bytes | None:
+        """A file with the whole series applied (for bake.guard)."""
+        return self.state[rel][0] if rel in self.state else self.pristine_file(rel)
+
+    def pristine_file(self, rel: str) -> bytes | None:
+        """A pristine file, or None (never read through a link: bake.guard only)."""
+        path = self.pristine.file(rel)
+        try:
+            return None if path.is_symlink() or not path.is_file() else path.read_bytes()
+        except OSError:
+            return None
+
     def _check_nesting(self, diff: Diff, fp: FilePatch, rel: str) -> None:
         """Refuse a file inside a file the series created, or over a folder it filled."""
         parts = rel.split("/")
@@ -111,6 +123,33 @@ def _checked_path(pristine: Pristine, diff: Diff, fp: FilePatch, rel: str) -> Pa
                 f"{rel}: refusing to write through the symlink {cur.relative_to(base)}",
             )
     return full
+
+
+def _plan_file(
+    d: Diff,
+    fp: FilePatch,
+    overlay: _Overlay,
+    writes: dict[str, tuple[bytes | None, int | None]],
+    fuzz: int,
+    fallback: Fallback | None,
+    pristine: Pristine,
+) -> FileResult:
+    """One file of one diff, applied on the overlay (merged or diagnosed if it fails)."""
+    old, mode = overlay.read(d, fp, fp.path)
+    fres = apply_file(fp, old, fuzz, mode)
+    if not fres.ok:
+        if fallback is not None:
+            fres = fallback.resolve(d, fp, old, fres)
+        else:
+            diagnose(fres, fp, pristine, None)
+    # A file with failed hunks carries the hunks that did apply forward, as GNU patch
+    # leaves them: later diffs see them, and --keep-failed writes them.
+    if fres.content is not None or fres.deleted:
+        value = (None if fres.deleted else fres.content, fres.mode)
+        if (old, mode) != value:
+            writes[fp.path] = value
+            overlay.state[fp.path] = value
+    return fres
 
 
 def plan(
@@ -153,24 +192,17 @@ def plan(
         dres = DiffResult(d.name, d.sha256)
         writes: dict[str, tuple[bytes | None, int | None]] = {}
         for fp in d.files:
-            old, mode = overlay.read(d, fp, fp.path)
-            fres = apply_file(fp, old, fuzz, mode)
-            if not fres.ok:
-                if fallback is not None:
-                    fres = fallback.resolve(d, fp, old, fres)
-                else:
-                    diagnose(fres, fp, pristine, None)
-            dres.files.append(fres)
-            # A file with failed hunks carries the hunks that did apply forward, as GNU
-            # patch leaves them: later diffs see them, and --keep-failed writes them.
-            if fres.content is not None or fres.deleted:
-                value = (None if fres.deleted else fres.content, fres.mode)
-                if (old, mode) != value:
-                    writes[fp.path] = value
-                    overlay.state[fp.path] = value
+            dres.files.append(_plan_file(d, fp, overlay, writes, fuzz, fallback, pristine))
         if fallback is not None and dres.ok:
             dres.warnings = fallback.warnings(d)
         report.diffs.append(dres)
         result.writes.append(writes)
+    if fallback is not None:
+        fallback.guard(
+            list(zip(diffs, report.diffs, strict=True)),
+            overlay.final,
+            overlay.pristine_file,
+            report.ok,
+        )
     report.status = "checked" if report.ok else "conflict"
     return result

@@ -134,6 +134,24 @@ def _is_port_of(name: str, version: Version) -> bool:
         return False
 
 
+def port_texts(series: Series, pl: Plan, pristine: Pristine, home: Path) -> list[bytes]:
+    """The text of each diff of a port made from a plan on ``pristine``: what refresh
+    writes for it (the series' own header prefixes, files in the diff's order)."""
+    strip, root = int(pl.report.layout["strip"]), str(pl.report.layout["root"])  # type: ignore[call-overload]
+    labels = _series_labels(series.path, home, strip, root)
+    texts = []
+    for d, changes in zip(series.load_diffs(), changes_from_plan(pl, pristine), strict=True):
+        ordered = {p: (p, b, a) for p, b, a in changes}
+        texts.append(
+            render_diff(
+                [ordered[p] for p in _ordered(d, list(ordered))],
+                labels.get(d.name) or _labels(d, strip, root),
+                root,
+            )
+        )
+    return texts
+
+
 def stale_ports(
     series: Series,
     cache: Cache,
@@ -160,15 +178,7 @@ def stale_ports(
         if not pl.report.ok:
             problems.append(f"{port.relative_to(home)}: does not apply to vLLM {port.name}")
             continue
-        strip, root = int(pl.report.layout["strip"]), str(pl.report.layout["root"])  # type: ignore[call-overload]
-        labels = _series_labels(series.path, home, strip, root)
-        for d, changes in zip(s.load_diffs(), changes_from_plan(pl, pristine), strict=True):
-            ordered = {p: (p, b, a) for p, b, a in changes}
-            text = render_diff(
-                [ordered[p] for p in _ordered(d, list(ordered))],
-                labels.get(d.name) or _labels(d, strip, root),
-                root,
-            )
+        for d, text in zip(s.load_diffs(), port_texts(s, pl, pristine, home), strict=True):
             if text != d.path.read_bytes():
                 problems.append(
                     f"{d.path.relative_to(home)}: differs from what "

@@ -13,7 +13,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, NoReturn, ParamSpec
+from typing import Annotated, Any, NoReturn, ParamSpec
 
 import typer
 from rich.console import Console
@@ -203,6 +203,14 @@ JsonOpt = Annotated[
         help="Write the report as JSON here; - writes it to stdout (the rest goes to stderr).",
     ),
 ]
+StrictOpt = Annotated[
+    bool,
+    typer.Option(
+        "--strict",
+        help="Exit 1 when any hunk applied at an offset, with fuzz, by a merge, "
+        "ambiguously, or in another definition (moved-def).",
+    ),
+]
 FuzzOpt = Annotated[
     int,
     typer.Option(
@@ -259,6 +267,7 @@ def apply(
         bool,
         typer.Option("--force", help="Replace a baked tree at --out even if it has local changes."),
     ] = False,
+    strict: StrictOpt = False,
 ) -> None:
     """Apply a series to a pristine vLLM tree, into a new baked tree."""
     from bakery.commands import bake as commands
@@ -282,7 +291,8 @@ def apply(
     )
     asked = hints.Asked(series, vllm, no_port=no_port, out=out, fuzz=fuzz, no_merge=no_merge)
     _show_report(report, hints.after_bake(report, asked))
-    raise typer.Exit(code=0 if report.status == "baked" else 1)
+    code = 0 if report.status == "baked" else 1
+    raise typer.Exit(code=code or _strict(strict, [d.to_json() for d in report.diffs]))
 
 
 @app.command(cls=BakeryCommand)
@@ -303,6 +313,7 @@ def check(
             "their own bake (for CI); with --vllm VERSION, only that release's port.",
         ),
     ] = False,
+    strict: StrictOpt = False,
 ) -> None:
     """The same run as apply, without writing a tree."""
     from bakery.commands import bake as commands
@@ -324,12 +335,23 @@ def check(
     asked = hints.Asked(series, vllm, no_port=no_port, fuzz=fuzz, no_merge=no_merge)
     _show_report(report, hints.after_bake(report, asked))
     code = 0 if report.ok else 1
+    code = code or _strict(strict, [d.to_json() for d in report.diffs])
     if up_to_date and code == 0:
         stale = commands.up_to_date(series, events=_events, vllm=vllm)
         for line in stale:
             err_console.print(f"[red]not up to date:[/] {_safe(line)}", markup=True)
         code = 1 if stale else 0
     raise typer.Exit(code=code)
+
+
+def _strict(strict: bool, diffs: list[dict[str, object]]) -> int:
+    """--strict: 1 (and each refused hunk on stderr) when a hunk applied but not exactly."""
+    from bakery.bake.strict import strict_problems
+
+    problems = strict_problems(diffs) if strict else []
+    for line in problems:
+        err_console.print(f"[red]strict:[/] {_safe(line)}", markup=True, soft_wrap=True)
+    return 1 if problems else 0
 
 
 def _run_bake(fn: Callable[[], BakeReport], json_file: Path | None) -> BakeReport:
@@ -467,6 +489,11 @@ def matrix(
             help="Exit 0 even when a release fails (not when a verify could not run).",
         ),
     ] = False,
+    strict: StrictOpt = False,
+    wheels: Annotated[
+        bool,
+        typer.Option("--wheels", help="Also write each release's wheels to <out>/wheels/."),
+    ] = False,
 ) -> None:
     """Bake (and verify) a series on many vLLM releases, in parallel."""
     from bakery.commands import matrix as mx
@@ -494,15 +521,107 @@ def matrix(
         verify=do_verify,
         interpret=bool(interpret),
         home=project_root(),
+        wheels=wheels,
     )
     render.matrix_grid(human(), s.name, rows, quiet=_Invocation.quiet)
+    render.matrix_wheels(human(), err_console, rows)
     if json_file:
         write_json(json_file, mx.to_json(s.name, rows))
-    if markdown:
-        write_output(markdown, mx.to_markdown(s.name, rows).encode(), "--markdown")
-    if junit:
-        write_output(junit, mx.to_junit(s.name, rows), "--junit")
-    raise typer.Exit(code=mx.exit_code(rows, allow_fail))
+    mx.write_reports(s.name, rows, markdown=markdown, junit=junit)
+    refused = [
+        _strict(strict, [{**d, "name": f"{r.version}: {d['name']}"} for d in r.diffs]) for r in rows
+    ]
+    raise typer.Exit(code=mx.exit_code(rows, allow_fail) or (1 if any(refused) else 0))
+
+
+PackageOut = Annotated[
+    Path, typer.Option("--out", metavar="DIR", help="Folder the packages are written to.")
+]
+TreeOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--tree",
+        metavar="DIR",
+        help="Where the baked tree goes (default build/<series>-<version>/).",
+    ),
+]
+
+
+@app.command(cls=BakeryCommand)
+@handled
+def wheel(
+    series: SeriesArg,
+    vllm: Annotated[
+        str,
+        typer.Option("--vllm", metavar="VERSION", help="The release (X.Y.Z) whose wheel to bake."),
+    ],
+    platform: Annotated[
+        str | None,
+        typer.Option(
+            "--platform",
+            metavar="ARCH",
+            help="x86_64, aarch64 or all (default: this machine's).",
+        ),
+    ] = None,
+    out: PackageOut = Path("dist"),
+    tree: TreeOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="As apply --force.")] = False,
+) -> None:
+    """Bake a series into the release's upstream wheel: vllm-X+SERIES.HASH-TAGS.whl, no
+    compiler needed. Refused (exit 2) when the series changes what the wheel compiles."""
+    from bakery.commands import wheel as wheel_cmd
+
+    _package(
+        lambda: wheel_cmd.wheel(
+            series,
+            vllm=vllm,
+            platform=platform,
+            out_dir=out,
+            tree=tree,
+            force=force,
+            events=_events,
+            progress=render.download_progress(err_console),
+        )
+    )
+
+
+@app.command(cls=BakeryCommand)
+@handled
+def sdist(
+    series: SeriesArg,
+    vllm: Annotated[
+        str,
+        typer.Option("--vllm", metavar="VERSION", help="The release (X.Y.Z) whose sdist to bake."),
+    ],
+    out: PackageOut = Path("dist"),
+    tree: TreeOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="As apply --force.")] = False,
+) -> None:
+    """Bake a series into the release's source distribution, with the local version."""
+    from bakery.commands import wheel as wheel_cmd
+
+    _package(
+        lambda: wheel_cmd.sdist(
+            series,
+            vllm=vllm,
+            out_dir=out,
+            tree=tree,
+            force=force,
+            events=_events,
+            progress=render.download_progress(err_console),
+        )
+    )
+
+
+def _package(fn: Callable[[], Any]) -> NoReturn:
+    done = fn()
+    render.bake_report(err_console, done.report)
+    for kind, path in done.files:
+        size = path.stat().st_size / 1e6
+        human().print(
+            f"wrote {_safe(str(path))} ({kind}, {size:.1f} MB)", highlight=False, soft_wrap=True
+        )
+    raise typer.Exit(code=0 if done.report.status == "baked" else 1)
 
 
 @app.command(cls=BakeryCommand)
@@ -598,6 +717,59 @@ def summarize(
     raise typer.Exit(code=0 if all(r.ok for r in rows) else 1)
 
 
+@app.command(cls=BakeryCommand)
+@handled
+def port(
+    series: SeriesArg,
+    vllm: Annotated[
+        str, typer.Option("--vllm", metavar="VERSION", help="The release to port the series to.")
+    ],
+    upstream: Annotated[
+        Path | None,
+        typer.Option(
+            "--upstream",
+            metavar="DIR",
+            help="A vLLM git checkout: name the upstream commits behind each merged or "
+            "failed hunk.",
+        ),
+    ] = None,
+    interpret: Annotated[
+        bool,
+        typer.Option("--interpret/--gpu", help="Prove on the CPU (Triton interpreter) or a GPU."),
+    ] = True,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Prove the proposal but write no port.")
+    ] = False,
+    lines_only: Annotated[
+        bool,
+        typer.Option("--lines-only", help="Merge by lines only, never by syntax (for comparison)."),
+    ] = False,
+    out: Annotated[
+        Path, typer.Option("--out", metavar="DIR", help="Scratch folder for candidate trees.")
+    ] = Path("build/port"),
+    json_file: JsonOpt = None,
+) -> None:
+    """Propose a port of the series to a release: every start tried, merged by lines
+    then by syntax, and written to patches/ only when verify proves it."""
+    from bakery.commands.port import port as run_port
+
+    _json_target(json_file)
+    result = run_port(
+        series,
+        vllm=vllm,
+        out_root=out,
+        interpret=interpret,
+        upstream=upstream,
+        write=not dry_run,
+        syntax=not lines_only,
+        events=_events,
+    )
+    if json_file is not None:
+        write_json(json_file, result.to_json())
+    render.port_result(human(), result)
+    raise typer.Exit(code=0 if result.ok else 1)
+
+
 def _add_subcommands() -> None:
     from bakery.cli.cache import cache_app
 
@@ -605,6 +777,47 @@ def _add_subcommands() -> None:
 
 
 _add_subcommands()
+
+
+@app.command(cls=BakeryCommand)
+@handled
+def upstream(
+    series: SeriesArg,
+    vllm: Annotated[
+        str,
+        typer.Option(
+            "--vllm",
+            metavar="SPEC",
+            help="The branch to watch: git+URL@REF (e.g. vLLM's main).",
+        ),
+    ],
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            metavar="VERSION",
+            help="The release to compare with (default: the last tag before REF).",
+        ),
+    ] = None,
+    json_file: JsonOpt = None,
+) -> None:
+    """Check a series against a vLLM branch, and list the upstream commits since the last
+    release that touched its hunks or the names its code uses."""
+    from bakery.commands import upstream as up
+
+    _json_target(json_file)
+    result = up.upstream(
+        series,
+        vllm,
+        since=since,
+        events=_events,
+        progress=render.download_progress(err_console),
+    )
+    if json_file is not None:
+        write_json(json_file, result.to_json())
+    render.bake_report(human(), result.check)
+    render.upstream_commits(human(), result)
+    raise typer.Exit(code=0 if result.check.ok else 1)
 
 
 def _on_sigterm(signum: int, frame: object) -> None:

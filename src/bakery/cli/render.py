@@ -11,12 +11,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from bakery.bake.report import BakeReport
+from bakery.patch.engine import HunkResult
 from bakery.safety.text import clean
 from bakery.safety.urls import redact_text
 
 if TYPE_CHECKING:
     from bakery.bake.refresh import Refreshed
     from bakery.commands.matrix import Row
+    from bakery.commands.port import PortResult
+    from bakery.commands.upstream import UpstreamReport
     from bakery.testing.runner import VerifyResult
 
 
@@ -39,6 +42,7 @@ _STYLE = {
     "offset": "cyan",
     "fuzz": "yellow",
     "merged": "magenta",
+    "ambiguous": "yellow",
     "already-applied": "yellow",
     "failed": "bold red",
 }
@@ -46,6 +50,14 @@ _STYLE = {
 
 def _status(s: str) -> str:
     return f"[{_STYLE.get(s, 'white')}]{_t(s)}[/]"
+
+
+def _why(h: HunkResult) -> str:
+    """The why column: every outcome but a plain one says why, and a moved hunk where."""
+    parts = [h.reason or ""] if h.status.value not in ("applied", "offset") else []
+    if h.moved_def:
+        parts.append(f"moved-def: {h.moved_def[0]} -> {h.moved_def[1]}")
+    return "; ".join(p for p in parts if p)
 
 
 def bake_report(
@@ -99,7 +111,7 @@ def _hunk_tables(console: Console, report: BakeReport, verbose: bool) -> None:
                     str(h.line),
                     f"{h.offset:+d}" if h.offset else "0",
                     str(h.fuzz),
-                    _t(h.reason or "") if not h.status.ok or h.status.value == "merged" else "",
+                    _t(_why(h)),
                 )
             console.print(table)
 
@@ -107,7 +119,8 @@ def _hunk_tables(console: Console, report: BakeReport, verbose: bool) -> None:
 def _problems(console: Console, report: BakeReport) -> None:
     for d in report.diffs:
         for w in d.warnings:
-            console.print(f"[yellow]warning:[/] {_t(d.name)}: {_t(w)}", soft_wrap=True)
+            label = "[dim]note:[/]" if "resolved by the port" in w else "[yellow]warning:[/]"
+            console.print(f"{label} {_t(d.name)}: {_t(w)}", soft_wrap=True)
         for f in d.files:
             bad = [h for h in f.hunks if not h.status.ok]
             if not bad:
@@ -227,6 +240,8 @@ _SHORT = {
     "offset": "offset",
     "fuzz": "fuzz",
     "merged": "merged",
+    "merged-syntax": "syntax",
+    "ambiguous": "ambiguous",
     "already-applied": "upstream",
     "failed": "FAILED",
 }
@@ -277,11 +292,16 @@ def matrix_grid(console: Console, series: str, rows: list[Row], *, quiet: bool =
         table.add_column(_t(h), overflow="fold")
     table.add_column("verify", no_wrap=True)
     table.add_column("s", justify="right", no_wrap=True)
+    from bakery.bake.strict import needs_review
+
     for r in rows:
         cells = {str(d["name"]): _cell(d) for d in r.diffs}
+        status = _GRID_STATUS.get(r.status, f"[red]{_t(r.status)}[/]")
+        if r.status == "baked" and needs_review(r.diffs):
+            status = "[yellow]baked, review[/]"  # merged/fuzz/ambiguous: never a plain pass
         table.add_row(
             _t(r.version),
-            _GRID_STATUS.get(r.status, f"[red]{_t(r.status)}[/]"),
+            status,
             "yes" if r.port else "-",
             *[_t(cells.get(n, "-")) for n in names],
             _GRID_VERIFY.get(r.verify or "", "-"),
@@ -289,6 +309,15 @@ def matrix_grid(console: Console, series: str, rows: list[Row], *, quiet: bool =
         )
     console.print(table)
     _matrix_notes(console, rows, [(h, n) for h, n in zip(heads, names, strict=True) if h != n])
+
+
+def matrix_wheels(console: Console, err: Console, rows: list[Row]) -> None:
+    """matrix --wheels: each wheel written, and why a release has none."""
+    for r in rows:
+        for w in r.wheels:
+            console.print(f"wrote {_t(w)}", soft_wrap=True)
+        if r.wheel_error:
+            err.print(f"[red]{_t(r.version)}:[/] {_t(r.wheel_error)}", soft_wrap=True)
 
 
 def _matrix_lines(console: Console, rows: list[Row]) -> None:
@@ -361,3 +390,49 @@ def verify_summary(console: Console, result: VerifyResult, edited: list[str]) ->
         f"{verdict}: {', '.join(parts) or 'no tests ran'} "
         f"in {r.elapsed:.1f}s" + (f"; JUnit {_t(str(r.junit))}" if r.junit else "")
     )
+
+
+def port_result(console: Console, result: PortResult) -> None:
+    table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+    for col in ("start", "merge base", "conflicts", "hunks", "lines from previous port"):
+        table.add_column(col)
+    for c in result.candidates:
+        hunks = ", ".join(f"{n} {k}" for k, n in sorted(c.kinds.items()))
+        table.add_row(_t(c.start.label), c.start.release, str(c.failed), _t(hunks), str(c.distance))
+    console.print(f"[bold]{_t(result.series)}[/] ported to vLLM {_t(result.target)}")
+    console.print(table)
+    for t in result.tried:
+        mark = "[green]accepted[/]" if t.accepted else "[red]not accepted[/]"
+        console.print(f"{_t(t.start)}: verify {_t(t.verify)}; {mark}")
+        for d in t.differences:
+            console.print(f"  differs: {_t(d)}", soft_wrap=True)
+    for h in result.hunks:
+        why = f" ({h['reason']})" if h.get("reason") else ""
+        console.print(
+            _t(f"{h['diff']}: {h['path']} hunk {h['hunk']}: {h['status']}{why}"),
+            soft_wrap=True,
+        )
+        for line in h.get("upstream") or []:  # type: ignore[attr-defined]
+            console.print(f"  upstream {_t(str(line))}", soft_wrap=True)
+    if result.written:
+        console.print(f"[bold green]wrote[/] {_t(result.written)} (with PROVENANCE.md)")
+    else:
+        where = f"; best attempt in {result.failed_out}" if result.failed_out else ""
+        console.print(f"[bold red]no proposal proven[/]{_t(where)}")
+
+
+def upstream_commits(console: Console, result: UpstreamReport) -> None:
+    """The commits since the last release that touched what the series relies on."""
+    n = len(result.commits)
+    console.print(
+        _t(
+            f"{n} upstream commit{'s' if n != 1 else ''} since {result.since} "
+            f"(up to {result.commit[:12]}) touched what the series relies on"
+            + (":" if n else f" ({len(result.regions)} regions looked at)")
+        ),
+        soft_wrap=True,
+    )
+    for c in result.commits:
+        console.print(f"  [bold]{c.sha[:12]}[/] {_t(c.subject)}", soft_wrap=True)
+        for t in c.touches:
+            console.print(f"    {_t(t)}", soft_wrap=True)

@@ -435,7 +435,7 @@ def verify(
     the bake). The tree: ``tree``, else the series' last ``bakery apply`` (never a
     matrix worker's); ``events`` hears which tree, and where the tests run."""
     from bakery.errors import VerifyError
-    from bakery.testing.runner import run_verify
+    from bakery.testing.runner import check_inputs, run_verify
 
     series = load_series(series_spec or _default_series(tree))
     if series.tests is None:
@@ -451,6 +451,7 @@ def verify(
     if not tree.is_dir():
         raise VerifyError(f"--tree {tree}: no such folder")
     interpret, where = choose_device(interpret)
+    check_inputs(series.tests, tree, interpret)  # bad input is one line, before any other
     if events:
         events("verify", f"verifying {display_path(tree)} ({why}) {where}")
     edited = edited_files(tree)

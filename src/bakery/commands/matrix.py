@@ -14,6 +14,7 @@ from typing import Any
 from packaging.version import Version
 
 from bakery.bake import treecopy
+from bakery.bake.strict import needs_review
 from bakery.errors import BakeryError
 from bakery.safety import limits
 from bakery.safety.text import clean, md_cell
@@ -33,11 +34,17 @@ class Row:
     seconds: float = 0.0
     #: why verify could not run (with verify == "error")
     verify_error: str | None = None
+    wheels: list[str] = field(default_factory=list)  # matrix --wheels: the wheels written
+    wheel_error: str | None = None
 
     @property
     def ok(self) -> bool:
         # "checked": a `bakery check --json` report that applies
-        return self.status in ("baked", "checked") and self.verify in (None, "passed")
+        return (
+            self.status in ("baked", "checked")
+            and self.verify in (None, "passed")
+            and not self.wheel_error
+        )
 
     @property
     def verify_cell(self) -> str:
@@ -57,6 +64,8 @@ class Row:
             "verify_log": self.verify_log,
             "seconds": round(self.seconds, 2),
             "diffs": self.diffs,
+            "wheels": self.wheels,
+            "wheel_error": self.wheel_error,
         }
 
 
@@ -91,7 +100,7 @@ def summarize(diff: dict[str, object]) -> str:
     for f in diff.get("files", []):  # type: ignore[attr-defined]
         for h in f["hunks"]:
             counts[h["status"]] = counts.get(h["status"], 0) + 1
-    order = ["failed", "already-applied", "merged", "fuzz", "offset", "applied"]
+    order = ["failed", "already-applied", "merged", "ambiguous", "fuzz", "offset", "applied"]
     return ", ".join(f"{counts[s]} {s}" for s in order if s in counts) or "-"
 
 
@@ -106,22 +115,34 @@ def _worker_init(busy: Any) -> None:
 
 
 def _bake_release_in_worker(
-    series: str, version: str, out_root: str, verify: bool, interpret: bool, home: str
+    series: str,
+    version: str,
+    out_root: str,
+    verify: bool,
+    interpret: bool,
+    home: str,
+    wheels: bool = False,
 ) -> dict[str, Any]:
     """Runs in a worker process: bake one release, verify it if asked."""
     if _busy is None:
-        return _bake_release(series, version, out_root, verify, interpret, home)
+        return _bake_release(series, version, out_root, verify, interpret, home, wheels)
     with _busy.get_lock():
         _busy.value += 1
     try:
-        return _bake_release(series, version, out_root, verify, interpret, home)
+        return _bake_release(series, version, out_root, verify, interpret, home, wheels)
     finally:
         with _busy.get_lock():
             _busy.value -= 1
 
 
 def _bake_release(
-    series: str, version: str, out_root: str, verify: bool, interpret: bool, home: str
+    series: str,
+    version: str,
+    out_root: str,
+    verify: bool,
+    interpret: bool,
+    home: str,
+    wheels: bool = False,
 ) -> dict[str, Any]:
     os.environ["BAKERY_HOME"] = home
     from bakery.commands import bake as commands
@@ -135,6 +156,8 @@ def _bake_release(
         row.diffs = [d.to_json() for d in report.diffs]
         if verify and report.status == "baked":
             _verify(row, series, out, interpret)
+        if wheels and report.status == "baked" and row.verify in (None, "passed"):
+            _wheels(row, out, Path(out_root) / "wheels")
     except commands.ReportedError as e:
         row.error = e.message
         row.diffs = [d.to_json() for d in e.report.diffs]
@@ -172,6 +195,19 @@ def exit_code(rows: list[Row], allow_fail: bool) -> int:
     return 0 if allow_fail or all(r.ok for r in rows) else 1
 
 
+def _wheels(row: Row, tree: Path, out_dir: Path) -> None:
+    """matrix --wheels: the release's baked wheel for every platform, into out_dir."""
+    from bakery.commands.wheel import platforms, wheels_from_tree
+    from bakery.sources.cache import Cache
+
+    try:
+        paths = wheels_from_tree(tree, platforms("all"), out_dir, Cache())
+    except BakeryError as e:
+        row.wheel_error = e.message
+        return
+    row.wheels = [str(p) for p in paths]
+
+
 def run(
     series: str,
     versions: list[str],
@@ -181,10 +217,12 @@ def run(
     verify: bool,
     interpret: bool,
     home: Path,
+    wheels: bool = False,
 ) -> list[Row]:
-    """Bake every version; the cache is shared safely between the workers (file locks)."""
+    """Bake every version; the cache is shared safely between the workers (file locks).
+    With wheels, each baked release's wheels go to <out_root>/wheels/."""
     # Download/extract each release once, before the workers race for it.
-    args = [(series, v, str(out_root), verify, interpret, str(home)) for v in versions]
+    args = [(series, v, str(out_root), verify, interpret, str(home), wheels) for v in versions]
     if jobs <= 1 or len(versions) == 1:
         results = [_bake_release_in_worker(*a) for a in args]
     else:
@@ -205,6 +243,8 @@ def run(
             r["verify_log"],
             float(r["seconds"]),
             r["verify_error"],
+            list(r["wheels"]),
+            r["wheel_error"],
         )
         rows.append(row)
     return rows
@@ -238,7 +278,8 @@ def to_markdown(series: str, rows: list[Row]) -> str:
     ]
     for r in rows:
         cells = {str(d["name"]): summarize(d) for d in r.diffs}
-        icon = "✅" if r.ok else "❌"
+        # a merged, fuzzed or ambiguous hunk applied but asks for a look: never a plain ✅
+        icon = ("⚠️" if needs_review(r.diffs) else "✅") if r.ok else "❌"
         lines.append(
             "| "
             + " | ".join(
@@ -264,7 +305,7 @@ def to_junit(series: str, rows: list[Row]) -> bytes:
             (
                 str(d["name"]),
                 summarize(d),
-                d.get("status") in ("applied", "offset", "fuzz", "merged"),
+                d.get("status") in ("applied", "offset", "fuzz", "merged", "ambiguous"),
             )
             for d in r.diffs
         ]
@@ -375,3 +416,15 @@ def _is_version(v: str) -> bool:
     from bakery.sources.resolve import is_version
 
     return is_version(v)
+
+
+def write_reports(
+    series: str, rows: list[Row], *, markdown: Path | None, junit: Path | None
+) -> None:
+    """The Markdown summary and the JUnit file, where asked for."""
+    from bakery.outputs import write
+
+    if markdown:
+        write(markdown, to_markdown(series, rows).encode(), "--markdown")
+    if junit:
+        write(junit, to_junit(series, rows), "--junit")

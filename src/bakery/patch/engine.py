@@ -8,6 +8,11 @@ Search order for each hunk (GNU patch's, with the same running offset): the stat
 shifted by the offset the previous hunk needed, then ever farther lines either side; a hunk
 whose *result* is found instead is ``already-applied``; only then, with ``fuzz`` > 0, the
 same search with up to ``fuzz`` context lines dropped at either end.
+
+Ambiguity guard: a hunk found exactly (at its line or at an offset) whose old text (context
+plus removed lines) also matches elsewhere in the file is ``ambiguous`` and names those
+other lines (numbered as in the file before the diff). GNU patch's choice of place is kept,
+so the output stays byte-identical; the outcome only says that nothing but nearness chose it.
 """
 
 from __future__ import annotations
@@ -22,7 +27,11 @@ class Outcome(str, Enum):
     APPLIED = "applied"
     OFFSET = "offset"
     FUZZ = "fuzz"
+    #: Applied (exactly or at an offset), but its old text matches in more than one place.
+    AMBIGUOUS = "ambiguous"
     MERGED = "merged"
+    #: resolved by a merge of Python syntax where the lines conflicted (``bakery port``)
+    MERGED_SYNTAX = "merged-syntax"
     ALREADY = "already-applied"
     FAILED = "failed"
 
@@ -35,7 +44,9 @@ class Outcome(str, Enum):
 _SEVERITY = [
     Outcome.FAILED,
     Outcome.ALREADY,
+    Outcome.MERGED_SYNTAX,
     Outcome.MERGED,
+    Outcome.AMBIGUOUS,
     Outcome.FUZZ,
     Outcome.OFFSET,
     Outcome.APPLIED,
@@ -56,6 +67,14 @@ class HunkResult:
     reason: str | None = None
     #: What to do about a hunk that did not apply (set by merge.diagnose).
     action: str | None = None
+    #: For an ambiguous hunk: the other lines where its old text matches (1-based, in the
+    #: file before the diff).
+    also_matches: list[int] = field(default_factory=list)
+    #: (base, target): the definitions that enclose the hunk on the series' base release
+    #: and where it lands, when they differ (set by bake.placement).
+    moved_def: tuple[str, str] | None = None
+    #: The vLLM names the hunk's new code uses (its contract; set by bake.guard).
+    uses: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         d: dict[str, object] = {
@@ -69,6 +88,12 @@ class HunkResult:
             d["reason"] = self.reason
         if self.action:
             d["action"] = self.action
+        if self.also_matches:
+            d["also_matches"] = self.also_matches
+        if self.moved_def:
+            d["moved_def"] = {"base": self.moved_def[0], "target": self.moved_def[1]}
+        if self.uses:
+            d["uses"] = self.uses
         return d
 
 
@@ -240,6 +265,50 @@ def _search(
     return None
 
 
+class _Places:
+    """The ambiguity guard's view of the target file as it was before any hunk: where each
+    line text stands, built once per file (a dict; list.index per hunk made a diff with
+    many hunks quadratic). A hunk's old text is looked for by its rarest line only.
+
+    Work is bounded: ``budget`` whole-text comparisons per file (proportional to its size,
+    as the hunk search's own work is in practice); a hostile file of near-identical lines
+    that uses them up gets no ambiguity check for its remaining hunks rather than a bake
+    that does not finish."""
+
+    def __init__(self, lines: list[str], eols: list[str]) -> None:
+        self.lines = list(lines)
+        self.eols = list(eols)
+        self._at: dict[str, list[int]] | None = None
+        self.budget = 64 * len(lines) + 4096
+
+    def at(self) -> dict[str, list[int]]:
+        if self._at is None:
+            self._at = {}
+            for i, t in enumerate(self.lines):
+                self._at.setdefault(t, []).append(i)
+        return self._at
+
+    def others(self, pat: _Pattern, pos: int, limit: int = 8) -> list[int]:
+        """Other places (0-based, in the file before any hunk) where the pattern's old
+        text matches, at most ``limit``; ``pos`` is its own place there."""
+        old = pat.old
+        if not old or pat.anchor is not None or pat.old_noeol:
+            return []  # no text, or a hunk that may match at one end of the file only
+        at = self.at()
+        j = min(range(len(old)), key=lambda k: len(at.get(old[k], ())))
+        out: list[int] = []
+        for i in at.get(old[j], ()):
+            if self.budget <= 0 or len(out) >= limit:
+                break
+            start = i - j
+            if start == pos or start < 0:
+                continue
+            self.budget -= 1
+            if _matches(self.lines, self.eols, old, start, False):
+                out.append(start)
+        return out
+
+
 def _splice(lines: list[str], eols: list[str], pat: _Pattern, pos: int, style: str) -> None:
     """Replace the matched old lines at pos with the pattern's new lines, in place."""
     new_lines: list[str] = []
@@ -276,6 +345,8 @@ def apply_hunks(
     delta = 0  # lines added minus removed by the hunks done so far
     run = 0  # the offset the previous hunk needed (GNU patch's running offset)
     lo = 0  # hunks never match above the end of the previous one
+    places = _Places(lines, eols)
+    shift = 0  # lines the spliced hunks so far added (the file's own lines: see _Places)
     for h in fp.hunks:
         base = h.old_start - 1 if h.old_len else h.old_start
         stated = base + delta
@@ -322,8 +393,17 @@ def apply_hunks(
                 status = (
                     Outcome.FUZZ if level else (Outcome.APPLIED if offset == 0 else Outcome.OFFSET)
                 )
+                others = [] if level else places.others(pat, pos - shift)
                 _splice(lines, eols, pat, pos, style)
+                shift += len(pat.new) - len(pat.old)
                 res = HunkResult(h.index, status, start + 1, offset, level)
+                if others:
+                    res.status = Outcome.AMBIGUOUS
+                    res.also_matches = [p + 1 for p in others]
+                    res.reason = (
+                        f"its old text also matches at line{'s' if len(others) > 1 else ''} "
+                        f"{', '.join(map(str, res.also_matches))}; the nearest place was taken"
+                    )
                 run = offset
                 lo = pos + len(pat.new)
                 delta += len(pat.new) - len(pat.old)

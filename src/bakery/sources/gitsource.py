@@ -69,11 +69,30 @@ def _mirror_commit(url: str, ref: str, cache: Cache, mirror_key: str) -> tuple[P
     return mirror, commit
 
 
+def _mirror_key(url: str) -> str:
+    return "git-" + hashlib.sha256(split_userinfo(url)[0].encode()).hexdigest()[:16]
+
+
+def git_mirror(url: str, cache: Cache) -> Path:
+    """The cached bare mirror that ``git+URL@REF`` sources are read from, for reading
+    history (bakery upstream); nothing of it is written here. A mirror holding more than
+    bakery wrote (configuration, hooks: a restored cache) is refused, never read."""
+    from bakery.git import remote
+
+    mirror = cache.path("git") / _mirror_key(url)
+    if mirror.exists() and not remote.mirror_intact(mirror):
+        raise SourceError(
+            f"{mirror}: this git mirror holds configuration or hooks bakery did not write; "
+            f"bake git+{redact_url(url)} again to fetch it anew"
+        )
+    return mirror
+
+
 def git_source(spec: str, cache: Cache, defer_check: bool = False) -> Pristine:
     url, ref = split_spec(spec)
     if not url:
         raise SourceError(f"git+{spec}: expected git+URL@REF")
-    mirror_key = "git-" + hashlib.sha256(split_userinfo(url)[0].encode()).hexdigest()[:16]
+    mirror_key = _mirror_key(url)
     pinned = ref.lower() if _FULL.fullmatch(ref.lower()) else None
     entry = None
     if pinned is not None:  # a commit id: the cached tree, without a look at the remote

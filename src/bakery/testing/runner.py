@@ -114,7 +114,7 @@ def verify_environment(
     return env
 
 
-def _check_inputs(tests_dir: Path, tree: Path, interpret: bool) -> None:
+def check_inputs(tests_dir: Path, tree: Path, interpret: bool) -> None:
     if not tests_dir.is_dir():
         raise VerifyError(f"no bundled tests: {tests_dir} is not a folder")
     if not any(tests_dir.glob("test_*.py")) and not any(tests_dir.glob("*_test.py")):
@@ -156,7 +156,7 @@ def run_verify(
     error, interrupted); a test that fails, or no test at all, is ``exit_code`` 1.
     """
     tests_dir, tree = Path(tests_dir).resolve(), Path(tree).resolve()
-    _check_inputs(tests_dir, tree, interpret)
+    check_inputs(tests_dir, tree, interpret)
     junit = Path(junit).resolve() if junit is not None else None
     with tempfile.TemporaryDirectory(prefix="bakery-verify-") as tmp:
         report = Path(tmp) / "report.json"

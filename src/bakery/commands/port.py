@@ -1,0 +1,269 @@
+"""``bakery port SERIES --vllm X``: propose a port, prove it, write it only when proven.
+
+Every start is planned against the release (:mod:`bakery.bake.porting`). The candidates
+without a failed hunk are taken best first: each is written as a port into a scratch
+folder, baked from it (so the port's own diffs are what is proven), verified with the
+series' bundled tests and, where the series records inputs, compared with the previous
+release's baked tree (:mod:`bakery.testing.differential`). The first that passes both
+becomes ``patches/SERIES/X/`` with its provenance note. When none does, the best attempt
+is left as a conflict tree and the hunks still to resolve are listed, each with the
+upstream commits that touched its lines (``--upstream``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from bakery.bake.merge import Fallback
+from bakery.bake.porting import Candidate, candidates, provenance, write_port
+from bakery.bake.staging import display_path
+from bakery.bake.tree import bake
+from bakery.errors import BakeryError, UsageError
+from bakery.patch.series import Series, load_series, project_root
+from bakery.sources import resolve as sources
+from bakery.sources.cache import Cache
+from bakery.sources.resolve import Pristine
+from bakery.testing import differential
+from bakery.testing.runner import run_verify
+
+Events = Callable[[str, str], None]
+
+
+@dataclass
+class Tried:
+    """What became of one candidate that had no conflict."""
+
+    start: str
+    verify: str  # "passed", "failed (N failed)", or why it did not run
+    differences: list[str] = field(default_factory=list)
+    accepted: bool = False
+
+
+@dataclass
+class PortResult:
+    series: str
+    target: str
+    candidates: list[Candidate]
+    tried: list[Tried] = field(default_factory=list)
+    written: str | None = None
+    failed_out: str | None = None
+    #: The best candidate's hunks that did not apply as they are (merged, merged by
+    #: syntax, failed), with the upstream commits that touched their lines (--upstream).
+    hunks: list[dict[str, object]] = field(default_factory=list)
+    previous: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.written is not None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "series": self.series,
+            "vllm": self.target,
+            "ok": self.ok,
+            "port": self.written,
+            "failed_out": self.failed_out,
+            "previous": self.previous,
+            "candidates": [c.to_json() for c in self.candidates],
+            "tried": [t.__dict__ for t in self.tried],
+            "hunks": self.hunks,
+        }
+
+
+def _previous_release(series: Series, target: str, cache: Cache) -> str | None:
+    """The release before the target that the differential check compares with: the
+    newest release on the index older than the target, not older than the base."""
+    if not series.base:
+        return None
+    tv, base = Version(target), Version(series.base)
+    older = [v for v in sources.release_versions() if base <= v < tv]
+    return str(max(older)) if older else None
+
+
+def _verify_line(code: int, passed: int, failed: int, skipped: int) -> str:
+    if code == 0:
+        return f"passed ({passed} passed, {skipped} skipped)"
+    return f"failed ({failed} failed, {passed} passed)"
+
+
+def port(
+    series_spec: str,
+    *,
+    vllm: str,
+    out_root: Path = Path("build/port"),
+    interpret: bool = True,
+    upstream: Path | None = None,
+    previous: str | None = None,
+    write: bool = True,
+    syntax: bool = True,
+    events: Events | None = None,
+    cache: Cache | None = None,
+) -> PortResult:
+    home = project_root()
+    series = load_series(series_spec, home)
+    cache = cache or Cache()
+    if not sources.is_version(vllm):
+        raise UsageError(f"bakery port needs a release version, not {vllm!r}")
+    target = sources.resolve(vllm, cache)
+    version = target.version or vllm
+    _check_portable(series, version)
+    result = PortResult(
+        series.name,
+        version,
+        candidates(series_spec, target, cache, home, syntax=syntax, events=events),
+    )
+    scratch = (out_root / f"{series.name}-{version}").absolute()
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    prev_record = None
+    if (series.path / differential.CASES_FILE).is_file():
+        result.previous = previous or _previous_release(series, version, cache)
+        if result.previous:
+            prev_record = _record_previous(series_spec, result.previous, scratch, cache)
+    for n, cand in enumerate(c for c in result.candidates if c.failed == 0):
+        folder = scratch / f"candidate-{n + 1}"
+        tried = _prove(series, cand, target, folder, interpret, events)
+        result.tried.append(tried)
+        if not tried.verify.startswith("passed"):
+            continue
+        if prev_record is not None and _unexplained(series, version, folder, prev_record, tried):
+            continue
+        tried.accepted = True
+        dest = home / "patches" / series.name / version
+        if write:
+            note = provenance(cand, version, tried.verify, tried.differences)
+            write_port(dest, series, cand.texts, note)
+        result.written = display_path(dest)
+        result.hunks = _attention(cand, result.target, upstream)
+        return result
+    _leave_best(series_spec, result, target, scratch, cache)
+    if result.candidates:
+        result.hunks = _attention(result.candidates[0], result.target, upstream)
+    return result
+
+
+def _check_portable(series: Series, version: str) -> None:
+    if series.base == version:
+        raise UsageError(f"{series.name}'s diffs are made against {version}: nothing to port")
+    if not (series.path / "tests").is_dir():
+        raise UsageError(f"{series.path}: no tests/ folder: a port cannot be proven")
+
+
+def _unexplained(
+    series: Series, version: str, folder: Path, prev_record: Path, tried: Tried
+) -> bool:
+    """The differential check of a verified candidate: True when an output differs from
+    the previous release's and the series does not explain it for this release."""
+    record = folder / "differential.pt"
+    cases = series.path / differential.CASES_FILE
+    differential.record(folder / "tree", cases, record, interpret=True)
+    diffs = differential.compare(
+        prev_record, record, differential.explained_for(series.path, version)
+    )
+    tried.differences = [d.line() for d in diffs]
+    return any(d.explained is None for d in diffs)
+
+
+def _record_previous(spec: str, release: str, scratch: Path, cache: Cache) -> Path:
+    from bakery.commands.bake import apply
+
+    tree = scratch / f"previous-{release}"
+    report = apply(spec, vllm=release, out=tree, cache=cache)
+    if report.status != "baked":
+        raise BakeryError(f"the previous release {release} does not bake: no differential check")
+    series = load_series(spec)
+    out = scratch / f"previous-{release}.pt"
+    # recorded inputs are CPU tensors: both sides run under Triton's interpreter
+    differential.record(tree, series.path / differential.CASES_FILE, out, interpret=True)
+    return out
+
+
+def _prove(
+    series: Series,
+    cand: Candidate,
+    target: Pristine,
+    folder: Path,
+    interpret: bool,
+    events: Events | None,
+) -> Tried:
+    """Bake the candidate from its own port diffs, then verify that tree."""
+    if events:
+        events("port", f"Verifying the proposal from {cand.start.label}")
+    port_dir = folder / "port"
+    port_dir.mkdir(parents=True)
+    s = load_series(str(series.path))
+    for d, text in zip(s.load_diffs(), cand.texts, strict=True):
+        (port_dir / d.name).write_bytes(text)
+    s.use_port(port_dir)
+    report = bake(s, target, folder / "tree")
+    if report.status != "baked":
+        return Tried(cand.start.label, "not run: the proposed diffs do not bake as written")
+    try:
+        res = run_verify(
+            series.path / "tests", folder / "tree", interpret=interpret, log=folder / "verify.log"
+        )
+    except BakeryError as e:
+        return Tried(cand.start.label, f"not run: {e.message}")
+    return Tried(cand.start.label, _verify_line(res.exit_code, res.passed, res.failed, res.skipped))
+
+
+def _leave_best(
+    spec: str, result: PortResult, target: Pristine, scratch: Path, cache: Cache
+) -> None:
+    """The best attempt as a conflict tree, for a person to finish."""
+    from bakery.bake.porting import _series_for
+    from bakery.sources.resolve import release
+
+    if not result.candidates:
+        return
+    best = result.candidates[0]
+    home = project_root()
+    s = _series_for(spec, best.start, home)
+    start = _series_for(spec, best.start, home)
+    base = release(best.start.release, cache)
+    fallback = Fallback(s, target, base, True, syntax=True, start=start)
+    report = bake(s, target, scratch / "attempt", keep_failed=True, fallback=fallback)
+    result.failed_out = report.failed_out
+
+
+def _attention(cand: Candidate, target: str, upstream: Path | None) -> list[dict[str, object]]:
+    """Each hunk that was merged or failed, with the upstream commits behind it."""
+    by_name = {d.name: d for d in cand.series.load_diffs()}
+    rows: list[dict[str, object]] = []
+    for d in cand.plan.report.diffs:
+        for f in d.files:
+            for h in f.hunks:
+                if h.status.value in ("applied", "offset"):
+                    continue
+                row: dict[str, object] = {
+                    "diff": d.name,
+                    "path": f.path,
+                    "hunk": h.index,
+                    "status": h.status.value,
+                    "reason": h.reason,
+                }
+                hunk = next(
+                    (fp.hunks[h.index - 1] for fp in by_name[d.name].files if fp.path == f.path),
+                    None,
+                )
+                if upstream is not None and hunk is not None:
+                    row["upstream"] = _blame(upstream, cand.start.release, target, f.path, h, hunk)
+                rows.append(row)
+    return rows
+
+
+def _blame(upstream: Path, since: str, until: str, path: str, res: Any, hunk: Any) -> list[str]:
+    """The upstream commits in since..until that touched the lines the hunk needs, as they
+    stand in the target release (where the engine looked for them)."""
+    from bakery.git import history
+
+    first = max(res.line, 1)
+    last = first + max(hunk.old_len, 1) - 1
+    a, b = history.release_ref(upstream, since), history.release_ref(upstream, until)
+    return [history.line(c) for c in history.touching(upstream, a, b, path, (first, last))]

@@ -1,0 +1,141 @@
+"""``bakery wheel`` and ``bakery sdist``: a release baked into installable packages.
+
+Both bake the series the normal way (``commands.bake.apply``, into the same baked tree
+``bakery apply`` writes), then package that bake: the wheel from the release's upstream
+wheel per platform (bake/wheel.py), the sdist from its upstream source distribution
+(bake/sdist.py). The packages hold the baked tree's bytes, so ``bakery verify`` on the tree
+tests what the wheel installs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bakery.bake.plan import Events
+from bakery.bake.report import BakeReport
+from bakery.commands import bake as bake_cmd
+from bakery.errors import UsageError
+from bakery.sources.cache import Cache
+from bakery.sources.resolve import Progress, is_version
+
+
+@dataclass
+class Packaged:
+    """The bake, and the packages written from it ((platform or "sdist", path) each)."""
+
+    report: BakeReport
+    files: list[tuple[str, Path]] = field(default_factory=list)
+
+
+def platforms(choice: str | None) -> list[str]:
+    """--platform: x86_64, aarch64, all, or None for this machine's."""
+    from bakery.sources.wheels import PLATFORMS, default_platform
+
+    if choice == "all":
+        return list(PLATFORMS)
+    if choice is None:
+        here = default_platform()
+        return [here] if here else list(PLATFORMS)
+    if choice not in PLATFORMS:
+        raise UsageError(f"--platform {choice}: expected {', '.join(PLATFORMS)} or all")
+    return [choice]
+
+
+def _bake(
+    series: str,
+    vllm: str,
+    tree: Path | None,
+    force: bool,
+    events: Events | None,
+    progress: Progress | None,
+    cache: Cache,
+) -> tuple[BakeReport, Path | None]:
+    if not is_version(vllm):
+        raise UsageError(
+            f"--vllm {vllm}: packages are baked from a release (X.Y.Z) on the package index"
+        )
+    report = bake_cmd.apply(
+        series, vllm=vllm, out=tree, force=force, events=events, progress=progress, cache=cache
+    )
+    if report.status != "baked" or report.out is None:
+        return report, None
+    return report, Path(report.out).absolute()
+
+
+def wheel(
+    series: str,
+    *,
+    vllm: str,
+    platform: str | None = None,
+    out_dir: Path = Path("dist"),
+    tree: Path | None = None,
+    force: bool = False,
+    events: Events | None = None,
+    progress: Progress | None = None,
+    cache: Cache | None = None,
+) -> Packaged:
+    """Bake the series on release vllm and write its wheel for each platform."""
+    wanted = platforms(platform)
+    cache = cache or Cache()
+    report, baked_tree = _bake(series, vllm, tree, force, events, progress, cache)
+    if baked_tree is None:
+        return Packaged(report)
+    from bakery.bake.wheel import CannotCarry
+
+    try:
+        paths = wheels_from_tree(baked_tree, wanted, out_dir, cache, events, progress)
+    except CannotCarry as e:
+        raise e.naming(series) from None
+    return Packaged(report, list(zip(wanted, paths, strict=True)))
+
+
+def wheels_from_tree(
+    tree: Path,
+    wanted: list[str],
+    out_dir: Path,
+    cache: Cache,
+    events: Events | None = None,
+    progress: Progress | None = None,
+) -> list[Path]:
+    """The wheels of a baked tree (a release's bake) for each platform in wanted."""
+    from bakery.bake.baked import read_baked
+    from bakery.bake.wheel import refuse_built, write_wheel
+    from bakery.sources.wheels import upstream_wheel
+
+    baked = read_baked(tree)
+    refuse_built(baked)  # before any download
+    written = []
+    for plat in wanted:
+        found, path = upstream_wheel(baked.vllm, plat, cache, progress)
+        if events:
+            events("write", f"Writing the {plat} wheel from {found.filename}")
+        written.append(write_wheel(path, baked, out_dir, upstream_sha256=found.sha256))
+    return written
+
+
+def sdist(
+    series: str,
+    *,
+    vllm: str,
+    out_dir: Path = Path("dist"),
+    tree: Path | None = None,
+    force: bool = False,
+    events: Events | None = None,
+    progress: Progress | None = None,
+    cache: Cache | None = None,
+) -> Packaged:
+    """Bake the series on release vllm and write its source distribution."""
+    from bakery.bake.baked import read_baked
+    from bakery.bake.sdist import write_sdist
+    from bakery.sources.wheels import upstream_sdist
+
+    cache = cache or Cache()
+    report, baked_tree = _bake(series, vllm, tree, force, events, progress, cache)
+    if baked_tree is None:
+        return Packaged(report)
+    baked = read_baked(baked_tree)
+    upstream = upstream_sdist(baked.vllm, cache, progress)
+    if events:
+        events("write", f"Writing the sdist from {upstream.name}")
+    return Packaged(report, [("sdist", write_sdist(upstream, baked, out_dir))])

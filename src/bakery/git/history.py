@@ -1,0 +1,101 @@
+"""Reading a vLLM checkout's history (the cached mirror of a ``git+`` source): the last
+release before a commit, and the commits since then that touched given lines of a file.
+
+Through GitPython (issue 13), with the configuration policy and the clean environment of
+cmd.py, the one git door (cmd.config_args, cmd.clean_env: no user or system config, no
+program a repository configures, no prompts), so that a foreign repository's config or
+hooks never run; the mirror read is one remote.mirror_intact accepts (gitsource.git_mirror).
+Lines are followed through history by ``git log -L``, which moves a range with the edits
+above it: a commit counts when it changed the range as it stood at that commit, not only
+the lines as they are now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bakery.git import cmd as gitutil
+
+#: cmd.py's policy (every key that would run a program forced off, protocols refused), so
+#: that GitPython runs git as the one git door does; -L diffs file versions: no external
+#: diff runs either.
+_NO_FOREIGN_CODE = ("--literal-pathspecs", *gitutil.config_args({"diff.external": ""}))
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    subject: str
+
+
+def _git(repo: Path, *args: str) -> str:
+    import git as gitpython  # GitPython, imported lazily: it is slow to import
+
+    try:
+        cmdline = ["git", *_NO_FOREIGN_CODE, *args]
+        if args[0] == "log":  # -L diffs file versions: no textconv or external diff runs
+            cmdline[len(_NO_FOREIGN_CODE) + 2 : len(_NO_FOREIGN_CODE) + 2] = [
+                "--no-textconv",
+                "--no-ext-diff",
+            ]
+        return str(gitpython.Repo(repo).git.execute(cmdline, env=gitutil.clean_env()))
+    except gitpython.GitCommandError as e:
+        lines = (e.stderr or str(e)).strip().splitlines()
+        raise gitutil.GitError(f"git {args[0]}: {lines[-1] if lines else 'failed'}") from None
+    except gitpython.exc.GitError as e:
+        raise gitutil.GitError(f"{repo}: {e}") from None
+
+
+def last_release(repo: Path, commit: str) -> str | None:
+    """The newest release tag (``vX.Y.Z``) that the commit contains, or None."""
+    try:
+        return _git(repo, "describe", "--tags", "--abbrev=0", "--match", "v[0-9]*", commit).strip()
+    except gitutil.GitError:
+        return None
+
+
+def exists(repo: Path, rev: str) -> bool:
+    try:
+        _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    except gitutil.GitError:
+        return False
+    return True
+
+
+def _parse(out: str) -> list[Commit]:
+    commits = []
+    for line in out.splitlines():
+        sha, _, subject = line.partition("\t")
+        if len(sha) == 40:
+            commits.append(Commit(sha, subject))
+    return commits
+
+
+def touching(
+    repo: Path, since: str, until: str, path: str, lines: tuple[int, int] | None = None
+) -> list[Commit]:
+    """Commits in since..until that changed the file, or only lines (a, b) of it as they
+    are at ``until``; oldest first."""
+    spec = f"{since}..{until}"
+    fmt = "--format=%H%x09%s"
+    if lines is None:
+        out = _git(repo, "log", "--reverse", fmt, spec, "--", path)
+    else:
+        a, b = lines
+        # -L does not take --reverse; the order is put right below
+        out = _git(repo, "log", fmt, "--no-patch", f"-L{a},{b}:{path}", spec)
+        return list(reversed(_parse(out)))
+    return _parse(out)
+
+
+def release_ref(repo: Path, version: str) -> str:
+    """The tag of a release in an upstream checkout (v0.34.0, or 0.34.0)."""
+    for name in (f"v{version}", version):
+        if exists(repo, f"refs/tags/{name}"):
+            return name
+    raise gitutil.GitError(f"{repo}: no tag v{version} (fetch the release tags)")
+
+
+def line(c: Commit) -> str:
+    return f"{c.sha[:12]} {c.subject}"
