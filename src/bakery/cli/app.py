@@ -129,6 +129,12 @@ def apply(
         bool,
         typer.Option("--force", help="Replace a baked tree at --out even if it has local changes."),
     ] = False,
+    with_fixes: Annotated[
+        bool,
+        typer.Option(
+            "--with-fixes", help="Also apply the series' proposed fixes (fixes/), after its diffs."
+        ),
+    ] = False,
 ) -> None:
     """Apply a series to a pristine vLLM tree, into a new baked tree."""
     from bakery.commands import bake as commands
@@ -146,6 +152,7 @@ def apply(
             force=force,
             events=_events,
             progress=render.download_progress(err_console),
+            with_fixes=with_fixes,
         ),
         json_file,
     )

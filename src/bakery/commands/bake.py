@@ -67,6 +67,7 @@ def _prepare(
     progress: Progress | None,
     cache: Cache | None = None,
     defer_check: bool = False,
+    with_fixes: bool = False,
 ) -> tuple[Series, Pristine, Cache]:
     series = load_series(series_spec)
     cache = cache or Cache()
@@ -76,6 +77,8 @@ def _prepare(
         port = port_dir(series, pristine.version) if use_port else None
         if port is not None:
             series.use_port(port)
+        if with_fixes:
+            series.use_fixes(pristine.version)
         series.load_diffs()
     except BakeryError as e:
         raise ReportedError(
@@ -113,6 +116,7 @@ def apply(
     events: Events | None = None,
     progress: Progress | None = None,
     cache: Cache | None = None,
+    with_fixes: bool = False,
 ) -> BakeReport:
     # A cached tree is checked for changes (git status) while the bake copies it; if it
     # had changed, the entry is extracted again and the bake done again, once.
@@ -125,6 +129,7 @@ def apply(
             progress=progress,
             cache=cache,
             defer_check=not again,
+            with_fixes=with_fixes,
         )
         try:
             return _apply(
