@@ -253,6 +253,16 @@ def verify(
         bool, typer.Option("--interpret", help="CPU only: Triton's interpreter and gloo.")
     ] = False,
     junit: Annotated[Path | None, typer.Option("--junit", help="Write a JUnit XML file.")] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            help="Test worker processes (pytest-xdist; default: the cores, up to 4, "
+            "with --interpret, else 1).",
+        ),
+    ] = None,
 ) -> None:
     """Run the series' bundled tests against a baked tree's own code. Arguments after --
     go to pytest."""
@@ -260,7 +270,12 @@ def verify(
 
     try:
         result, edited = commands.verify(
-            series, tree=tree, interpret=interpret, junit=junit, pytest_args=list(ctx.args)
+            series,
+            tree=tree,
+            interpret=interpret,
+            junit=junit,
+            pytest_args=list(ctx.args),
+            jobs=jobs,
         )
     except BakeryError as e:
         fail(e)

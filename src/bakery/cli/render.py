@@ -143,7 +143,7 @@ def download_progress(console: Console) -> Callable[[int, int | None], None]:
 
 
 def matrix_grid(console: Console, series: str, rows: list) -> None:  # type: ignore[type-arg]
-    from bakery.commands.matrix import diff_names, summarize
+    from bakery.commands.matrix import diff_names, summarize, verify_cell
 
     names = diff_names(rows)
     table = Table(title=escape(f"{series}: releases x diffs"), title_justify="left")
@@ -159,7 +159,9 @@ def matrix_grid(console: Console, series: str, rows: list) -> None:  # type: ign
         status = {"baked": "[green]baked[/]", "conflict": "[red]conflict[/]"}.get(
             r.status, f"[red]{r.status}[/]"
         )
-        verify = {"passed": "[green]passed[/]", "failed": "[red]failed[/]"}.get(r.verify or "", "-")
+        verify = {"passed": "[green]passed[/]", "failed": "[red]failed[/]"}.get(
+            r.verify or "", f"[yellow]{escape(verify_cell(r))}[/]" if r.verify else "-"
+        )
         table.add_row(
             escape(r.version),
             status,
@@ -192,6 +194,15 @@ def verify_summary(console: Console, result: VerifyResult, edited: list[str]) ->
         console.print(escape(f"stood in: {', '.join(stood)}"), soft_wrap=True)
     for fix in r.tool_fixes:
         console.print(escape(f"test tools: {fix}"), soft_wrap=True)
+    if r.expectations:
+        console.print(escape(f"expectations: vLLM {r.expectations} (the series' expectations)"))
+    for defect, count in sorted(r.known_defects.items()):
+        noun = "test" if count == 1 else "tests"
+        console.print(f"[yellow]known defect {escape(defect)}: {count} {noun}[/]")
+    if r.unexpected_skips:
+        console.print(
+            f"[red]{r.unexpected_skips} unexpected skips[/] (not in the release's expected skips)"
+        )
     parts = [
         f"{n} {label}"
         for n, label in (
@@ -199,10 +210,13 @@ def verify_summary(console: Console, result: VerifyResult, edited: list[str]) ->
             (r.failed, "failed"),
             (r.errors, "errors"),
             (r.skipped, "skipped"),
+            (sum(r.known_defects.values()), "known defect"),
         )
         if n
     ]
     verdict = "[bold green]verified[/]" if r.exit_code == 0 else "[bold red]not verified[/]"
+    if r.exit_code == 0 and r.known_defects:
+        verdict = "[bold yellow]verified, with known defects[/]"
     console.print(
         f"{verdict}: {', '.join(parts) or 'no tests ran'} "
         f"in {r.elapsed:.1f}s" + (f"; JUnit {escape(str(r.junit))}" if r.junit else "")

@@ -345,6 +345,7 @@ def verify(
     junit: Path | None,
     pytest_args: list[str],
     log: Path | None = None,
+    jobs: int | None = None,
 ) -> tuple[VerifyResult, list[str]]:
     """Run the series' bundled tests against a baked tree: (result, files edited since
     the bake)."""
@@ -364,6 +365,13 @@ def verify(
         raise VerifyError(f"--tree {tree}: no such folder")
     edited = edited_files(tree)
     result = run_verify(
-        series.tests, tree, interpret=interpret, pytest_args=pytest_args, junit=junit, log=log
+        series.tests,
+        tree,
+        interpret=interpret,
+        pytest_args=pytest_args,
+        junit=junit,
+        log=log,
+        series_dir=series.path,
+        jobs=jobs,
     )
     return result, edited

@@ -24,13 +24,15 @@ class Row:
     port: str | None = None
     error: str | None = None
     diffs: list[dict[str, object]] = field(default_factory=list)
-    verify: str | None = None  # passed | failed | None (not run)
+    verify: str | None = None  # passed | known-defects | failed | None (not run)
     verify_log: str | None = None
     seconds: float = 0.0
+    #: the series' registered defects this bake has: id -> tests (verify "known-defects")
+    known_defects: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        return self.status == "baked" and self.verify in (None, "passed")
+        return self.status == "baked" and self.verify in (None, "passed", "known-defects")
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -40,6 +42,7 @@ class Row:
             "error": self.error,
             "verify": self.verify,
             "verify_log": self.verify_log,
+            "known_defects": self.known_defects,
             "seconds": round(self.seconds, 2),
             "diffs": self.diffs,
         }
@@ -106,7 +109,8 @@ def _one_bake(
                 series, tree=out, interpret=interpret, junit=None, pytest_args=["-q"], log=log
             )
             row.verify_log = str(log)
-            row.verify = "passed" if result.exit_code == 0 else "failed"
+            row.verify = verify_state(result.exit_code, result.known_defects)
+            row.known_defects = dict(result.known_defects)
     except commands.ReportedError as e:
         row.error = e.message
         row.diffs = [d.to_json() for d in e.report.diffs]
@@ -114,6 +118,22 @@ def _one_bake(
         row.error = e.message
     row.seconds = time.monotonic() - start
     return row.to_json()
+
+
+def verify_state(exit_code: int, known_defects: dict[str, int]) -> str:
+    """A verify run as one state: a known defect is neither a pass nor a failure."""
+    if exit_code != 0:
+        return "failed"
+    return "known-defects" if known_defects else "passed"
+
+
+def verify_cell(row: Row) -> str:
+    """The verify column of the grid and the Markdown."""
+    if row.verify == "known-defects":
+        return "known defects: " + ", ".join(
+            f"{d} ({n})" for d, n in sorted(row.known_defects.items())
+        )
+    return row.verify or "-"
 
 
 def run(
@@ -148,6 +168,7 @@ def run(
             r["verify"],
             r["verify_log"],
             float(r["seconds"]),
+            dict(r.get("known_defects") or {}),
         )
         rows.append(row)
     return rows
@@ -190,7 +211,7 @@ def to_markdown(series: str, rows: list[Row]) -> str:
                     f"{icon} {r.status}" + (f": {r.error}" if r.error else ""),
                     r.port or "-",
                     *[cells.get(n, "-") for n in names],
-                    r.verify or "-",
+                    verify_cell(r),
                 ]
             )
             + " |"
@@ -212,19 +233,26 @@ def to_junit(series: str, rows: list[Row]) -> bytes:
         if r.error:
             cases.append(("bake", r.error, False))
         if r.verify is not None:
-            cases.append(("verify", r.verify, r.verify == "passed"))
+            cases.append(("verify", r.verify, r.verify != "failed"))
         suite = ET.SubElement(
             suites,
             "testsuite",
             name=f"{series} vLLM {r.version}",
-            tests=str(len(cases)),
+            tests=str(len(cases) + len(r.known_defects)),
             failures=str(sum(1 for c in cases if not c[2])),
+            skipped=str(len(r.known_defects)),
             time=f"{r.seconds:.2f}",
         )
         for name, text, ok in cases:
             case = ET.SubElement(suite, "testcase", classname=f"{series}.{r.version}", name=name)
             if not ok:
                 ET.SubElement(case, "failure", message=text).text = text
+        for defect, count in sorted(r.known_defects.items()):
+            # Its own state: a skipped case that names the defect (not a pass, not a failure).
+            case = ET.SubElement(
+                suite, "testcase", classname=f"{series}.{r.version}", name=f"known defect {defect}"
+            )
+            ET.SubElement(case, "skipped", message=f"known defect {defect}: {count} tests")
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
 
 
@@ -252,6 +280,7 @@ def rows_from_reports(paths: list[Path]) -> tuple[str, list[Row]]:
                         r.get("verify"),
                         r.get("verify_log"),
                         r.get("seconds", 0.0),
+                        dict(r.get("known_defects") or {}),
                     )
                 )
         elif "series" in data and "vllm" in data:
