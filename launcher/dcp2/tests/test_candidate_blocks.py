@@ -244,6 +244,24 @@ def test_nan_and_inf_logits(
     torch.testing.assert_close(out.cpu(), ref, rtol=0, atol=0)
 
 
+def test_block_max_propagates_nan_when_compiled(baked_tree):
+    """The block max propagates NaN (``arith.maximumf``, never ``arith.maxnumf``) in the
+    compiled kernel: a CPU check of what only a GPU run shows by value (the interpreter
+    propagates NaN whatever the kernel asks). Compiles to TTIR in a process of its own."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["BAKERY_TREE"] = str(baked_tree)
+    probe = os.path.join(os.path.dirname(__file__), "ttir_probe.py")
+    done = subprocess.run(
+        [sys.executable, probe], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    ops = dict(line.split() for line in done.stdout.splitlines())
+    assert int(ops["arith.maximumf"]) > 0 and int(ops["arith.maxnumf"]) == 0, ops
+
+
 @pytest.mark.parametrize("with_starts", WITH_STARTS)
 @torch.inference_mode()
 def test_padding_and_newest_block(with_starts, device):
