@@ -336,6 +336,8 @@ def assert_dcp_equals_single_rank(ranks, problem, topk_blocks, device, reduce_by
 
 @pytest.fixture(params=WORLD_SIZES, ids=lambda w: f"world{w}")
 def ranks(request, rank_pool):
+    """Real ranks, world 2 and 4 (tests narrow it with ``parametrize("ranks", ...,
+    indirect=True)`` where world 4, 4 processes on few cores, would add no case)."""
     return rank_pool(request.param)
 
 
@@ -353,7 +355,12 @@ EQUIVALENCE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize(
+    "ranks, seed",
+    [(2, 0), (2, 1), (4, 0)],
+    indirect=["ranks"],
+    ids=["world2-0", "world2-1", "world4-0"],
+)
 @pytest.mark.parametrize("case", EQUIVALENCE_CASES, ids=lambda c: "-".join(map(str, c)))
 @torch.inference_mode()
 def test_dcp_equals_single_rank(case, seed, ranks, device):
@@ -512,8 +519,11 @@ def test_mask_with_local_block_size(case, row_repeat, device):
 
 
 @pytest.mark.known_defect(NAN_DEFECT)
-@pytest.mark.parametrize("row_repeat", [1, 2])
-@pytest.mark.parametrize("with_starts", [False, True])
+@pytest.mark.parametrize(
+    "ranks, row_repeat, with_starts",
+    [(2, 1, False), (2, 2, True), (4, 1, True), (4, 2, False)],
+    indirect=["ranks"],
+)
 @torch.inference_mode()
 def test_dcp_nan_logits(row_repeat, with_starts, ranks, device):
     """NaN is part of the contract: NaN anywhere in a block makes the block's score NaN
@@ -546,9 +556,11 @@ def test_dcp_nan_logits(row_repeat, with_starts, ranks, device):
     assert_dcp_equals_single_rank(ranks, problem, 4, device)
 
 
-@pytest.mark.parametrize("block", [4, 8])
-@pytest.mark.parametrize("row_repeat", [1, 3])
-@pytest.mark.parametrize("with_starts", [False, True])
+@pytest.mark.parametrize(
+    "ranks, block, row_repeat, with_starts",
+    [(2, 4, 1, False), (2, 4, 3, True), (2, 8, 1, True), (2, 8, 3, False), (4, 8, 1, False)],
+    indirect=["ranks"],
+)
 @torch.inference_mode()
 def test_dcp_ties(block, row_repeat, with_starts, ranks, device):
     """Tied block scores, with the block count callers pass (what the rows need).
@@ -611,8 +623,11 @@ def block_scores(problem: Problem) -> list[list[float]]:
     return out
 
 
-@pytest.mark.parametrize("row_repeat", [1, 3])
-@pytest.mark.parametrize("with_starts", [False, True])
+@pytest.mark.parametrize(
+    "ranks, row_repeat, with_starts",
+    [(2, 1, True), (2, 3, False), (4, 3, True)],
+    indirect=["ranks"],
+)
 @torch.inference_mode()
 def test_dcp_one_column_local_shard(row_repeat, with_starts, ranks, device):
     """Rank 1 holds a single column, and every finite logit: the other ranks' are -inf."""
@@ -640,7 +655,7 @@ def test_dcp_one_column_local_shard(row_repeat, with_starts, ranks, device):
     assert_dcp_equals_single_rank(ranks, problem, 2, device, slice_cap(1, problem))
 
 
-@pytest.mark.parametrize("row_repeat", [1, 3])
+@pytest.mark.parametrize("ranks, row_repeat", [(2, 1), (4, 3)], indirect=["ranks"])
 @torch.inference_mode()
 def test_dcp_empty_local_shards(row_repeat, ranks, device):
     """Requests of one state each: every rank but rank 0 holds no column (width 0)."""
