@@ -433,8 +433,8 @@ def make_dcp_problem(
 ):
     """Decode rows over a padded static width (garbage past each row's end), sharded
     with interleave 1; each shard padded by whole local blocks of garbage. ``nan``: each
-    row group with context of 2 blocks or more holds one NaN in its first block, on
-    rank ``group % world``."""
+    row with context of more than 2 blocks holds a NaN in block 0 on rank 1 and one in
+    block 1 on rank 0 (whatever order a reduce meets the ranks in, one NaN comes late)."""
     rng = random.Random(seed)
     g = block_size
     groups = -(-rows // row_repeat)
@@ -448,9 +448,9 @@ def make_dcp_problem(
     for row in range(rows):
         n = lengths[row // row_repeat]
         logits[row, :n] = torch.randn(n) * 100
-        group = row // row_repeat
         if nan and n > 2 * g:
-            logits[row, group % WORLD_SIZE] = NAN
+            logits[row, 1] = NAN  # block 0, on rank 1
+            logits[row, g] = NAN  # block 1, on rank 0
     logits = logits.to(dtype)
     shards = []
     for rank in range(WORLD_SIZE):
