@@ -221,14 +221,19 @@ def test_select_candidate_blocks(
 
 @pytest.mark.parametrize("block_size", [1, 3, 4])
 @pytest.mark.parametrize("with_starts", WITH_STARTS)
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("seed", SEEDS)
 @torch.inference_mode()
 def test_nan_and_inf_logits(
     block_size, with_starts, dtype, seed, device, nan_selected, interpret, expected, release
 ):
     """NaN anywhere in a block makes the block's score NaN; all -inf scores as padding."""
-    if dtype is torch.bfloat16 and not interpret and not expected.data.get("bf16_gpu", True):
+    if dtype is torch.bfloat16 and expected is not None and not expected.data.get("bf16", True):
+        # Its block max reduces bf16 values (0.33.0+ casts them to fp32 first).
+        if interpret:
+            pytest.skip(
+                f"vLLM {release}'s kernel needs bf16 constants: Triton's interpreter has none"
+            )
         pytest.skip(f"vLLM {release}'s block-score kernel does not compile for bf16 on a GPU")
     rng = random.Random(seed)
     torch.manual_seed(seed)

@@ -65,7 +65,6 @@ FEATURES = {
     "score_dtype": HAS_SCORE_DTYPE,
     "rocm_topk": HAS_ROCM_TOPK,
 }
-NAN_DEFECT = "dcp2-nan-max-reduce"
 
 
 # -- references -----------------------------------------------------------------------
@@ -428,13 +427,9 @@ def on_rank(count: int, rank: int) -> int:
     return len(range(rank, count, WORLD_SIZE))
 
 
-def make_dcp_problem(
-    seed: int, rows: int, row_repeat: int, block_size: int, dtype, nan: bool = False
-):
+def make_dcp_problem(seed: int, rows: int, row_repeat: int, block_size: int, dtype):
     """Decode rows over a padded static width (garbage past each row's end), sharded
-    with interleave 1; each shard padded by whole local blocks of garbage. ``nan``: each
-    row with context of more than 2 blocks holds a NaN in block 0 on rank 1 and one in
-    block 1 on rank 0 (whatever order a reduce meets the ranks in, one NaN comes late)."""
+    with interleave 1; each shard padded by whole local blocks of garbage."""
     rng = random.Random(seed)
     g = block_size
     groups = -(-rows // row_repeat)
@@ -448,9 +443,6 @@ def make_dcp_problem(
     for row in range(rows):
         n = lengths[row // row_repeat]
         logits[row, :n] = torch.randn(n) * 100
-        if nan and n > 2 * g:
-            logits[row, 1] = NAN  # block 0, on rank 1
-            logits[row, g] = NAN  # block 1, on rank 0
     logits = logits.to(dtype)
     shards = []
     for rank in range(WORLD_SIZE):
@@ -530,10 +522,9 @@ def check_dcp(
     row_repeat=1,
     block_size=8,
     topk_blocks=3,
-    nan=False,
 ):
     logits, row_ke, shards, max_blocks = make_dcp_problem(
-        seed, rows, row_repeat, block_size, logits_dtype, nan
+        seed, rows, row_repeat, block_size, logits_dtype
     )
     reduce_bytes = None if reduce_rows is None else reduce_rows * max_blocks * 4
     opts = {"local_topk": local_topk, "score_dtype": score_dtype, "reduce_bytes": reduce_bytes}
@@ -546,13 +537,9 @@ def check_dcp(
         logits.to(device), None, row_ke.to(device), topk_blocks, block_size, row_repeat, **kw
     )
     scores = ref_block_scores(logits, None, row_ke, block_size, row_repeat, dtype=score_dtype)
-    if not nan:
-        assert_selects_top(single, scores, topk_blocks)
+    assert_selects_top(single, scores, topk_blocks)
     for rank, (out, calls) in enumerate(results):
-        if nan:  # the release's own NaN rule, as one rank applies it
-            assert torch.equal(out, single.cpu()), f"rank {rank}: {out} vs one rank {single}"
-        else:
-            assert_selects_top(out, scores, topk_blocks)
+        assert_selects_top(out, scores, topk_blocks)
         for row in range(rows):
             if int(row_ke[row // row_repeat]) == 0:
                 assert out[row].tolist() == [-1] * topk_blocks, f"rank {rank} row {row}"
@@ -618,16 +605,13 @@ def test_dcp_score_dtype(logits_dtype, score_dtype, reduce_rows, ranks, device, 
     )
 
 
-@pytest.mark.parametrize(
-    "nan", [False, pytest.param(True, marks=pytest.mark.known_defect(NAN_DEFECT))]
-)
 @pytest.mark.parametrize("block_size", [2, 8])
 @pytest.mark.parametrize("seed", [0, 1])
 @torch.inference_mode()
-def test_dcp_padded_local_tails(block_size, seed, nan, ranks, device):
+def test_dcp_padded_local_tails(block_size, seed, ranks, device):
     """Every release: shards padded by whole local blocks of garbage (the static
     workspace); the reduce sees -inf there (``FULL_WIDTH`` on 0.33.0+), never garbage.
-    With ``nan``, NaN logits on both ranks: every rank answers as one rank does."""
+    (NaN under DCP: test_dcp.py::test_dcp_nan_logits.)"""
     local_topk = "deep_select" if HAS_DEEP_SELECT else ("rocm" if HAS_ROCM_TOPK else None)
     check_dcp(
         ranks,
@@ -637,5 +621,4 @@ def test_dcp_padded_local_tails(block_size, seed, nan, ranks, device):
         seed=seed,
         rows=5,
         topk_blocks=4,
-        nan=nan,
     )
