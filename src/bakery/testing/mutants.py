@@ -5,9 +5,9 @@
 A series lists hand-made mutants of one baked file in ``mutants.toml`` (``file``, then
 ``[[mutant]]`` with ``name``, ``old``, ``new`` and optionally ``survives``: why no CPU
 test can kill it). Each mutant that applies (its ``old`` text is in the tree's file
-exactly once) is written into a scratch tree holding only that file and the bake's
-manifest (the rest stands in, as under ``bakery verify``), and the bundled tests run on
-it under the interpreter, stopping at the first failure. Killed: a test failed (named).
+exactly once) is written into a scratch tree (the baked tree hard-linked beside it, the
+mutated file written anew: the bake is never touched), and the bundled tests run on it
+under the interpreter, stopping at the first failure. Killed: a test failed (named).
 Survived: every test passed; with ``survives`` that is the known reason, without it a
 gap in the tests. Hand-made, not a mutation library: the mutants are few, chosen for
 the promises the tests state, and a generic tool would mutate vLLM's whole file.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -59,14 +60,27 @@ def load(series_dir: Path) -> tuple[str, list[Mutant]]:
 
 
 def _scratch_tree(tree: Path, rel: str, text: str, root: Path) -> Path:
+    """The baked tree's ``vllm/`` hard-linked (copied across file systems) under ``root``,
+    its manifest, and the mutated file written anew (never through a link)."""
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(tree / "vllm", root / "vllm", copy_function=link, ignore=_NO_CACHES)
     target = root / rel
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target.unlink()
     target.write_text(text)
     manifest = tree / ".bakery" / "manifest.json"
     if manifest.is_file():
         (root / ".bakery").mkdir(exist_ok=True)
         shutil.copy2(manifest, root / ".bakery" / "manifest.json")
     return root
+
+
+_NO_CACHES = shutil.ignore_patterns("__pycache__")
 
 
 def _first_failure(junit: Path) -> str:
@@ -87,8 +101,9 @@ def run_one(series_dir: Path, tree: Path, rel: str, mutant: Mutant, jobs: int) -
     text = (tree / rel).read_text()
     if text.count(mutant.old) != 1:
         return Outcome(mutant, "not-applicable", f"{mutant.old!r} is not in this release's file")
-    with tempfile.TemporaryDirectory(prefix=f"bakery-mutant-{mutant.name}-") as tmp:
-        scratch = _scratch_tree(tree, rel, text.replace(mutant.old, mutant.new), Path(tmp))
+    # Beside the tree: same file system, so the scratch copy is hard links.
+    with tempfile.TemporaryDirectory(prefix=f".mutant-{mutant.name}-", dir=tree.parent) as tmp:
+        scratch = _scratch_tree(tree, rel, text.replace(mutant.old, mutant.new), Path(tmp) / "t")
         junit = Path(tmp) / "junit.xml"
         result = run_verify(
             series_dir / "tests",
