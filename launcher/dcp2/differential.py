@@ -73,8 +73,16 @@ def cases(cb: Any) -> Iterator[tuple[str, Any]]:
             nblocks = max(1, -(-width // block))
             try:
                 cb.select_candidate_blocks(
-                    logits, starts, ends, topk, block, dcp_out, repeat,
-                    dcp_group=group, global_row_ke=ends, global_block_size=block,
+                    logits,
+                    starts,
+                    ends,
+                    topk,
+                    block,
+                    dcp_out,
+                    repeat,
+                    dcp_group=group,
+                    global_row_ke=ends,
+                    global_block_size=block,
                     max_global_blocks=nblocks,
                 )
             except TypeError as e:  # a tree without the DCP path
