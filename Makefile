@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 BAKERY  := $(BIN)/bakery
 STAMP   := $(VENV)/.setup-stamp
 
-.PHONY: setup demo test test-offline test-network lint bench matrix ports-table clean
+.PHONY: setup demo test test-offline test-network lint bench matrix ports-table mutants clean
 
 setup: $(STAMP)
 
@@ -42,6 +42,13 @@ bench: setup
 # each committed port hidden in turn: what `bakery port` proposes (bench/ports.md)
 ports-table: setup
 	$(BIN)/python bench/port_table.py
+
+# make mutants [MUTANT_TREE=build/dcp2-0.34.0]: the bundled tests against hand-made mutants
+# of the baked kernel (launcher/dcp2/mutants.toml); kill rate and every survivor with why.
+MUTANT_TREE ?= build/dcp2-0.30.0
+mutants: setup
+	test -d $(MUTANT_TREE) || $(BAKERY) apply dcp2 --vllm $(notdir $(subst dcp2-,,$(MUTANT_TREE))) --out $(MUTANT_TREE)
+	$(BIN)/python -m bakery.testing.mutants launcher/dcp2 --tree $(MUTANT_TREE)
 
 matrix: setup
 	$(BAKERY) matrix dcp2 --since 0.30.0 --verify --markdown build/matrix.md --json build/matrix.json

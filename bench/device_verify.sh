@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Run on the device machine from the repo root, with wheels for platformdirs/unidiff/GitPython
+# (and packaging, which verify's plugin reads expectations with)
 # in .whl/ and slim baked trees (vllm/ files the loader reads, plus .bakery/) in .devtrees/<release>/.
 # bakery verify (no --interpret) on the device's GPU, every release the series bakes on.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 nvidia-smi -L
 python3 -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "gpus", torch.cuda.device_count())'
-for v in 0.30.0 0.31.0 0.32.0 0.33.0 0.34.0; do
+# .devtrees/<release>-fixed/: a bake with the proposed fixes (bakery apply --with-fixes), if copied.
+for v in 0.30.0 0.31.0 0.32.0 0.33.0 0.34.0 0.30.0-fixed 0.31.0-fixed 0.32.0-fixed 0.33.0-fixed 0.34.0-fixed; do
+  [ -d .devtrees/$v ] || continue
   echo "=== bakery verify dcp2 --tree .devtrees/$v (vLLM $v, GPU)"
   s=$(date +%s.%N)
   python3 -m bakery verify dcp2 --tree .devtrees/$v --junit $OUT/junit-$v.xml -- -q -p no:randomly > $OUT/verify-$v.log 2>&1

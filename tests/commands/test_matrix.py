@@ -46,6 +46,7 @@ RELEASE_KEYS = {
     "seconds",
     "wheels",
     "wheel_error",
+    "known_defects",
     "diffs",
 }
 

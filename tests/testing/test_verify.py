@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bakery.errors import BakeryError, VerifyError
-from bakery.testing import loader
+from bakery.testing import loader, standins
 from bakery.testing.dist import RankError, RankPool, RankTimeout
 from bakery.testing.runner import pytest_command, run_verify
 from tests.helpers import FIXTURES, PROJECT, write_files
@@ -86,7 +86,18 @@ def test_loads_the_tree_file_under_its_real_name(tree: Path, clean_loader: None)
     assert not list(tree.rglob("__pycache__")), "nothing may be written into the tree"
 
 
-def test_prefers_the_tree_and_falls_back_to_stand_ins(tmp_path: Path, clean_loader: None) -> None:
+def _never_supported(module: object) -> None:
+    module.is_deep_select_supported = lambda *a, **k: False  # type: ignore[attr-defined]
+
+
+def test_prefers_the_tree_and_falls_back_to_stand_ins(
+    tmp_path: Path, clean_loader: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A series declares the stand-ins of its own code paths (dcp2: in its tests).
+    name = "vllm.model_executor.layers.indexer_topk"
+    monkeypatch.setitem(
+        standins.STANDINS, name, standins.StandIn(name, "never supported", _never_supported, True)
+    )
     tree = write_files(
         tmp_path / "tree",
         {
@@ -283,7 +294,7 @@ def rank_and_sum(ctx, value: int) -> tuple[int, int]:
     import torch.distributed as dist
 
     t = torch.tensor([value + ctx.rank])
-    dist.all_reduce(t, group=ctx.dcp_group.device_group)
+    dist.all_reduce(t, group=ctx.group)
     return ctx.rank, int(t.item())
 
 
@@ -296,7 +307,7 @@ def rank_zero_waits_alone(ctx) -> None:
     import torch.distributed as dist
 
     if ctx.rank == 0:
-        dist.all_reduce(torch.zeros(1), group=ctx.dcp_group.device_group)
+        dist.all_reduce(torch.zeros(1), group=ctx.group)
 
 
 @pytest.fixture(scope="module")

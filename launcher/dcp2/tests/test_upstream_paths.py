@@ -7,12 +7,12 @@
   counts and needs aligned score rows.
 - 0.34.0: ``score_dtype`` for the block scores.
 
-Each test asks the loaded file whether it has the feature (signatures, kernel
-arguments, module names) and skips, saying why, where it does not. DeepSelect and
-ROCm cannot run here; tests stand them in on the loaded module to see which path
-a call takes and what it hands over. Under DCP neither may be taken: they see
-one rank's scores or bounds, so the ports always use torch.topk after the
-all-reduce.
+Which of them the tree must have comes from the release the bake's manifest records
+(``../expectations.toml``; see ``conftest.py``): a port that drops upstream behaviour
+fails, naming the feature, rather than skipping. DeepSelect and ROCm cannot run here;
+tests stand them in on the loaded module to see which path a call takes and what it
+hands over. Under DCP neither may be taken: they see one rank's scores or bounds, so
+the ports always use torch.topk after the all-reduce.
 """
 
 import inspect
@@ -20,11 +20,9 @@ import random
 
 import pytest
 import torch
+from dcp2_support import dcp_group, load_kernel
 
-from bakery.testing import load_tree_module
-from bakery.testing.dist import RankPool
-
-cb = load_tree_module("vllm.model_executor.kernels.attention.dsa.candidate_blocks")
+cb = load_kernel()
 
 WORLD_SIZE = 2
 INF = float("inf")
@@ -46,7 +44,6 @@ def _kernel_args(kernel) -> set[str]:
 
 
 _SELECT = getattr(cb, "_select_candidate_blocks_impl", cb.select_candidate_blocks)
-HAS_DCP = "dcp_group" in _params(_SELECT)
 HAS_SCORE_DTYPE = "score_dtype" in _params(_SELECT)
 HAS_VALID_BLOCKS = {"valid_blocks", "FULL_WIDTH"} <= _kernel_args(cb._block_scores_kernel)
 HAS_DEEP_SELECT = all(
@@ -60,30 +57,14 @@ HAS_DEEP_SELECT = all(
 )
 HAS_ROCM_TOPK = hasattr(cb, "_rocm_select_topk") and hasattr(cb, "current_platform")
 
-needs_dcp = pytest.mark.skipif(
-    not HAS_DCP, reason="select_candidate_blocks takes no dcp_group: not a dcp2 tree"
-)
-needs_valid_blocks = pytest.mark.skipif(
-    not HAS_VALID_BLOCKS,
-    reason="_block_scores_kernel has no valid_blocks/FULL_WIDTH (vLLM 0.33.0 added them)",
-)
-needs_deep_select = pytest.mark.skipif(
-    not (HAS_DEEP_SELECT and HAS_VALID_BLOCKS),
-    reason="no DeepSelect top-k path in this release (vLLM 0.33.0 added it)",
-)
-needs_score_dtype = pytest.mark.skipif(
-    not HAS_SCORE_DTYPE,
-    reason="select_candidate_blocks takes no score_dtype (vLLM 0.34.0 added it)",
-)
-needs_rocm_topk = pytest.mark.skipif(
-    not HAS_ROCM_TOPK,
-    reason="no ROCm fused top-k in this release (only vLLM 0.31.0 has _rocm_select_topk)",
-)
-
-
-def skip_bf16_under_interpreter(*dtypes, interpret: bool) -> None:
-    if interpret and torch.bfloat16 in dtypes:
-        pytest.skip("Triton 3.6's interpreter has no bf16 constants (the -inf padding)")
+#: What the tree has, probed from the loaded file (signatures, kernel arguments, names);
+#: what it must have comes from its release (conftest.py).
+FEATURES = {
+    "valid_blocks": HAS_VALID_BLOCKS,
+    "deep_select": HAS_DEEP_SELECT and HAS_VALID_BLOCKS,
+    "score_dtype": HAS_SCORE_DTYPE,
+    "rocm_topk": HAS_ROCM_TOPK,
+}
 
 
 # -- references -----------------------------------------------------------------------
@@ -135,13 +116,15 @@ def valid_counts(row_ks, row_ke, rows, width, block_size, row_repeat=1) -> list[
 
 def assert_selects_top(out: torch.Tensor, scores: torch.Tensor, topk_blocks: int) -> None:
     """``out`` holds, per row, distinct blocks whose scores are the row's top
-    ``topk_blocks`` (ties may pick either block), -1 for -inf blocks and past the count."""
+    ``topk_blocks`` (ties may pick either block), then exactly -1 (padding: -inf blocks
+    and past the count; never another negative, never an unwritten entry)."""
     scores = scores.float().cpu()
     out = out.cpu()
     assert out.shape[1] == topk_blocks
     for row in range(out.shape[0]):
         ids = [i for i in out[row].tolist() if i >= 0]
-        assert -1 not in out[row].tolist()[: len(ids)], f"row {row}: -1 before ids {out[row]}"
+        want = ids + [-1] * (topk_blocks - len(ids))
+        assert out[row].tolist() == want, f"row {row}: ids then -1 padding, got {out[row]}"
         assert len(set(ids)) == len(ids) and all(i < scores.shape[1] for i in ids), out[row]
         best = scores[row].sort(descending=True).values[:topk_blocks]
         best = best[best > -INF].tolist()
@@ -259,7 +242,7 @@ def test_full_width_tail_never_selected(with_starts, row_repeat, device):
         assert all(b < valid[row] for b in chosen), f"row {row} chose the tail: {chosen}"
 
 
-@needs_valid_blocks
+@pytest.mark.upstream("valid_blocks")
 @pytest.mark.parametrize("full_width", [True, False])
 @torch.inference_mode()
 def test_block_scores_kernel_valid_blocks(full_width, device):
@@ -313,7 +296,7 @@ def _score_dtype_cases():
     return cases
 
 
-@needs_deep_select
+@pytest.mark.upstream("deep_select")
 @pytest.mark.parametrize("with_starts", [False, True])
 @pytest.mark.parametrize("row_repeat", [1, 2])
 @pytest.mark.parametrize("logits_dtype, score_dtype", _score_dtype_cases())
@@ -323,7 +306,6 @@ def test_deep_select_gets_valid_blocks(
 ):
     """Without DCP, DeepSelect (where available) takes aligned score rows, scored only
     up to each row's valid block count, NaN blocks pinned, and those counts as ``end``."""
-    skip_bf16_under_interpreter(logits_dtype, interpret=interpret)
     fake = FakeDeepSelect()
     for name, value in deep_select_patches(fake).items():
         monkeypatch.setattr(cb, name, value)
@@ -355,7 +337,7 @@ def test_deep_select_gets_valid_blocks(
     assert not (out == UNWRITTEN).any()
 
 
-@needs_deep_select
+@pytest.mark.upstream("deep_select")
 @pytest.mark.parametrize("why", ["fewer_blocks_than_topk", "unsupported", "out_misaligned"])
 @torch.inference_mode()
 def test_deep_select_declined_uses_torch_topk(why, device, monkeypatch):
@@ -389,14 +371,13 @@ SCORE_DTYPE_PAIRS = [
 ]
 
 
-@needs_score_dtype
+@pytest.mark.upstream("score_dtype")
 @pytest.mark.parametrize("logits_dtype, score_dtype", SCORE_DTYPE_PAIRS)
 @pytest.mark.parametrize("with_starts", [False, True])
 @torch.inference_mode()
 def test_score_dtype_torch_topk(logits_dtype, score_dtype, with_starts, device, interpret):
     """``score_dtype`` sets the block scores' dtype: the selection is the top-k of the
     fp32 block maxima rounded to it (ties from the rounding may pick either block)."""
-    skip_bf16_under_interpreter(logits_dtype, score_dtype, interpret=interpret)
     rng = random.Random(7)
     torch.manual_seed(7)
     rows, width, block_size, topk_blocks = 6, 61, 3, 5
@@ -409,7 +390,7 @@ def test_score_dtype_torch_topk(logits_dtype, score_dtype, with_starts, device, 
     assert_selects_top(out, ref, topk_blocks)
 
 
-@needs_rocm_topk
+@pytest.mark.upstream("rocm_topk")
 @torch.inference_mode()
 def test_rocm_topk_taken_without_dcp(device, monkeypatch):
     """0.31.0 on ROCm: the fused top-k gets the pinned full-width scores."""
@@ -484,7 +465,7 @@ def dcp_on_rank(ctx, shards, topk_blocks, block_size, row_ke, max_blocks, row_re
     all_reduce = dist.all_reduce
 
     def spy(tensor, *args, **kwargs):
-        calls.append((tuple(tensor.shape), tensor.dtype))
+        calls.append((tuple(tensor.shape), tensor.element_size()))
         return all_reduce(tensor, *args, **kwargs)
 
     saved = {}
@@ -510,7 +491,7 @@ def dcp_on_rank(ctx, shards, topk_blocks, block_size, row_ke, max_blocks, row_re
             block_size // ctx.world_size,
             out,
             row_repeat,
-            dcp_group=ctx.dcp_group,
+            dcp_group=dcp_group(ctx),
             global_row_ke=row_ke.to(dev),
             global_block_size=block_size,
             max_global_blocks=max_blocks,
@@ -523,10 +504,9 @@ def dcp_on_rank(ctx, shards, topk_blocks, block_size, row_ke, max_blocks, row_re
     return out.cpu(), calls
 
 
-@pytest.fixture(scope="module")
-def ranks():
-    with RankPool(WORLD_SIZE) as pool:
-        yield pool
+@pytest.fixture
+def ranks(rank_pool):
+    return rank_pool(WORLD_SIZE)
 
 
 def check_dcp(
@@ -564,7 +544,8 @@ def check_dcp(
             if int(row_ke[row // row_repeat]) == 0:
                 assert out[row].tolist() == [-1] * topk_blocks, f"rank {rank} row {row}"
         assert calls == results[0][1], "ranks made different collectives"
-        assert all(dtype == (score_dtype or logits_dtype) for _, dtype in calls)
+        # Within the cap, sized at 4 bytes a score for every score dtype.
+        assert all(size <= 4 for _, size in calls)
         assert sum(shape[0] for shape, _ in calls) == rows
         if reduce_rows is not None:
             assert len(calls) == -(-rows // reduce_rows)
@@ -572,8 +553,7 @@ def check_dcp(
     return results
 
 
-@needs_dcp
-@needs_deep_select
+@pytest.mark.upstream("deep_select")
 @pytest.mark.parametrize("row_repeat", [1, 2])
 @pytest.mark.parametrize("reduce_rows", [None, 2])
 @torch.inference_mode()
@@ -590,8 +570,7 @@ def test_dcp_never_takes_deep_select(row_repeat, reduce_rows, ranks, device):
     )
 
 
-@needs_dcp
-@needs_rocm_topk
+@pytest.mark.upstream("rocm_topk")
 @pytest.mark.parametrize("row_repeat", [1, 2])
 @pytest.mark.parametrize("reduce_rows", [None, 2])
 @torch.inference_mode()
@@ -607,15 +586,13 @@ def test_dcp_never_takes_rocm_topk(row_repeat, reduce_rows, ranks, device):
     )
 
 
-@needs_dcp
-@needs_score_dtype
+@pytest.mark.upstream("score_dtype")
 @pytest.mark.parametrize("logits_dtype, score_dtype", SCORE_DTYPE_PAIRS)
 @pytest.mark.parametrize("reduce_rows", [None, 3])
 @torch.inference_mode()
 def test_dcp_score_dtype(logits_dtype, score_dtype, reduce_rows, ranks, device, interpret):
-    """Under DCP the reduce runs in ``score_dtype``; rounding is monotone, so the MAX
+    """Under DCP the scores are ``score_dtype``'s; rounding is monotone, so the MAX
     of the ranks' rounded maxima is the single-rank score (DeepSelect standing by)."""
-    skip_bf16_under_interpreter(logits_dtype, score_dtype, interpret=interpret)
     check_dcp(
         ranks,
         device,
@@ -628,13 +605,13 @@ def test_dcp_score_dtype(logits_dtype, score_dtype, reduce_rows, ranks, device, 
     )
 
 
-@needs_dcp
 @pytest.mark.parametrize("block_size", [2, 8])
 @pytest.mark.parametrize("seed", [0, 1])
 @torch.inference_mode()
 def test_dcp_padded_local_tails(block_size, seed, ranks, device):
     """Every release: shards padded by whole local blocks of garbage (the static
-    workspace); the reduce sees -inf there (``FULL_WIDTH`` on 0.33.0+), never garbage."""
+    workspace); the reduce sees -inf there (``FULL_WIDTH`` on 0.33.0+), never garbage.
+    (NaN under DCP: test_dcp.py::test_dcp_nan_logits.)"""
     local_topk = "deep_select" if HAS_DEEP_SELECT else ("rocm" if HAS_ROCM_TOPK else None)
     check_dcp(
         ranks,

@@ -268,6 +268,12 @@ def apply(
         typer.Option("--force", help="Replace a baked tree at --out even if it has local changes."),
     ] = False,
     strict: StrictOpt = False,
+    with_fixes: Annotated[
+        bool,
+        typer.Option(
+            "--with-fixes", help="Also apply the series' proposed fixes (fixes/), after its diffs."
+        ),
+    ] = False,
 ) -> None:
     """Apply a series to a pristine vLLM tree, into a new baked tree."""
     from bakery.commands import bake as commands
@@ -286,6 +292,7 @@ def apply(
             force=force,
             events=_events,
             progress=_progress(),
+            with_fixes=with_fixes,
         ),
         json_file,
     )
@@ -425,6 +432,17 @@ def verify(
     junit: Annotated[
         Path | None, typer.Option("--junit", metavar="FILE", help="Write a JUnit XML file.")
     ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            metavar="N",
+            help="Test worker processes (pytest-xdist; default: the cores, up to 4, "
+            "with --interpret, else 1).",
+        ),
+    ] = None,
 ) -> None:
     """Run the series' bundled tests against a baked tree's own code. Arguments after --
     go to pytest."""
@@ -439,6 +457,7 @@ def verify(
         junit=junit,
         pytest_args=pytest_args,
         events=_events,
+        jobs=jobs,
     )
     render.verify_summary(err_console, result, edited)
     raise typer.Exit(code=result.exit_code)

@@ -267,6 +267,7 @@ _GRID_VERIFY = {
     "passed": "[green]passed[/]",
     "failed": "[red]failed[/]",
     "error": "[bold red]not verified[/]",
+    "known-defects": "[yellow]known defects[/]",
 }
 
 
@@ -339,6 +340,8 @@ def _matrix_notes(console: Console, rows: list[Row], heads: list[tuple[str, str]
             console.print(f"[red]{_t(r.version)}:[/] {_t(r.error)}", soft_wrap=True)
         if r.verify == "error":
             console.print(f"[red]{_t(r.version)}:[/] {_t(r.verify_cell)}", soft_wrap=True)
+        if r.verify == "known-defects":
+            console.print(f"[yellow]{_t(r.version)}:[/] {_t(r.verify_cell)}", soft_wrap=True)
 
 
 def refresh_done(
@@ -375,6 +378,15 @@ def verify_summary(console: Console, result: VerifyResult, edited: list[str]) ->
         console.print(_t(f"stood in: {', '.join(stood)}"), soft_wrap=True)
     for fix in r.tool_fixes:
         console.print(_t(f"test tools: {fix}"), soft_wrap=True)
+    if r.expectations:
+        console.print(_t(f"expectations: vLLM {r.expectations} (the series' expectations)"))
+    for defect, count in sorted(r.known_defects.items()):
+        noun = "test" if count == 1 else "tests"
+        console.print(f"[yellow]known defect {_t(defect)}: {count} {noun}[/]")
+    if r.unexpected_skips:
+        console.print(
+            f"[red]{r.unexpected_skips} unexpected skips[/] (not in the release's expected skips)"
+        )
     parts = [
         f"{n} {label}"
         for n, label in (
@@ -382,10 +394,13 @@ def verify_summary(console: Console, result: VerifyResult, edited: list[str]) ->
             (r.failed, "failed"),
             (r.errors, "errors"),
             (r.skipped, "skipped"),
+            (sum(r.known_defects.values()), "known defect"),
         )
         if n
     ]
     verdict = "[bold green]verified[/]" if r.exit_code == 0 else "[bold red]not verified[/]"
+    if r.exit_code == 0 and r.known_defects:
+        verdict = "[bold yellow]verified, with known defects[/]"
     console.print(
         f"{verdict}: {', '.join(parts) or 'no tests ran'} "
         f"in {r.elapsed:.1f}s" + (f"; JUnit {_t(str(r.junit))}" if r.junit else "")

@@ -57,6 +57,7 @@ def _prepare(
     progress: Progress | None,
     cache: Cache | None = None,
     defer_check: bool = False,
+    with_fixes: bool = False,
 ) -> tuple[Series, Pristine, Cache]:
     series = load_series(series_spec)
     cache = cache or Cache()
@@ -66,6 +67,8 @@ def _prepare(
         port = port_dir(series, pristine.version) if use_port else None
         if port is not None:
             series.use_port(port)
+        if with_fixes:
+            series.use_fixes(pristine.version)
         series.load_diffs()
     except BakeryError as e:
         raise ReportedError(
@@ -104,6 +107,7 @@ def apply(
     progress: Progress | None = None,
     cache: Cache | None = None,
     remember: bool = True,
+    with_fixes: bool = False,
 ) -> BakeReport:
     """remember: note the baked tree as the series' last apply (verify's default tree);
     matrix workers do not."""
@@ -118,6 +122,7 @@ def apply(
             progress=progress,
             cache=cache,
             defer_check=not again,
+            with_fixes=with_fixes,
         )
         if events:
             for note in cache.notes:
@@ -430,6 +435,7 @@ def verify(
     pytest_args: list[str],
     log: Path | None = None,
     events: Events | None = None,
+    jobs: int | None = None,
 ) -> tuple[VerifyResult, list[str]]:
     """Run the series' bundled tests against a baked tree: (result, files edited since
     the bake). The tree: ``tree``, else the series' last ``bakery apply`` (never a
@@ -456,6 +462,13 @@ def verify(
         events("verify", f"verifying {display_path(tree)} ({why}) {where}")
     edited = edited_files(tree)
     result = run_verify(
-        series.tests, tree, interpret=interpret, pytest_args=pytest_args, junit=junit, log=log
+        series.tests,
+        tree,
+        interpret=interpret,
+        pytest_args=pytest_args,
+        junit=junit,
+        log=log,
+        series_dir=series.path,
+        jobs=jobs,
     )
     return result, edited

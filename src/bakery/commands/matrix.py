@@ -27,8 +27,9 @@ class Row:
     port: str | None = None
     error: str | None = None
     diffs: list[dict[str, object]] = field(default_factory=list)
-    #: passed | failed | error (asked for, but could not run: no GPU, no tests, pytest
-    #: crashed) | None (not asked for). Only "passed" counts as verified.
+    #: passed | known-defects (every test passed but those of registered defects) | failed |
+    #: error (asked for, but could not run: no GPU, no tests, pytest crashed) | None (not
+    #: asked for). Only "passed" and "known-defects" count as verified.
     verify: str | None = None
     verify_log: str | None = None
     seconds: float = 0.0
@@ -36,21 +37,32 @@ class Row:
     verify_error: str | None = None
     wheels: list[str] = field(default_factory=list)  # matrix --wheels: the wheels written
     wheel_error: str | None = None
+    #: the series' registered defects this bake has: id -> tests (verify "known-defects")
+    known_defects: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def verified(self) -> bool:
+        return self.verify in ("passed", "known-defects")
 
     @property
     def ok(self) -> bool:
         # "checked": a `bakery check --json` report that applies
         return (
             self.status in ("baked", "checked")
-            and self.verify in (None, "passed")
+            and (self.verify is None or self.verified)
             and not self.wheel_error
         )
 
     @property
     def verify_cell(self) -> str:
-        """The verify outcome in words: "not verified: why" for a verify that did not run."""
+        """The verify outcome in words: "not verified: why" for a verify that did not run,
+        the known defects by id for a bake that has them."""
         if self.verify == "error":
             return f"not verified: {self.verify_error or 'verify did not run'}"
+        if self.verify == "known-defects":
+            return "known defects: " + ", ".join(
+                f"{d} ({n})" for d, n in sorted(self.known_defects.items())
+            )
         return self.verify or "-"
 
     def to_json(self) -> dict[str, object]:
@@ -62,6 +74,7 @@ class Row:
             "verify": self.verify,
             "verify_error": self.verify_error,
             "verify_log": self.verify_log,
+            "known_defects": self.known_defects,
             "seconds": round(self.seconds, 2),
             "diffs": self.diffs,
             "wheels": self.wheels,
@@ -156,7 +169,7 @@ def _bake_release(
         row.diffs = [d.to_json() for d in report.diffs]
         if verify and report.status == "baked":
             _verify(row, series, out, interpret)
-        if wheels and report.status == "baked" and row.verify in (None, "passed"):
+        if wheels and report.status == "baked" and (row.verify is None or row.verified):
             _wheels(row, out, Path(out_root) / "wheels")
     except commands.ReportedError as e:
         row.error = e.message
@@ -184,7 +197,15 @@ def _verify(row: Row, series: str, out: Path, interpret: bool) -> None:
         row.verify, row.verify_error = "error", f"cannot run verify: {e}"
         return
     row.verify_log = str(log)
-    row.verify = "passed" if result.exit_code == 0 else "failed"
+    row.verify = verify_state(result.exit_code, result.known_defects)
+    row.known_defects = dict(result.known_defects)
+
+
+def verify_state(exit_code: int, known_defects: dict[str, int]) -> str:
+    """A verify run as one state: a known defect is neither a pass nor a failure."""
+    if exit_code != 0:
+        return "failed"
+    return "known-defects" if known_defects else "passed"
 
 
 def exit_code(rows: list[Row], allow_fail: bool) -> int:
@@ -245,6 +266,7 @@ def run(
             r["verify_error"],
             list(r["wheels"]),
             r["wheel_error"],
+            dict(r.get("known_defects") or {}),
         )
         rows.append(row)
     return rows
@@ -312,16 +334,17 @@ def to_junit(series: str, rows: list[Row]) -> bytes:
         if r.error:
             cases.append(("bake", r.error, False))
         if r.verify is not None:
-            cases.append(("verify", r.verify_cell, r.verify == "passed"))
+            cases.append(("verify", r.verify_cell, r.verified))
         # a verify that did not run is a JUnit error, not a failed test
         errors = 1 if r.verify == "error" else 0
         suite = ET.SubElement(
             suites,
             "testsuite",
             name=clean(f"{series} vLLM {r.version}"),
-            tests=str(len(cases)),
+            tests=str(len(cases) + len(r.known_defects)),
             failures=str(sum(1 for c in cases if not c[2]) - errors),
             errors=str(errors),
+            skipped=str(len(r.known_defects)),
             time=f"{r.seconds:.2f}",
         )
         for name, text, ok in cases:
@@ -331,6 +354,15 @@ def to_junit(series: str, rows: list[Row]) -> bytes:
             if not ok:
                 kind = "error" if name == "verify" and errors else "failure"
                 ET.SubElement(case, kind, message=clean(text)).text = clean(text)
+        for defect, count in sorted(r.known_defects.items()):
+            # Its own state: a skipped case that names the defect (not a pass, not a failure).
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=clean(f"{series}.{r.version}"),
+                name=clean(f"known defect {defect}"),
+            )
+            ET.SubElement(case, "skipped", message=clean(f"known defect {defect}: {count} tests"))
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
 
 
@@ -366,6 +398,16 @@ def _str(v: object) -> str | None:
     return v
 
 
+def _defects(v: object) -> dict[str, int]:
+    if v is None:
+        return {}
+    if not isinstance(v, dict) or not all(
+        isinstance(k, str) and isinstance(n, int) for k, n in v.items()
+    ):
+        raise TypeError("known_defects")
+    return dict(v)
+
+
 def _diffs(v: object) -> list[dict[str, object]]:
     if not isinstance(v, list) or not all(isinstance(d, dict) for d in v):
         raise TypeError("diffs")
@@ -395,6 +437,7 @@ def _report_rows(data: object) -> tuple[str | None, list[Row]]:
                     _str(r.get("verify_log")),
                     float(seconds) if isinstance(seconds, (int, float)) else 0.0,
                     _str(r.get("verify_error")),
+                    known_defects=_defects(r.get("known_defects")),
                 )
             )
         return str(data.get("series")), rows

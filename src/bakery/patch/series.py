@@ -5,6 +5,9 @@ Layout (``launcher/<name>/``)::
     series.toml       base release, root folder, strip count, description (all optional)
     diffs/NN-*.diff   applied in numeric order of NN (2 before 10; gaps are fine)
     tests/            the bundled tests ``bakery verify`` runs
+    fixes/NN-*.diff   proposed fixes, offered and never imposed: applied after the series
+                      only with ``bakery apply --with-fixes``; ``fixes/<release>/NN-*.diff``
+                      is the variant of a fix for that release (one whose port differs)
 
 A per-release port lives in ``patches/<name>/<release>/`` and holds diffs of the same names.
 """
@@ -39,6 +42,8 @@ class Series:
     description: str = ""
     tests: Path | None = None
     port: Path | None = None  # set when diffs come from patches/<name>/<release>/
+    #: the proposed fixes applied after the series (``--with-fixes``), in order
+    fixes: list[Path] = field(default_factory=list)
     diffs: list[Diff] = field(default_factory=list)
 
     @property
@@ -55,6 +60,33 @@ class Series:
         self.port = port_dir
         self.diff_paths = ordered_diffs(port_dir)
         self.diffs = []
+
+    def use_fixes(self, version: str | None) -> None:
+        """Apply the series' proposed fixes after its diffs (``fixes_for``)."""
+        self.fixes = fixes_for(self.path, version)
+        names = {p.name for p in self.diff_paths}
+        for fix in self.fixes:
+            if fix.name in names:
+                raise SeriesError(f"{fix}: a fix may not share its name with a diff of the series")
+        self.diff_paths = [*self.diff_paths, *self.fixes]
+        self.diffs = []
+
+
+def fixes_for(series_dir: Path, version: str | None) -> list[Path]:
+    """The proposed fixes of a series for a release: ``fixes/NN-*.diff`` in numeric order,
+    each replaced by ``fixes/<version>/`` 's file of the same name where there is one."""
+    folder = series_dir / "fixes"
+    if not folder.is_dir():
+        raise SeriesError(f"{series_dir}: the series offers no fixes (no fixes/ folder)")
+    fixes = ordered_diffs(folder)
+    variants = folder / version if version else None
+    if variants is not None and variants.is_dir():
+        by_name = {p.name: p for p in ordered_diffs(variants)}
+        unknown = set(by_name) - {p.name for p in fixes}
+        if unknown:
+            raise SeriesError(f"{variants}: {', '.join(sorted(unknown))} is no fix of fixes/")
+        fixes = [by_name.get(p.name, p) for p in fixes]
+    return fixes
 
 
 def project_root() -> Path:

@@ -7,22 +7,36 @@ It hands the tree to the tests (and to the rank processes they spawn) through
 and says in the terminal summary which ``vllm.*`` modules came from the tree and
 which were stood in. ``--bakery-report FILE`` writes the same, with the counts, as
 JSON for ``bakery verify``.
+
+With ``--bakery-series DIR`` (default: the folder above the tests, when it is a
+series) it reads the series' data (:mod:`bakery.testing.expect`):
+
+- ``known-defects.toml``: a test marked ``@pytest.mark.known_defect("ID")`` is a strict
+  expected failure on a bake that has the defect, and is counted as that defect, not
+  as a pass or a failure; once it passes, it fails and names the entry to remove.
+- ``expectations.toml``: what the bake's release has upstream (fixtures ``release``
+  and ``expected``); a skip that the release's entry does not list is a failure.
+
+Knows no series: everything series-specific comes from those files and the tests.
+Under pytest-xdist, workers run the tests and the controller counts and reports.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bakery.testing import compat
+from bakery.testing import compat, expect
 from bakery.testing.loader import ROOT_PACKAGE, TREE_ENV, provenance
 
 _COUNTS = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+#: The user property that tags a report with the known defect its test hits.
+_DEFECT_PROPERTY = "bakery_known_defect"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,31 +56,126 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="FILE",
         help="write counts and module provenance as JSON (used by `bakery verify`)",
     )
+    group.addoption(
+        "--bakery-series",
+        metavar="DIR",
+        help="the series folder (known-defects.toml, expectations.toml); "
+        "default: the folder above the tests when it holds diffs/",
+    )
 
 
 class _SessionState:
     """This session's settings, and a plugin object that counts outcomes."""
 
-    def __init__(self, tree: Path, interpret: bool, report: Path | None) -> None:
+    def __init__(
+        self,
+        tree: Path,
+        interpret: bool,
+        report: Path | None,
+        series: Path | None,
+        worker: bool,
+    ) -> None:
         self.tree = tree
         self.interpret = interpret
         self.report = report
+        self.series = series
+        self.worker = worker
         self.counts = dict.fromkeys(_COUNTS, 0)
         self.pools = RankPools()
+        self.bake = expect.Bake.of(tree)
+        try:
+            self.defects = expect.load_defects(series) if series else {}
+            self.expected = (
+                expect.load_expectations(series, self.bake.release, interpret=interpret)
+                if series
+                else None
+            )
+        except expect.SeriesDataError as e:
+            raise pytest.UsageError(f"bakery: {e}") from None
+        #: known defect id -> tests that hit it (counted where reports are logged)
+        self.known: dict[str, int] = {}
+        self.unexpected_skips = 0
+        #: module provenance and tool fixes, this process's and the xdist workers'
+        self.modules: dict[str, dict[str, str]] = {}
+        self.tool_fixes: list[str] = []
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        # Spawn the ranks now, so that they start up while single-rank tests run.
+        # Spawn the ranks now, so that they start up while single-rank tests run
+        # (not in pytest-xdist workers: only the one that gets rank tests needs them).
+        if self.worker:
+            return
         if any("rank_pool" in getattr(item, "fixturenames", ()) for item in session.items):
             self.pools(2).start()
 
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[Any]) -> None:
+        for item in items:
+            if "rank_pool" in getattr(item, "fixturenames", ()):
+                # pytest-xdist (--dist loadgroup): one worker runs every multi-rank
+                # test, so that one set of rank processes serves them all.
+                item.add_marker(pytest.mark.xdist_group("bakery-ranks"))
+            for mark in item.iter_markers("known_defect"):
+                (defect_id,) = mark.args
+                defect = self.defects.get(defect_id)
+                if defect is None:
+                    where = self.series / expect.DEFECTS_FILE if self.series else "no series"
+                    raise pytest.UsageError(
+                        f"bakery: {item.nodeid}: known_defect({defect_id!r}) is not in {where}"
+                    )
+                if expect.active(defect, self.bake):
+                    item.user_properties.append((_DEFECT_PROPERTY, defect_id))
+                    item.add_marker(
+                        pytest.mark.xfail(strict=True, reason=f"known defect {defect_id}")
+                    )
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: Any) -> Generator[None, Any, None]:
+        outcome = yield
+        report: pytest.TestReport = outcome.get_result()
+        defect_id = dict(item.user_properties).get(_DEFECT_PROPERTY)
+        if defect_id is not None and report.when == "call" and report.failed:
+            self._defect_gone(report, str(defect_id))
+        if report.skipped and not hasattr(report, "wasxfail"):
+            self._check_skip(report, item.nodeid)
+
+    def _defect_gone(self, report: pytest.TestReport, defect_id: str) -> None:
+        """A strict XPASS of a known defect: say which entry to remove."""
+        if hasattr(report, "wasxfail") or "XPASS(strict)" not in str(report.longrepr):
+            return
+        where = self.series / expect.DEFECTS_FILE if self.series else "known-defects"
+        report.longrepr = (
+            f"known defect {defect_id} no longer shows: this bake does not have it. "
+            f"Remove its entry from {where} (or, if the fix stays out of the series, "
+            "take this release off the entry's releases)."
+        )
+
+    def _check_skip(self, report: pytest.TestReport, nodeid: str) -> None:
+        """A skip the release's expectations do not list is a failure."""
+        if self.expected is None or self.expected.allows_skip(nodeid):
+            return
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+        report.outcome = "failed"
+        report.longrepr = (
+            f"unexpected skip on vLLM {self.bake.release} (the expectations of "
+            f"{self.expected.release} list no such skip): {reason}"
+        )
+        report.user_properties.append(("bakery_unexpected_skip", True))
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        defect_id = dict(report.user_properties).get(_DEFECT_PROPERTY)
         if hasattr(report, "wasxfail"):
             if report.skipped:
-                self.counts["xfailed"] += 1
+                if defect_id is not None:
+                    self.known[str(defect_id)] = self.known.get(str(defect_id), 0) + 1
+                else:
+                    self.counts["xfailed"] += 1
             elif report.when == "call":
                 self.counts["xpassed"] += 1
         elif report.failed:
-            self.counts["failed" if report.when == "call" else "error"] += 1
+            if dict(report.user_properties).get("bakery_unexpected_skip"):
+                self.unexpected_skips += 1
+                self.counts["failed"] += 1
+            else:
+                self.counts["failed" if report.when == "call" else "error"] += 1
         elif report.skipped:
             self.counts["skipped"] += 1
         elif report.when == "call":
@@ -76,8 +185,35 @@ class _SessionState:
         if report.failed:
             self.counts["error"] += 1
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """pytest-xdist controller: a worker's module provenance and tool fixes."""
+        output = getattr(node, "workeroutput", {})
+        for entry in output.get("bakery_modules", []):
+            self.modules.setdefault(entry["name"], entry)
+        for fix in output.get("bakery_tool_fixes", []):
+            if fix not in self.tool_fixes:
+                self.tool_fixes.append(fix)
+
+    def module_entries(self) -> list[dict[str, str]]:
+        here = [
+            {"name": name, "kind": origin.kind, "detail": origin.detail}
+            for name, origin in provenance().items()
+        ]
+        for entry in here:
+            self.modules.setdefault(entry["name"], entry)
+        return list(self.modules.values())
+
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self.pools.close()
+        if self.worker:
+            output = session.config.workeroutput  # type: ignore[attr-defined]
+            output["bakery_modules"] = self.module_entries()
+            output["bakery_tool_fixes"] = list(compat.APPLIED)
+            return
+        for fix in compat.APPLIED:
+            if fix not in self.tool_fixes:
+                self.tool_fixes.append(fix)
         if self.report is None:
             return
         data = {
@@ -85,11 +221,12 @@ class _SessionState:
             "interpret": self.interpret,
             "exitstatus": int(exitstatus),
             "counts": self.counts,
-            "modules": [
-                {"name": name, "kind": origin.kind, "detail": origin.detail}
-                for name, origin in provenance().items()
-            ],
-            "tool_fixes": list(compat.APPLIED),
+            "known_defects": self.known,
+            "unexpected_skips": self.unexpected_skips,
+            "release": self.bake.release,
+            "expectations": self.expected.release if self.expected else None,
+            "modules": self.module_entries(),
+            "tool_fixes": self.tool_fixes,
         }
         tmp = self.report.with_name(self.report.name + ".tmp")
         tmp.write_text(json.dumps(data, indent=2) + "\n")
@@ -120,10 +257,35 @@ def pytest_configure(config: pytest.Config) -> None:
                 "bakery: no CUDA GPU is visible to torch; "
                 "use --bakery-interpret (bakery verify --interpret) to run on CPU"
             )
+    config.addinivalue_line(
+        "markers", "xdist_group(name): run on one pytest-xdist worker (--dist loadgroup)"
+    )
+    config.addinivalue_line(
+        "markers",
+        "known_defect(id): the test hits a defect registered in the series' "
+        "known-defects.toml (a strict expected failure where the bake has it)",
+    )
     report = config.getoption("--bakery-report")
-    state = _SessionState(tree, interpret, Path(report).resolve() if report else None)
+    state = _SessionState(
+        tree,
+        interpret,
+        Path(report).resolve() if report else None,
+        _series_dir(config),
+        worker=hasattr(config, "workerinput"),
+    )
     config.stash[_KEY] = state
     config.pluginmanager.register(state, "bakery-session")
+
+
+def _series_dir(config: pytest.Config) -> Path | None:
+    value = config.getoption("--bakery-series")
+    if value:
+        folder = Path(value).resolve()
+        if not folder.is_dir():
+            raise pytest.UsageError(f"bakery: --bakery-series {folder}: no such folder")
+        return folder
+    above = config.rootpath.parent
+    return above if (above / "diffs").is_dir() else None
 
 
 def _state(config: pytest.Config) -> _SessionState:
@@ -146,6 +308,18 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def baked_tree(pytestconfig: pytest.Config) -> Path:
     """The baked tree under test."""
     return _state(pytestconfig).tree
+
+
+@pytest.fixture(scope="session")
+def release(pytestconfig: pytest.Config) -> str | None:
+    """The vLLM release the tree was baked from (its manifest), or None."""
+    return _state(pytestconfig).bake.release
+
+
+@pytest.fixture(scope="session")
+def expected(pytestconfig: pytest.Config) -> expect.Expectations | None:
+    """What the bake's release has upstream (the series' expectations.toml), or None."""
+    return _state(pytestconfig).expected
 
 
 @pytest.fixture(scope="session")
@@ -193,25 +367,31 @@ def device(interpret: bool) -> Any:
     return torch.device("cpu" if interpret else "cuda")
 
 
-def _module_lines() -> list[str]:
-    origins = provenance()
+def _module_lines(state: _SessionState) -> list[str]:
+    entries = state.module_entries()
     lines = []
-    for name, origin in origins.items():
-        if origin.kind == "tree":
-            lines.append(f"from the tree  {name}  ({origin.detail})")
-    for name, origin in origins.items():
-        if origin.kind == "stand-in":
-            lines.append(f"stood in       {name}  ({origin.detail})")
-    packages = [name for name, origin in origins.items() if origin.kind == "package"]
+    for e in entries:
+        if e["kind"] == "tree":
+            lines.append(f"from the tree  {e['name']}  ({e['detail']})")
+    for e in entries:
+        if e["kind"] == "stand-in":
+            lines.append(f"stood in       {e['name']}  ({e['detail']})")
+    packages = [e["name"] for e in entries if e["kind"] == "package"]
     if packages:
         lines.append(f"light packages {', '.join(packages)}  (__init__.py not executed)")
-    for fix in compat.APPLIED:
+    for fix in [*state.tool_fixes, *(f for f in compat.APPLIED if f not in state.tool_fixes)]:
         lines.append(f"tool fix       {fix}")
     return lines
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    lines = _module_lines()
+    state = _state(config)
+    lines = _module_lines(state)
+    if state.expected is not None:
+        release = state.expected.release
+        lines.append(f"expectations   vLLM {release} (the bake's release: {state.bake.release})")
+    for defect_id, count in sorted(state.known.items()):
+        lines.append(f"known defect   {defect_id}: {count} tests")
     if not lines:
         return
     terminalreporter.section("bakery: code under test")

@@ -5,10 +5,15 @@ pytest runs in a subprocess so that its environment (``TRITON_INTERPRET=1``,
 modules never enter bakery's own process. pytest prints its own progress; the
 counts and where each ``vllm.*`` module came from come back through the plugin's
 JSON report. Nothing here prints or exits.
+
+With ``jobs`` above 1 and pytest-xdist installed, the tests spread over that many
+worker processes (``--dist loadgroup``: the plugin keeps every multi-rank test on one
+worker, so that one set of rank processes serves them).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -52,6 +57,15 @@ class VerifyResult:
     modules: tuple[ModuleOrigin, ...] = ()
     #: Fixes bakery applied to the test tools (not the tree), e.g. Triton's interpreter.
     tool_fixes: tuple[str, ...] = ()
+    #: Registered defects of the series that this bake has: id -> tests that hit it
+    #: (strict expected failures; neither passed nor failed).
+    known_defects: dict[str, int] = field(default_factory=dict)
+    #: Skips that the release's expectations do not list (counted in ``failed`` too).
+    unexpected_skips: int = 0
+    #: The release the expectations came from (None: the series has none for this bake).
+    expectations: str | None = None
+    #: pytest-xdist workers (1: one process).
+    jobs: int = 1
     elapsed: float = 0.0
     junit: Path | None = None
     command: tuple[str, ...] = field(default=(), repr=False)
@@ -79,6 +93,8 @@ def pytest_command(
     report: Path | None = None,
     python: str | None = None,
     empty_ini: Path | None = None,
+    series_dir: Path | None = None,
+    jobs: int = 1,
 ) -> list[str]:
     """The pytest command line that :func:`run_verify` runs (for display, too).
 
@@ -95,6 +111,10 @@ def pytest_command(
         command.append("--bakery-interpret")
     if report is not None:
         command.append(f"--bakery-report={report}")
+    if series_dir is not None:
+        command.append(f"--bakery-series={series_dir}")
+    if jobs > 1:
+        command += [f"--numprocesses={jobs}", "--dist=loadgroup"]
     if junit is not None:
         command.append(f"--junitxml={junit}")
     command += [*pytest_args, str(tests_dir)]
@@ -137,6 +157,14 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def default_jobs(interpret: bool) -> int:
+    """Workers for a verify run: the cores, up to 4, under the interpreter (CPU-bound);
+    one on a GPU (the ranks already hold the GPUs); one without pytest-xdist."""
+    if not interpret or importlib.util.find_spec("xdist") is None:
+        return 1
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
 def run_verify(
     tests_dir: Path,
     tree: Path,
@@ -146,6 +174,8 @@ def run_verify(
     junit: Path | None = None,
     python: str | None = None,
     log: Path | None = None,
+    series_dir: Path | None = None,
+    jobs: int | None = None,
 ) -> VerifyResult:
     """Run the tests in ``tests_dir`` against ``tree``; pytest prints as it goes.
 
@@ -154,9 +184,15 @@ def run_verify(
     :class:`~bakery.errors.VerifyError` for bad input (no tests folder, no tree, no
     GPU without ``interpret``) and when pytest itself cannot run (usage or internal
     error, interrupted); a test that fails, or no test at all, is ``exit_code`` 1.
+    ``series_dir``: the series' data (known defects, expectations per release);
+    ``jobs``: pytest-xdist workers (default :func:`default_jobs`).
     """
     tests_dir, tree = Path(tests_dir).resolve(), Path(tree).resolve()
     check_inputs(tests_dir, tree, interpret)
+    if jobs is None:
+        jobs = default_jobs(interpret)
+    elif jobs > 1 and importlib.util.find_spec("xdist") is None:
+        raise VerifyError("--jobs needs pytest-xdist: install bakery[kernels]")
     junit = Path(junit).resolve() if junit is not None else None
     with tempfile.TemporaryDirectory(prefix="bakery-verify-") as tmp:
         report = Path(tmp) / "report.json"
@@ -171,6 +207,8 @@ def run_verify(
             report=report,
             python=python,
             empty_ini=empty_ini,
+            series_dir=Path(series_dir).resolve() if series_dir is not None else None,
+            jobs=jobs,
         )
         started = time.monotonic()
         try:
@@ -205,6 +243,10 @@ def run_verify(
         xpassed=counts.get("xpassed", 0),
         modules=tuple(ModuleOrigin(**m) for m in (data or {}).get("modules", [])),
         tool_fixes=tuple((data or {}).get("tool_fixes", [])),
+        known_defects=dict((data or {}).get("known_defects", {})),
+        unexpected_skips=int((data or {}).get("unexpected_skips", 0)),
+        expectations=(data or {}).get("expectations"),
+        jobs=jobs,
         elapsed=elapsed,
         junit=junit,
         command=tuple(command),

@@ -3,6 +3,10 @@
 Each stand-in is small, says why it exists, and offers only what the code under
 test imports. ``prefer_tree=True`` means: load the tree's own file when it imports
 lightly, stand in only when it does not (see :mod:`bakery.testing.loader`).
+
+Only vLLM's own plumbing is declared here (Triton, platforms, math utilities, the
+logger); a series declares the stand-ins of its own code paths from its tests, with
+:func:`declare`, before it loads the tree's modules.
 """
 
 from __future__ import annotations
@@ -118,30 +122,6 @@ def _math_utils(module: ModuleType) -> None:
     module.prod = math.prod  # type: ignore[attr-defined]
 
 
-def _sparse_mqa_logits(module: ModuleType) -> None:
-    def has_deep_select() -> bool:
-        return False
-
-    module.has_deep_select = has_deep_select  # type: ignore[attr-defined]
-
-
-def _indexer_topk(module: ModuleType) -> None:
-    def deep_select_topk(*args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError("DeepSelect is a CUDA extension that bakery does not build")
-
-    def get_deep_select_stride_requirement() -> tuple[int, int]:
-        return (16, 16)
-
-    def is_deep_select_supported(*args: Any, **kwargs: Any) -> bool:
-        return False
-
-    module.deep_select_topk = deep_select_topk  # type: ignore[attr-defined]
-    module.get_deep_select_stride_requirement = (  # type: ignore[attr-defined]
-        get_deep_select_stride_requirement
-    )
-    module.is_deep_select_supported = is_deep_select_supported  # type: ignore[attr-defined]
-
-
 def _logger(module: ModuleType) -> None:
     def init_logger(name: str) -> logging.Logger:
         return logging.getLogger(name)
@@ -163,20 +143,23 @@ _DECLARED = (
     StandIn(
         "vllm.utils.math_utils", "cdiv, round_up, next_power_of_2", _math_utils, prefer_tree=True
     ),
-    StandIn(
-        "vllm.model_executor.kernels.attention.dsa.sparse_mqa_logits",
-        "has_deep_select() is False: no DeepSelect extension",
-        _sparse_mqa_logits,
-        prefer_tree=True,
-    ),
-    StandIn(
-        "vllm.model_executor.layers.indexer_topk",
-        "DeepSelect is never supported: no CUDA extension",
-        _indexer_topk,
-        prefer_tree=True,
-    ),
     StandIn("vllm.logger", "init_logger = logging.getLogger", _logger, prefer_tree=True),
 )
 
 #: The stand-ins the loader knows, by module name.
 STANDINS: dict[str, StandIn] = {s.name: s for s in _DECLARED}
+
+
+def declare(*standins: StandIn) -> None:
+    """Add a series' stand-ins (before its tests load the modules that import them).
+
+    Declaring the same stand-in again is a no-op; another one for a declared name is
+    refused, so that two series cannot silently stand in one module differently."""
+    for standin in standins:
+        known = STANDINS.get(standin.name)
+        if known is not None and (known.reason, known.prefer_tree) != (
+            standin.reason,
+            standin.prefer_tree,
+        ):
+            raise ValueError(f"{standin.name} is stood in already: {known.reason}")
+        STANDINS[standin.name] = standin

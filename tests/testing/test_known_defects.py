@@ -1,0 +1,210 @@
+"""A series' data for verify: known defects, expectations per release, proposed fixes.
+
+The plugin runs for real (run_verify starts pytest) on a tiny series whose tests are
+plain Python, against a tree that is only a ``vllm/`` folder and a bake's manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bakery.commands.matrix import Row, to_junit, to_markdown, verify_state
+from bakery.errors import SeriesError
+from bakery.patch.series import fixes_for
+from bakery.testing import expect
+from bakery.testing.runner import run_verify
+
+from ..helpers import write_files
+
+DEFECTS = textwrap.dedent("""\
+    [[defect]]
+    id = "demo-off-by-one"
+    summary = "adds one too many"
+    input = "add(1, 1)"
+    releases = ["0.30.0", "0.31.0"]
+    fix = "fixes/90-off-by-one.diff"
+    """)
+
+EXPECTATIONS = textwrap.dedent("""\
+    [release."0.30.0"]
+    skips = ["test_demo.py::test_rocm*"]
+    nan_rule = "drop"
+
+    [release."0.32.0"]
+    skips = []
+    skips_interpret = ["test_demo.py::test_gpu_only"]
+    nan_rule = "select"
+    """)
+
+TESTS = textwrap.dedent("""\
+    import pytest
+
+    BROKEN = True  # the "series" has the defect
+
+
+    @pytest.mark.known_defect("demo-off-by-one")
+    def test_hits_the_defect():
+        assert not BROKEN
+
+
+    def test_fine(release, expected):
+        assert release == expected.release or release == "0.31.0"
+
+
+    def test_rocm():
+        pytest.skip("no ROCm here")
+    """)
+
+
+def make_series(root: Path, tests: str = TESTS) -> Path:
+    return write_files(
+        root,
+        {
+            "diffs/01-x.diff": "",
+            "known-defects.toml": DEFECTS,
+            "expectations.toml": EXPECTATIONS,
+            "tests/test_demo.py": tests,
+            "tests/pytest.ini": "[pytest]\naddopts = --strict-markers\n",
+        },
+    )
+
+
+def make_tree(root: Path, version: str | None, diffs: tuple[str, ...] = ("01-x.diff",)) -> Path:
+    files = {"vllm/__init__.py": ""}
+    if version is not None:
+        manifest = {"vllm": {"version": version}, "diffs": [{"name": d} for d in diffs]}
+        files[".bakery/manifest.json"] = json.dumps(manifest)
+    return write_files(root, files)
+
+
+def verify(series: Path, tree: Path):
+    return run_verify(
+        series / "tests", tree, interpret=True, series_dir=series, jobs=1, pytest_args=["-q"]
+    )
+
+
+# --- the data files -----------------------------------------------------------------------------
+
+
+def test_defects_apply_by_release_and_fix(tmp_path: Path) -> None:
+    defects = expect.load_defects(make_series(tmp_path / "s"))
+    defect = defects["demo-off-by-one"]
+    assert defect.releases == ("0.30.0", "0.31.0") and defect.fix_name == "90-off-by-one.diff"
+    assert expect.active(defect, expect.Bake("0.30.0", ("01-x.diff",)))
+    assert not expect.active(defect, expect.Bake("0.32.0", ("01-x.diff",)))
+    assert not expect.active(defect, expect.Bake("0.30.0", ("01-x.diff", "90-off-by-one.diff")))
+    assert expect.active(defect, expect.Bake(None))  # a tree of unknown release
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('[[defect]]\nid = "a"\n', "lacks input, releases, summary"),
+        ('[[defect]]\nid="a"\nsummary=""\ninput=""\nreleases="0.30.0"\n', "list of strings"),
+        ('[[defect]]\nid="a"\nsummary=""\ninput=""\nreleases=[]\nwhat=1\n', "unknown keys"),
+        ("[[defect]\n", "known-defects.toml"),
+    ],
+)
+def test_malformed_defects_are_refused(tmp_path: Path, text: str, message: str) -> None:
+    write_files(tmp_path, {"known-defects.toml": text})
+    with pytest.raises(expect.SeriesDataError, match=message):
+        expect.load_defects(tmp_path)
+
+
+def test_expectations_follow_the_release_of_the_bake(tmp_path: Path) -> None:
+    series = make_series(tmp_path / "s")
+    e30 = expect.load_expectations(series, "0.30.0", interpret=True)
+    assert e30 is not None and e30.data == {"nan_rule": "drop"}
+    assert e30.allows_skip("launcher/x/test_demo.py::test_rocm[1]")
+    assert not e30.allows_skip("test_demo.py::test_fine")
+    e31 = expect.load_expectations(series, "0.31.0", interpret=True)
+    assert e31 is not None and e31.release == "0.30.0"  # the newest listed below it
+    gpu = expect.load_expectations(series, "0.35.0", interpret=False)
+    cpu = expect.load_expectations(series, "0.35.0", interpret=True)
+    assert gpu is not None and cpu is not None and gpu.release == "0.32.0"
+    assert cpu.allows_skip("test_demo.py::test_gpu_only")
+    assert not gpu.allows_skip("test_demo.py::test_gpu_only")
+    assert expect.load_expectations(series, "0.29.0", interpret=True) is None
+    assert expect.load_expectations(series, None, interpret=True) is None
+
+
+def test_fixes_take_a_release_variant(tmp_path: Path) -> None:
+    series = write_files(
+        tmp_path / "s",
+        {
+            "fixes/90-a.diff": "base",
+            "fixes/91-b.diff": "base",
+            "fixes/0.31.0/91-b.diff": "variant",
+        },
+    )
+    assert fixes_for(series, "0.30.0") == [series / "fixes/90-a.diff", series / "fixes/91-b.diff"]
+    assert fixes_for(series, "0.31.0")[1] == series / "fixes/0.31.0/91-b.diff"
+    write_files(series, {"fixes/0.32.0/92-c.diff": "stray"})
+    with pytest.raises(SeriesError, match="no fix of fixes/"):
+        fixes_for(series, "0.32.0")
+    with pytest.raises(SeriesError, match="offers no fixes"):
+        fixes_for(tmp_path, "0.30.0")
+
+
+# --- the plugin, through run_verify ---------------------------------------------------------
+
+
+def test_a_known_defect_is_its_own_outcome(tmp_path: Path) -> None:
+    series = make_series(tmp_path / "s")
+    result = verify(series, make_tree(tmp_path / "t", "0.30.0"))
+    assert result.exit_code == 0, result
+    assert result.known_defects == {"demo-off-by-one": 1}
+    assert (result.passed, result.failed, result.skipped, result.xfailed) == (1, 0, 1, 0)
+    assert result.expectations == "0.30.0"
+
+
+def test_a_defect_that_no_longer_shows_fails_naming_the_entry(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    series = make_series(tmp_path / "s", TESTS.replace("BROKEN = True", "BROKEN = False"))
+    result = verify(series, make_tree(tmp_path / "t", "0.30.0"))
+    assert result.exit_code == 1 and result.failed == 1 and not result.known_defects
+    out = capfd.readouterr().out
+    assert "known defect demo-off-by-one no longer shows" in out
+    assert str(series / "known-defects.toml") in out
+
+
+def test_a_fixed_bake_runs_the_test_as_a_test(tmp_path: Path) -> None:
+    series = make_series(tmp_path / "s")
+    fixed = make_tree(tmp_path / "t", "0.30.0", ("01-x.diff", "90-off-by-one.diff"))
+    result = verify(series, fixed)
+    assert result.exit_code == 1 and result.failed == 1 and not result.known_defects
+
+
+def test_an_unexpected_skip_fails(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    series = make_series(tmp_path / "s")
+    result = verify(series, make_tree(tmp_path / "t", "0.32.0"))  # 0.32.0 allows no skip
+    # ... and the defect is not registered for 0.32.0: its test is a plain failure there.
+    assert result.exit_code == 1 and result.unexpected_skips == 1 and result.failed == 2
+    assert "unexpected skip on vLLM 0.32.0" in capfd.readouterr().out
+
+
+def test_an_unregistered_defect_is_a_usage_error(tmp_path: Path) -> None:
+    from bakery.errors import VerifyError
+
+    series = make_series(tmp_path / "s", TESTS.replace('"demo-off-by-one"', '"nope"'))
+    with pytest.raises(VerifyError, match="usage error"):
+        verify(series, make_tree(tmp_path / "t", "0.30.0"))
+
+
+# --- the matrix ---------------------------------------------------------------------------------
+
+
+def test_the_matrix_carries_known_defects() -> None:
+    assert verify_state(0, {}) == "passed"
+    assert verify_state(0, {"d": 2}) == "known-defects"
+    assert verify_state(1, {"d": 2}) == "failed"
+    row = Row("0.30.0", "baked", verify="known-defects", known_defects={"d": 2})
+    assert row.ok and row.to_json()["known_defects"] == {"d": 2}
+    assert "known defects: d (2)" in to_markdown("s", [row])
+    junit = to_junit("s", [row]).decode()
+    assert 'name="known defect d"' in junit and "known defect d: 2 tests" in junit
