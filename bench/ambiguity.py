@@ -162,7 +162,7 @@ def _moved_defs(
 
 
 def _check(series: str, version: str, use_port: bool) -> dict[str, object]:
-    from bakery.commands import bake as commands
+    from bakery.commands import apply as commands
 
     try:
         report = commands.check(series, vllm=version, use_port=use_port)

@@ -274,7 +274,7 @@ def bench_startup(runs: int) -> Result:
         return lambda i: timed(cmd)
 
     times = alternate(runs * 2, {k: runner(c) for k, c in cmds.items()})
-    top = run([PY, "-X", "importtime", "-c", "import bakery.cli.app, bakery.commands.bake"]).stderr
+    top = run([PY, "-X", "importtime", "-c", "import bakery.cli.app, bakery.commands.apply"]).stderr
     rows = []
     for line in top.decode().splitlines()[1:]:
         parts = [p.strip() for p in line.split("|")]
@@ -879,7 +879,7 @@ def _md_startup(r: Result | None) -> list[str]:
         md.append(f"| `{k}` | {s['median'] * 1000:.0f} |")
     md += [
         "",
-        "Heaviest imports of `bakery.cli.app` + `bakery.commands.bake` "
+        "Heaviest imports of `bakery.cli.app` + `bakery.commands.apply` "
         "(`python -X importtime`, "
         "cumulative):",
         "",

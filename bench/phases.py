@@ -23,7 +23,7 @@ T0 = time.perf_counter()
 # what apply imports
 from bakery.bake import tree as bake  # noqa: E402
 from bakery.cli import app as cli  # noqa: E402,F401
-from bakery.commands import bake as commands  # noqa: E402
+from bakery.commands import apply as commands  # noqa: E402
 from bakery.git import cmd as gitutil  # noqa: E402
 from bakery.sources import resolve as sources  # noqa: E402
 

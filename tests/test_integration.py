@@ -236,7 +236,7 @@ def test_dcp2_is_not_ambiguous_nor_moved_and_ports_resolve_its_contracts(
 ) -> None:
     """Issue 19: dcp2's hunks are unique and land in their own definitions; on 0.33.0,
     upstream changed `_block_scores_kernel`, and the port's code fits the change."""
-    from bakery.commands import bake as commands
+    from bakery.commands import apply as commands
 
     shutil.copytree(PROJECT / "patches" / "dcp2", home / "patches" / "dcp2")
     own = commands.check("dcp2", vllm=version, use_port=False)

@@ -303,7 +303,7 @@ def test_matrix_takes_several_releases_after_one_vllm(cli: Cli, home: Path) -> N
 def test_verify_gives_the_words_after_double_dash_to_pytest(
     cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bakery.commands import bake
+    from bakery.commands import verify as bake
     from bakery.errors import VerifyError
 
     seen: dict[str, object] = {}
@@ -325,7 +325,7 @@ def test_verify_gives_the_words_after_double_dash_to_pytest(
 def test_ctrl_c_says_it_was_interrupted(
     cli: Cli, tiny: Tiny, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bakery.commands import bake
+    from bakery.commands import apply as bake
 
     def interrupted(*a: object, **kw: object) -> None:
         raise KeyboardInterrupt

@@ -290,7 +290,7 @@ def test_zip64_records(
     reads back."""
     from bakery.bake import wheel as wheel_mod
     from bakery.bake.baked import read_baked
-    from bakery.commands import bake as commands
+    from bakery.commands import apply as commands
 
     commands.apply("demo", vllm=VERSION, out=tmp_path / "tree")
     upstream = tmp_path / wheel_filename("x86_64")
@@ -460,7 +460,7 @@ def test_upstream_with_data_descriptors(index: Index, series: Path, tmp_path: Pa
     sizes; their compressed bytes are still copied as they are."""
     from bakery.bake.baked import read_baked
     from bakery.bake.wheel import write_wheel
-    from bakery.commands import bake as commands
+    from bakery.commands import apply as commands
 
     commands.apply("demo", vllm=VERSION, out=tmp_path / "tree")
     source = zipfile.ZipFile(io.BytesIO(index.files[wheel_filename("x86_64")]))
@@ -533,7 +533,7 @@ def test_damaged_upstream_wheel(
 ) -> None:
     from bakery.bake.baked import read_baked
     from bakery.bake.wheel import write_wheel
-    from bakery.commands import bake as commands
+    from bakery.commands import apply as commands
     from bakery.errors import SourceError
 
     commands.apply("demo", vllm=VERSION, out=tmp_path / "tree")

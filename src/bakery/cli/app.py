@@ -276,7 +276,7 @@ def apply(
     ] = False,
 ) -> None:
     """Apply a series to a pristine vLLM tree, into a new baked tree."""
-    from bakery.commands import bake as commands
+    from bakery.commands import apply as commands
 
     _json_target(json_file)
     report = _run_bake(
@@ -323,7 +323,7 @@ def check(
     strict: StrictOpt = False,
 ) -> None:
     """The same run as apply, without writing a tree."""
-    from bakery.commands import bake as commands
+    from bakery.commands import apply as commands
 
     _json_target(json_file)
     report = _run_bake(
@@ -385,7 +385,7 @@ def list_(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """The series, their diffs, the files they touch, and their base release."""
-    from bakery.commands import bake as commands
+    from bakery.commands import listing as commands
 
     rows = commands.list_series(series)
     if as_json:
@@ -446,7 +446,7 @@ def verify(
 ) -> None:
     """Run the series' bundled tests against a baked tree's own code. Arguments after --
     go to pytest."""
-    from bakery.commands import bake as commands
+    from bakery.commands import verify as commands
 
     _preflight((junit, "--junit"))
     pytest_args = [*ctx.args, *ctx.meta.get(PYTEST_ARGS, [])]
@@ -527,7 +527,7 @@ def matrix(
     if not _Invocation.quiet:
         err_console.print(_safe(f"baking {s.name} on {', '.join(versions)} with {jobs} workers"))
     if do_verify:
-        from bakery.commands.bake import choose_device
+        from bakery.commands.verify import choose_device
 
         interpret, where = choose_device(interpret)
         if not _Invocation.quiet:

@@ -15,7 +15,7 @@ from packaging.version import Version
 
 from bakery.bake import treecopy
 from bakery.bake.strict import needs_review
-from bakery.errors import BakeryError
+from bakery.errors import BakeryError, ReportedError
 from bakery.safety import limits
 from bakery.safety.text import clean, md_cell
 
@@ -158,7 +158,7 @@ def _bake_release(
     wheels: bool = False,
 ) -> dict[str, Any]:
     os.environ["BAKERY_HOME"] = home
-    from bakery.commands import bake as commands
+    from bakery.commands import apply as commands
 
     start = time.monotonic()
     out = Path(out_root) / f"{Path(series).name}-{version}"
@@ -171,7 +171,7 @@ def _bake_release(
             _verify(row, series, out, interpret)
         if wheels and report.status == "baked" and (row.verify is None or row.verified):
             _wheels(row, out, Path(out_root) / "wheels")
-    except commands.ReportedError as e:
+    except ReportedError as e:
         row.error = e.message
         row.diffs = [d.to_json() for d in e.report.diffs]
     except BakeryError as e:
@@ -183,7 +183,7 @@ def _bake_release(
 def _verify(row: Row, series: str, out: Path, interpret: bool) -> None:
     """Verify a baked tree into ``row``. A verify that cannot run (no GPU, no tests/
     folder, pytest stopped) is "error", never left unset: unset would read as ok."""
-    from bakery.commands import bake as commands
+    from bakery.commands import verify as commands
 
     log = out.with_name(out.name + ".verify.log")
     try:

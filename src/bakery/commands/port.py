@@ -171,7 +171,7 @@ def _unexplained(
 
 
 def _record_previous(spec: str, release: str, scratch: Path, cache: Cache) -> Path:
-    from bakery.commands.bake import apply
+    from bakery.commands.apply import apply
 
     tree = scratch / f"previous-{release}"
     report = apply(spec, vllm=release, out=tree, cache=cache)

@@ -127,7 +127,7 @@ def upstream(
     events: Events | None = None,
     progress: Progress | None = None,
 ) -> UpstreamReport:
-    from bakery.commands import bake as commands
+    from bakery.commands import apply as commands
 
     if not vllm.startswith("git+"):
         raise UsageError(f"--vllm {vllm!r}: upstream reads history: pass git+URL@REF")

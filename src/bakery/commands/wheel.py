@@ -1,6 +1,6 @@
 """``bakery wheel`` and ``bakery sdist``: a release baked into installable packages.
 
-Both bake the series the normal way (``commands.bake.apply``, into the same baked tree
+Both bake the series the normal way (``commands.apply.apply``, into the same baked tree
 ``bakery apply`` writes), then package that bake: the wheel from the release's upstream
 wheel per platform (bake/wheel.py), the sdist from its upstream source distribution
 (bake/sdist.py). The packages hold the baked tree's bytes, so ``bakery verify`` on the tree
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bakery.bake.plan import Events
 from bakery.bake.report import BakeReport
-from bakery.commands import bake as bake_cmd
+from bakery.commands import apply as bake_cmd
 from bakery.errors import UsageError
 from bakery.sources.cache import Cache
 from bakery.sources.resolve import Progress, is_version

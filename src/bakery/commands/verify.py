@@ -1,0 +1,127 @@
+"""``bakery verify``: which tree and which series (in the open: ``--tree``, else the
+series' last apply), where the tests run (CPU or GPU), and the run itself
+(:mod:`bakery.testing.runner`). Nothing here prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bakery.bake.plan import Events
+from bakery.bake.staging import display_path
+from bakery.errors import UsageError
+from bakery.patch.series import load_series, project_root
+
+if TYPE_CHECKING:
+    from bakery.testing.runner import VerifyResult
+
+
+from bakery.commands.apply import last_applies, last_tree
+
+
+def _default_series(tree: Path | None) -> str:
+    """verify's series when none is named: the one the tree was baked from, else the
+    project's only series, else the series of the last ``bakery apply``."""
+    from bakery.bake.report import read_manifest
+
+    if tree is not None:
+        manifest = read_manifest(tree) or {}
+        baked = manifest.get("series") or {}
+        for key in ("path", "name"):
+            if isinstance(baked, dict) and baked.get(key):
+                candidate = str(baked[key])
+                if key == "name" or Path(candidate).is_dir():
+                    return candidate
+        raise UsageError(f"--tree {tree}: not a baked tree (no manifest); name the series")
+    launcher = project_root() / "launcher"
+    names = sorted(p.name for p in launcher.glob("*") if (p / "diffs").is_dir())
+    if len(names) == 1:
+        return names[0]
+    applied = list(last_applies())
+    if applied:
+        return applied[-1]
+    raise UsageError(
+        f"verify: name the series (the project has {len(names)}) or run `bakery apply` first"
+    )
+
+
+def edited_files(tree: Path) -> list[str]:
+    """Files the bake wrote whose content changed since (users verify fixes before they
+    refresh a port); the tree's other files are the pristine release's."""
+    import hashlib
+
+    from bakery.bake import manifest as manifests
+    from bakery.safety import paths
+
+    manifest = manifests.read(tree)
+    files = manifest.files if manifest is not None else {}
+    changed = []
+    for rel, sha in sorted(files.items()):
+        p = paths.inside(tree, rel, f"--tree {tree}: manifest")
+        regular = p.is_file() and not p.is_symlink()
+        now = hashlib.sha256(p.read_bytes()).hexdigest() if regular else None
+        if now != sha:
+            changed.append(rel)
+    return changed
+
+
+def choose_device(interpret: bool | None) -> tuple[bool, str]:
+    """(interpret, where the tests run, in words). None: a GPU when torch sees one, else
+    the CPU; verify and matrix --verify both decide here, and say what they chose."""
+    if interpret is None:
+        from bakery.testing.runner import cuda_available
+
+        if cuda_available():
+            return False, "on the GPU (found one; --interpret for the CPU)"
+        return True, "on the CPU with Triton's interpreter (no CUDA GPU visible)"
+    if interpret:
+        return True, "on the CPU with Triton's interpreter (--interpret)"
+    return False, "on the GPU (--gpu)"
+
+
+def verify(
+    series_spec: str | None,
+    *,
+    tree: Path | None,
+    interpret: bool | None,
+    junit: Path | None,
+    pytest_args: list[str],
+    log: Path | None = None,
+    events: Events | None = None,
+    jobs: int | None = None,
+) -> tuple[VerifyResult, list[str]]:
+    """Run the series' bundled tests against a baked tree: (result, files edited since
+    the bake). The tree: ``tree``, else the series' last ``bakery apply`` (never a
+    matrix worker's); ``events`` hears which tree, and where the tests run."""
+    from bakery.errors import VerifyError
+    from bakery.testing.runner import check_inputs, run_verify
+
+    series = load_series(series_spec or _default_series(tree))
+    if series.tests is None:
+        raise VerifyError(f"series {series.name} has no tests/ folder")
+    why = "--tree"
+    if tree is None:
+        tree, why = last_tree(series.name), f"the last `bakery apply {series.name}`"
+    if tree is None:
+        raise VerifyError(
+            f"no baked tree for {series.name}: run `bakery apply "
+            f"{series.name}` first, or pass --tree"
+        )
+    if not tree.is_dir():
+        raise VerifyError(f"--tree {tree}: no such folder")
+    interpret, where = choose_device(interpret)
+    check_inputs(series.tests, tree, interpret)  # bad input is one line, before any other
+    if events:
+        events("verify", f"verifying {display_path(tree)} ({why}) {where}")
+    edited = edited_files(tree)
+    result = run_verify(
+        series.tests,
+        tree,
+        interpret=interpret,
+        pytest_args=pytest_args,
+        junit=junit,
+        log=log,
+        series_dir=series.path,
+        jobs=jobs,
+    )
+    return result, edited
