@@ -73,6 +73,49 @@ class Problem:
         return self.logits.shape[0]
 
 
+def _pick_groups(
+    rng: random.Random,
+    groups: int,
+    request_lengths: list[int],
+    near: list[int],
+    group_lengths: list[int] | None,
+    group_requests: list[int] | None,
+) -> tuple[list[int], list[int]]:
+    """Each row group's request and context length (see make_problem)."""
+    picks, lengths = [], []
+    for group in range(groups):
+        q = rng.randrange(len(request_lengths))
+        full = request_lengths[q]
+        length = rng.choice([0, full, full, rng.randint(0, full), min(full, rng.choice(near))])
+        if groups >= 3 and group == 1:
+            length = 0  # rows without context
+        if groups >= 3 and group == 2:
+            length = full
+        if group_lengths is not None:
+            q = group_requests[group] if group_requests is not None else 0
+            length = group_lengths[group]
+        picks.append(q)
+        lengths.append(length)
+    return picks, lengths
+
+
+def _values(values: str, rows: int, width: int) -> torch.Tensor:
+    if values == "distinct":
+        return torch.randperm(rows * width).float().view(rows, width)
+    if values == "ties":
+        return torch.randint(0, 3, (rows, width)).float()
+    return torch.randn(rows, width)
+
+
+def _pad(rng: random.Random, widths: str, to_widest: int, local_block: int) -> int:
+    """Columns a rank's local logits get past its states (see make_problem's ``widths``)."""
+    if widths == "unpadded":
+        return 0
+    if widths == "widest":
+        return to_widest + rng.randint(0, local_block)
+    return rng.randint(0, 2 * local_block)
+
+
 def make_problem(
     rng: random.Random,
     *,
@@ -109,29 +152,10 @@ def make_problem(
         request_lengths = [rng.choice(near) for _ in range(count)]
     starts = [sum(request_lengths[:q]) for q in range(len(request_lengths))]
     groups = -(-rows // row_repeat)
-    picks, lengths = [], []
-    for group in range(groups):
-        q = rng.randrange(len(request_lengths))
-        full = request_lengths[q]
-        length = rng.choice([0, full, full, rng.randint(0, full), min(full, rng.choice(near))])
-        if groups >= 3 and group == 1:
-            length = 0  # rows without context
-        if groups >= 3 and group == 2:
-            length = full
-        if group_lengths is not None:
-            q = group_requests[group] if group_requests is not None else 0
-            length = group_lengths[group]
-        picks.append(q)
-        lengths.append(length)
+    picks, lengths = _pick_groups(rng, groups, request_lengths, near, group_lengths, group_requests)
     packed = sum(request_lengths)
     width = packed + rng.randint(0, g)
-
-    if values == "distinct":
-        logits = torch.randperm(rows * width).float().view(rows, width)
-    elif values == "ties":
-        logits = torch.randint(0, 3, (rows, width)).float()
-    else:
-        logits = torch.randn(rows, width)
+    logits = _values(values, rows, width)
     logits[torch.rand(rows, width) < neg_inf] = -INF
     logits[:, packed:] = GARBAGE
     for row in range(rows):
@@ -153,13 +177,7 @@ def make_problem(
     widest = max(len(cols) for _, cols in local_cols)
     shards = []
     for rank, (local_starts, cols) in enumerate(local_cols):
-        if widths == "unpadded":
-            pad = 0
-        elif widths == "widest":
-            pad = widest - len(cols) + rng.randint(0, g // world)
-        else:
-            pad = rng.randint(0, 2 * g // world)
-        cols = cols + [-1] * pad
+        cols = cols + [-1] * _pad(rng, widths, widest - len(cols), g // world)
         local = torch.full((rows, len(cols)), GARBAGE)
         real = [j for j, col in enumerate(cols) if col >= 0]
         local[:, real] = logits[:, [cols[j] for j in real]]
