@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bakery.errors import BakeryError
 from bakery.git import cmd
+from bakery.git.conflicts import stage
 from bakery.git.index import restat_index
 
 #: A new repository's config, as git init writes it on Linux.
@@ -121,15 +122,5 @@ def commit_series(
     stream += [b"get-mark :%d\n" % i for i in range(1, len(messages) + 1)]
     stream.append(b"done\n")
     ids = cmd.git(tree, "fast-import", "--quiet", "--done", input=b"".join(stream)).split()
-    paths = sorted({rel for changes in writes for rel in changes})
-    if paths:
-        cmd.git(
-            tree,
-            "update-index",
-            "--add",
-            "--remove",
-            "-z",
-            "--stdin",
-            input=b"".join(os.fsencode(p) + b"\0" for p in paths),
-        )
+    stage(tree, sorted({rel for changes in writes for rel in changes}))
     return ids
