@@ -221,8 +221,8 @@ def test_verify_judges_the_ports_too(
     r = cli("apply", "dcp2", "--vllm", "0.34.0", "--out", out, "--json", "r.json")
     assert r.exit_code == 0, r.output
     assert json.loads((tmp_path / "r.json").read_text())["port"] == "home/patches/dcp2/0.34.0"
-    # DCP against single-rank, one seed and slicing: every block size, repeat and start
-    tests = "test_dcp_matches_single_rank and 0-None"
+    # DCP against single-rank, world 2, one seed: every block size, repeat, start and width
+    tests = "test_dcp_equals_single_rank and world2-0"
     result = cli("verify", "dcp2", "--tree", out, "--interpret", "--", "-x", "-q", "-k", tests)
     if change is None:
         assert result.exit_code == 0 and " failed" not in result.stderr, result.output

@@ -190,7 +190,10 @@ def run_verify(
     tests_dir, tree = Path(tests_dir).resolve(), Path(tree).resolve()
     check_inputs(tests_dir, tree, interpret)
     if jobs is None:
-        jobs = default_jobs(interpret)
+        # -x / --maxfail stop the run at a failure: one worker, so that the stop is a
+        # failed run (exit 1), not an interrupted one (pytest-xdist's stop exits 2)
+        stops = any(a in ("-x", "--exitfirst") or a.startswith("--maxfail") for a in pytest_args)
+        jobs = 1 if stops else default_jobs(interpret)
     elif jobs > 1 and importlib.util.find_spec("xdist") is None:
         raise VerifyError("--jobs needs pytest-xdist: install bakery[kernels]")
     junit = Path(junit).resolve() if junit is not None else None
