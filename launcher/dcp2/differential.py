@@ -11,9 +11,11 @@ NaN-scored blocks, 0.30.0 drops them) and the bundled tests cover that per relea
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -55,6 +57,15 @@ def _inputs(seed: int, rows: int, width: int, repeat: int, with_starts: bool):
     if with_starts:
         starts = (torch.rand(groups, generator=g) * ends.float()).to(torch.int32)
     return logits, starts, ends
+
+
+def load(module: str) -> Any:
+    """The kernel module of the tree under test, with the stand-ins the bundled tests
+    declare (DeepSelect has no CPU build): the same module verify loads."""
+    sys.path.insert(0, str(Path(__file__).parent / "tests"))
+    from dcp2_support import load_kernel
+
+    return load_kernel()
 
 
 def cases(cb: Any) -> Iterator[tuple[str, Any]]:

@@ -6,6 +6,7 @@ what no test states: that a proposed port computes what the previous release's b
 computes, on the inputs the series records in ``launcher/SERIES/differential.py``:
 
     MODULE = "vllm.model_executor...."          # the module whose functions are compared
+    def load(name) -> module                          # optional: how to load it (stand-ins)
     def cases(module) -> Iterable[tuple[str, Any]]:   # (case name, output tensors)
 
 Each tree is loaded in its own process by bakery's loader (as verify loads it: package
@@ -47,7 +48,9 @@ class Difference:
 
 def record(tree: Path, cases_file: Path, out: Path, *, interpret: bool) -> None:
     """In a child process: load the tree's module and save every case's output."""
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    from bakery.testing.loader import TREE_ENV
+
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", TREE_ENV: str(Path(tree).resolve())}
     if interpret:
         env["TRITON_INTERPRET"] = "1"
     cmd = [sys.executable, "-m", "bakery.testing.differential", str(tree), str(cases_file)]
@@ -71,7 +74,9 @@ def _main(tree: str, cases_file: str, out: str) -> None:
     cases = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = cases
     spec.loader.exec_module(cases)
-    module = importlib.import_module(cases.MODULE)
+    # a series whose module needs stand-ins declares them in its own load()
+    load = getattr(cases, "load", importlib.import_module)
+    module = load(cases.MODULE)
     results: dict[str, Any] = {}
     for name, output in cases.cases(module):
         results[name] = output
