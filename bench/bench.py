@@ -347,8 +347,10 @@ def bench_history(runs: int, rev: str) -> Result:
     old = [
         PY,
         "-c",
-        f"import sys; sys.path.insert(0, {str(src / 'src')!r}); "
-        "from bakery.cli.app import main; main()",
+        f"import sys; sys.path.insert(0, {str(src / 'src')!r})\n"
+        "try:\n    from bakery.cli.app import main\n"  # the layout since issue 13
+        "except ImportError:\n    from bakery.cli import main\n"  # before it
+        "main()",
     ]
     warm_up([BASE])
 
