@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
+from tests.helpers import git
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -343,18 +345,8 @@ def test_diff_creates_file_over_folder_it_filled(tmp_path: Path) -> None:
 def test_git_checkout_with_symlink_loop_bakes(tmp_path: Path) -> None:
     """A local git checkout holding symlink loops is copied link for link, never followed."""
     tree = base_tree(tmp_path)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(
-        {
-            "GIT_AUTHOR_NAME": "t",
-            "GIT_AUTHOR_EMAIL": "t@t",
-            "GIT_COMMITTER_NAME": "t",
-            "GIT_COMMITTER_EMAIL": "t@t",
-            "GIT_CONFIG_GLOBAL": os.devnull,
-        }
-    )
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "upstream"]):
-        subprocess.run(["git", *args], cwd=tree, env=env, check=True, capture_output=True)
+        git(tree, *args)
     series = make_series(
         tmp_path, {"01-x.diff": (HOSTILE / "diffs" / "ok-two-files.diff").read_bytes()}
     )

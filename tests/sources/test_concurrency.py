@@ -224,17 +224,8 @@ def _deleted_file(tree: Path) -> None:
 
 
 def _moved_head(tree: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(
-        {
-            "GIT_AUTHOR_NAME": "t",
-            "GIT_AUTHOR_EMAIL": "t@t",
-            "GIT_COMMITTER_NAME": "t",
-            "GIT_COMMITTER_EMAIL": "t@t",
-        }
-    )
     (tree / "vllm" / "x.py").write_text("tampered\n")
-    subprocess.run(["git", "commit", "-qam", "tamper"], cwd=tree, env=env, check=True)
+    _git(tree, "commit", "-qam", "tamper")
 
 
 def _broken_marker(tree: Path) -> None:
