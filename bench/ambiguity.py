@@ -30,8 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-from bakery.bake.guard import LANDED, _changed, _first, _names
-from bakery.bake.pyindex import index
+from bakery.checks.guard import LANDED, _changed, _first, _names
+from bakery.checks.pyindex import index
 from bakery.patch.engine import (
     FileResult,
     Outcome,
@@ -136,7 +136,7 @@ def corpus(old: str, new: str, onto: str, under: str = "") -> dict[str, object]:
 def _moved_defs(
     fp: FilePatch, base: bytes, after: bytes, res: FileResult, examples: list[dict[str, object]]
 ) -> int:
-    """The placement check (bake.guard's rule) with the ``--from`` release as the base: the
+    """The placement check (checks.guard's rule) with the ``--from`` release as the base: the
     definitions around each landed hunk there (its result is the ``--to`` file) against
     those where it landed on ``--onto``."""
     if not fp.path.endswith(".py") or res.content is None:

@@ -29,7 +29,7 @@ from bakery.sources import resolve as sources  # noqa: E402
 
 T_IMPORTS = time.perf_counter() - T0
 
-from bakery.sources import unpack  # noqa: E402 - only a cold bake imports it
+from bakery.formats import unpack  # noqa: E402 - only a cold bake imports it
 
 acc: dict[str, float] = {}
 _local = threading.local()

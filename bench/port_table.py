@@ -62,7 +62,7 @@ def _difference(proposed: Path, committed: Path) -> int:
 def _matters(home: Path, release: str, proposed_port: Path, env: dict[str, str]) -> str:
     """The differential check between the committed port's tree and the proposal's."""
     sys.path.insert(0, str(ROOT / "src"))
-    from bakery.testing import differential
+    from bakery.porting import differential
 
     trees = {}
     for label, port in (

@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from bakery.bake.baked import read_baked
-from bakery.bake.wheel import write_wheel
+from bakery.package.baked import read_baked
+from bakery.package.wheel import write_wheel
 
 if __name__ == "__main__":
     tree, upstream, out = map(Path, sys.argv[1:4])

@@ -1,4 +1,4 @@
-"""Recorded inputs for `bakery port`'s differential check (bakery.testing.differential).
+"""Recorded inputs for `bakery port`'s differential check (bakery.porting.differential).
 
 The same seeded inputs go through `select_candidate_blocks` and `apply_candidate_mask`
 of two baked trees (the previous release's and a proposed port); every output must be

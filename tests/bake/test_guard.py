@@ -283,7 +283,7 @@ def test_a_port_whose_call_fits_the_new_signature_resolves_the_contract(tmp_path
 
 
 def test_enclosing_definitions_are_qualified() -> None:
-    from bakery.bake.pyindex import index
+    from bakery.checks.pyindex import index
 
     src = b"X = 1\n\n\nclass A:\n    def m(self):\n        return 1\n\n\ndef f():\n    pass\n"
     idx = index(src)

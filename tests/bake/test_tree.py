@@ -13,12 +13,12 @@ import pytest
 
 from bakery.bake import tree as bake_mod
 from bakery.bake.plan import plan
-from bakery.bake.report import read_manifest
 from bakery.bake.staging import refuse_unless_replaceable, remove_tree
 from bakery.bake.tree import bake
 from bakery.bake.treecopy import copy_tree
 from bakery.errors import BakeryError, UnsafePathError
 from bakery.git import cmd as gitutil
+from bakery.model.report import read_manifest
 from bakery.patch.series import load_series
 from bakery.sources.resolve import Pristine
 from tests.helpers import Tiny, commits, git, make_series, tree_digest, udiff, write_files

@@ -162,7 +162,7 @@ def test_quiet_and_verbose(cli: Cli, tiny: Tiny) -> None:
     assert len(quiet.stdout.splitlines()) == 1
     loud = cli("-v", "apply", "demo", "--vllm", tiny.src, "--out", "b")
     assert loud.exit_code == 0
-    from bakery.bake.report import read_manifest
+    from bakery.model.report import read_manifest
 
     manifest = read_manifest(tiny.src.parent / "b")
     assert manifest is not None

@@ -288,9 +288,9 @@ def test_zip64_records(
 ) -> None:
     """Past the 32-bit limits (lowered here) the writer uses zip64 records that zipfile
     reads back."""
-    from bakery.bake import wheel as wheel_mod
-    from bakery.bake.baked import read_baked
     from bakery.commands import apply as commands
+    from bakery.package import wheel as wheel_mod
+    from bakery.package.baked import read_baked
 
     commands.apply("demo", vllm=VERSION, out=tmp_path / "tree")
     upstream = tmp_path / wheel_filename("x86_64")
@@ -458,9 +458,9 @@ class _Unseekable(io.RawIOBase):
 def test_upstream_with_data_descriptors(index: Index, series: Path, tmp_path: Path) -> None:
     """Members whose sizes follow their data (flag bit 3) get a local header with the
     sizes; their compressed bytes are still copied as they are."""
-    from bakery.bake.baked import read_baked
-    from bakery.bake.wheel import write_wheel
     from bakery.commands import apply as commands
+    from bakery.package.baked import read_baked
+    from bakery.package.wheel import write_wheel
 
     commands.apply("demo", vllm=VERSION, out=tmp_path / "tree")
     source = zipfile.ZipFile(io.BytesIO(index.files[wheel_filename("x86_64")]))
@@ -511,7 +511,8 @@ def test_matrix_wheels_refused(cli: Callable[..., Result], index: Index, home: P
 
 
 def test_manifest_path_agrees() -> None:
-    from bakery.bake import baked, report
+    from bakery.model import report
+    from bakery.package import baked
 
     assert baked.MANIFEST == report.MANIFEST
 
@@ -531,10 +532,10 @@ def test_damaged_upstream_wheel(
     damage: Callable[[bytes], bytes],
     message: str,
 ) -> None:
-    from bakery.bake.baked import read_baked
-    from bakery.bake.wheel import write_wheel
     from bakery.commands import apply as commands
     from bakery.errors import SourceError
+    from bakery.package.baked import read_baked
+    from bakery.package.wheel import write_wheel
 
     commands.apply("demo", vllm=VERSION, out=tmp_path / "tree")
     upstream = tmp_path / wheel_filename("x86_64")

@@ -19,8 +19,8 @@ import pytest
 from typer.testing import Result
 
 from bakery.errors import SourceError
+from bakery.formats import unpack
 from bakery.safety import limits
-from bakery.sources import unpack
 
 from ..helpers import Tiny
 from ._helpers import DIFF, refused, sdist, series, serve

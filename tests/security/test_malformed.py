@@ -19,7 +19,7 @@ import pytest
 from typer.testing import Result
 
 from bakery.errors import SourceError
-from bakery.sources import unpack
+from bakery.formats import unpack
 
 from ..helpers import Tiny, make_series, udiff
 from ._helpers import refused, sdist, series, serve

@@ -144,7 +144,7 @@ def test_apply_writes_nothing_in_the_working_directory(
     r = cli("apply", tiny.series, "--vllm", tiny.src, "--out", tmp_path / "out")
     assert r.exit_code == 0, r.output
     assert list(work.iterdir()) == []
-    from bakery.commands.apply import last_tree
+    from bakery.commands.verify import last_tree
 
     assert last_tree("demo") == tmp_path / "out"  # verify's default, kept in the cache
 

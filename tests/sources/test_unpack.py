@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bakery.errors import SourceError
+from bakery.formats.unpack import unpack
 from bakery.git import cmd as gitutil
-from bakery.sources.unpack import unpack
 
 MTIME = 1_700_000_000
 
@@ -291,7 +291,7 @@ def _tarfile_members(archive: bytes) -> list[tuple[str, str, int, int, str, byte
 
 
 def _ours(archive: bytes) -> list[tuple[str, str, int, int, str, bytes]]:
-    from bakery.sources import tarstream
+    from bakery.formats import tarstream
 
     stream = io.BytesIO(archive)
     return [
@@ -343,7 +343,7 @@ def test_tarstream_agrees_with_tarfile(files: list[tuple[str, bytes, int, int]],
 
 
 def test_tarstream_refuses_a_bad_checksum() -> None:
-    from bakery.sources import tarstream
+    from bakery.formats import tarstream
 
     archive = bytearray(_tar(MEMBERS[:3], gz=False))
     archive[0] ^= 1  # the first header's name, under its checksum

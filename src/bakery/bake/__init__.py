@@ -1,4 +1,4 @@
-"""Baking a tree: the in-memory plan and the staged, atomic write (``tree``), the three-way
-fallback and drift warnings (``merge``), ports from an edited tree (``refresh``), the report
-and manifest (``report``) and the parallel tree copy (``treecopy``); packages made from a
-bake (``baked``, ``wheel``, ``sdist``)."""
+"""Baking a tree: the in-memory plan (``plan``), the staged, atomic write (``staging``,
+``tree``), the parallel tree copy (``treecopy``), the three-way fallback and drift warnings
+(``merge``) with its syntax-aware merge of Python (``synmerge``; here, not in porting/, since
+``check`` and ``apply`` use it too), and the ``--strict`` review rule (``strict``)."""

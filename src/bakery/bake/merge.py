@@ -28,8 +28,8 @@ from bakery.sources.cache import Cache
 from bakery.sources.resolve import Pristine, Progress
 
 if TYPE_CHECKING:
-    from bakery.bake.contracts import Reader
-    from bakery.bake.report import DiffResult
+    from bakery.checks.contracts import Reader
+    from bakery.model.report import DiffResult
 
 
 def merge_file(current: bytes, base: bytes, other: bytes) -> tuple[bytes, int]:
@@ -194,14 +194,14 @@ class Fallback:
         pristine: Reader,
         applied: bool,
     ) -> None:
-        """Placement and contract checks of the hunks (bake.guard), after the plan. Only
+        """Placement and contract checks of the hunks (checks.guard), after the plan. Only
         with the base release to compare with: the base release's own bake pays nothing,
         not even the import."""
         side = self.side
         if side is None or not self.base_version:
             return
-        from bakery.bake import guard
-        from bakery.bake.contracts import World
+        from bakery.checks import guard
+        from bakery.checks.contracts import World
 
         record = guard.BaseRecord(
             [side.by_name[n] for n in side.order],

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bakery.bake.merge import Fallback, diagnose
-from bakery.bake.report import BakeReport, DiffResult
 from bakery.bake.staging import display_path
 from bakery.errors import UnsafePathError
+from bakery.model.report import BakeReport, DiffResult
 from bakery.patch.engine import FileResult, apply_file
 from bakery.patch.parse import Diff, FilePatch
 from bakery.patch.series import Series, detect_layout
@@ -73,11 +73,11 @@ class _Overlay:
             ) from None
 
     def final(self, rel: str) -> bytes | None:
-        """A file with the whole series applied (for bake.guard)."""
+        """A file with the whole series applied (for checks.guard)."""
         return self.state[rel][0] if rel in self.state else self.pristine_file(rel)
 
     def pristine_file(self, rel: str) -> bytes | None:
-        """A pristine file, or None (never read through a link: bake.guard only)."""
+        """A pristine file, or None (never read through a link: checks.guard only)."""
         path = self.pristine.file(rel)
         try:
             return None if path.is_symlink() or not path.is_file() else path.read_bytes()

@@ -10,9 +10,9 @@ import re
 import tempfile
 from pathlib import Path
 
-from bakery.bake.report import read_manifest
 from bakery.errors import BakeryError, UnsafePathError
 from bakery.git import cmd as gitutil
+from bakery.model.report import read_manifest
 from bakery.sources.cache import discard as _discard
 
 

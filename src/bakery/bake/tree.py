@@ -17,7 +17,6 @@ from pathlib import Path
 
 from bakery.bake.merge import Fallback
 from bakery.bake.plan import Events, Plan, plan
-from bakery.bake.report import MANIFEST, BakeReport, write_json
 from bakery.bake.staging import (
     clean_stale,
     display_path,
@@ -33,6 +32,7 @@ from bakery.git import cmd as gitutil
 from bakery.git import conflicts
 from bakery.git.index import restat_index
 from bakery.git.repo import NEW_CONFIG, clone_local, commit_series, link_objects
+from bakery.model.report import MANIFEST, BakeReport, write_json
 from bakery.patch import mail
 from bakery.patch.series import Series
 from bakery.safety import paths
@@ -237,7 +237,7 @@ def failed_state(failed_out: Path) -> str | None:
     "unchanged" is decided from the manifest: the same head, every file bakery wrote as
     it wrote it (the hashes the manifest records), and no other file changed or added
     (git diff against the head, and the untracked files, name nothing else)."""
-    from bakery.bake import manifest as manifests
+    from bakery.model import manifest as manifests
 
     if not os.path.lexists(failed_out):
         return None

@@ -20,7 +20,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from bakery import __version__
-from bakery.bake.report import BakeReport
 from bakery.cli import hints, render
 from bakery.cli.parsing import (
     PYTEST_ARGS,
@@ -31,6 +30,7 @@ from bakery.cli.parsing import (
     Word,
 )
 from bakery.errors import BakeryError, ReportedError
+from bakery.model.report import BakeReport
 from bakery.outputs import check as check_output
 from bakery.outputs import is_stdout, write_json
 from bakery.outputs import write as write_output
@@ -516,7 +516,8 @@ def matrix(
 ) -> None:
     """Bake (and verify) a series on many vLLM releases, in parallel."""
     from bakery.commands import matrix as mx
-    from bakery.patch.series import load_series, project_root
+    from bakery.patch.series import load_series
+    from bakery.project import project_root
 
     _json_target(json_file)
     _preflight((json_file, "--json"), (markdown, "--markdown"), (junit, "--junit"))
@@ -696,7 +697,7 @@ def refresh(
     """Turn an edited baked tree back into diffs, as quilt refresh does: a tree of the
     series' base release refreshes launcher/<series>/diffs/, a tree of another release
     its port in patches/<series>/<release>/."""
-    from bakery.bake import refresh as refresh_mod
+    from bakery.porting import refresh as refresh_mod
 
     done = refresh_mod.refresh(series, tree, release, events=_events, into=into, new_diff=new_diff)
     for n in done.notes:

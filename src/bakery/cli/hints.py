@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bakery.bake.report import BakeReport
+from bakery.model.report import BakeReport
 
 if TYPE_CHECKING:
-    from bakery.bake.refresh import Refreshed
+    from bakery.porting.refresh import Refreshed
 
 
 @dataclass

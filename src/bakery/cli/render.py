@@ -10,16 +10,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from bakery.bake.report import BakeReport
+from bakery.model.report import BakeReport
 from bakery.patch.engine import HunkResult
 from bakery.safety.text import clean
 from bakery.safety.urls import redact_text
 
 if TYPE_CHECKING:
-    from bakery.bake.refresh import Refreshed
     from bakery.commands.matrix import Row
     from bakery.commands.port import PortResult
     from bakery.commands.upstream import UpstreamReport
+    from bakery.porting.refresh import Refreshed
     from bakery.testing.runner import VerifyResult
 
 

@@ -4,16 +4,17 @@ each series' last apply (verify's default tree). Nothing here prints."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bakery import project
 from bakery.bake.plan import Events, plan
-from bakery.bake.report import BakeReport
 from bakery.bake.staging import display_path
 from bakery.bake.tree import bake
 from bakery.errors import BakeryError, ReportedError, UsageError
-from bakery.patch.series import Series, load_series, project_root
+from bakery.model.report import BakeReport
+from bakery.patch.series import Series, load_series
+from bakery.project import project_root
 from bakery.sources import resolve as sources
 from bakery.sources.cache import Cache, CacheChanged
 from bakery.sources.resolve import Pristine, Progress
@@ -200,7 +201,8 @@ def _apply(
         if base is not None:
             base.close()
     if report.status == "baked" and remember:
-        _remember(series.name, out, cache)
+        cache.path(".")  # the cache folder and its README
+        project.remember(cache.root / project.LAST_BAKES, series.name, out)
     return report
 
 
@@ -254,60 +256,10 @@ def up_to_date(
     release's port (where CI has that release cached; a path or git+ spec checks them all)."""
     from packaging.version import InvalidVersion, Version
 
-    from bakery.bake import refresh
+    from bakery.porting import refresh
 
     try:
         only = Version(vllm) if vllm else None
     except InvalidVersion:
         only = None
     return refresh.stale_ports(load_series(series_spec), Cache(), events=events, only=only)
-
-
-# --- the last bake of each series (verify's default tree) -------------------------------------
-# Kept in bakery's own folder (the cache), by project: apply never writes into the
-# working directory or the project beyond --out.
-
-
-def _last_file(cache: Cache | None = None) -> Path:
-    return (cache or Cache()).root / "last-bakes.json"
-
-
-def _remember(series: str, out: Path, cache: Cache) -> None:
-    """The tree of the series' last ``bakery apply`` (the last key of the project's:
-    the last apply of all)."""
-    from bakery.bake.report import write_json
-
-    path = _last_file(cache)
-    try:
-        data = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError, RecursionError):
-        data = {}
-    if not isinstance(data, dict):
-        data = {}
-    project = str(project_root().absolute())
-    mine = data.get(project)
-    mine = mine if isinstance(mine, dict) else {}
-    mine.pop(series, None)
-    mine[series] = str(out.absolute())
-    data[project] = mine
-    try:
-        cache.path(".")  # the cache folder and its README
-        write_json(path, data)
-    except OSError:
-        pass  # only a convenience for verify: never fails a bake
-
-
-def last_applies() -> dict[str, str]:
-    try:
-        data = json.loads(_last_file().read_text())
-        mine = data[str(project_root().absolute())]
-    except (OSError, ValueError, RecursionError, KeyError, TypeError):
-        return {}
-    if not isinstance(mine, dict):
-        return {}
-    return {str(k): v for k, v in mine.items() if isinstance(v, str)}
-
-
-def last_tree(series: str) -> Path | None:
-    p = last_applies().get(series)
-    return Path(p) if p and Path(p).is_dir() else None

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bakery.patch.series import load_series, project_root
+from bakery.patch.series import load_series
+from bakery.project import project_root
 
 if TYPE_CHECKING:
     pass
@@ -21,7 +22,7 @@ def list_series(spec: str | None) -> list[dict[str, Any]]:
         names = sorted(p.name for p in (home / "launcher").glob("*") if (p / "diffs").is_dir())
         if not names:
             from bakery.errors import SeriesError
-            from bakery.patch.series import where_series_are
+            from bakery.project import where_series_are
 
             raise SeriesError(f"no series{where_series_are(home)}")
     rows = []

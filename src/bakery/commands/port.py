@@ -1,10 +1,10 @@
 """``bakery port SERIES --vllm X``: propose a port, prove it, write it only when proven.
 
-Every start is planned against the release (:mod:`bakery.bake.porting`). The candidates
+Every start is planned against the release (:mod:`bakery.porting.propose`). The candidates
 without a failed hunk are taken best first: each is written as a port into a scratch
 folder, baked from it (so the port's own diffs are what is proven), verified with the
 series' bundled tests and, where the series records inputs, compared with the previous
-release's baked tree (:mod:`bakery.testing.differential`). The first that passes both
+release's baked tree (:mod:`bakery.porting.differential`). The first that passes both
 becomes ``patches/SERIES/X/`` with its provenance note. When none does, the best attempt
 is left as a conflict tree and the hunks still to resolve are listed, each with the
 upstream commits that touched its lines (``--upstream``).
@@ -21,15 +21,16 @@ from typing import Any
 from packaging.version import Version
 
 from bakery.bake.merge import Fallback
-from bakery.bake.porting import Candidate, candidates, provenance, write_port
 from bakery.bake.staging import display_path
 from bakery.bake.tree import bake
 from bakery.errors import BakeryError, UsageError
-from bakery.patch.series import Series, load_series, project_root
+from bakery.patch.series import Series, load_series
+from bakery.porting import differential
+from bakery.porting.propose import Candidate, candidates, provenance, write_port
+from bakery.project import project_root
 from bakery.sources import resolve as sources
 from bakery.sources.cache import Cache
 from bakery.sources.resolve import Pristine
-from bakery.testing import differential
 from bakery.testing.runner import run_verify
 
 Events = Callable[[str, str], None]
@@ -217,7 +218,7 @@ def _leave_best(
     spec: str, result: PortResult, target: Pristine, scratch: Path, cache: Cache
 ) -> None:
     """The best attempt as a conflict tree, for a person to finish."""
-    from bakery.bake.porting import _series_for
+    from bakery.porting.propose import _series_for
     from bakery.sources.resolve import release
 
     if not result.candidates:

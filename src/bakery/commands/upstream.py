@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bakery.bake.contracts import GONE, World
-from bakery.bake.guard import LANDED
 from bakery.bake.plan import Events, plan
-from bakery.bake.report import BakeReport
+from bakery.checks.contracts import GONE, World
+from bakery.checks.guard import LANDED
 from bakery.errors import UsageError
 from bakery.git import history
+from bakery.model.report import BakeReport
 from bakery.patch.parse import Diff
 from bakery.sources.resolve import Pristine, Progress
 

@@ -7,22 +7,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bakery import project
 from bakery.bake.plan import Events
 from bakery.bake.staging import display_path
 from bakery.errors import UsageError
-from bakery.patch.series import load_series, project_root
+from bakery.patch.series import load_series
+from bakery.project import project_root
 
 if TYPE_CHECKING:
     from bakery.testing.runner import VerifyResult
 
 
-from bakery.commands.apply import last_applies, last_tree
-
-
 def _default_series(tree: Path | None) -> str:
     """verify's series when none is named: the one the tree was baked from, else the
     project's only series, else the series of the last ``bakery apply``."""
-    from bakery.bake.report import read_manifest
+    from bakery.model.report import read_manifest
 
     if tree is not None:
         manifest = read_manifest(tree) or {}
@@ -50,7 +49,7 @@ def edited_files(tree: Path) -> list[str]:
     refresh a port); the tree's other files are the pristine release's."""
     import hashlib
 
-    from bakery.bake import manifest as manifests
+    from bakery.model import manifest as manifests
     from bakery.safety import paths
 
     manifest = manifests.read(tree)
@@ -125,3 +124,15 @@ def verify(
         jobs=jobs,
     )
     return result, edited
+
+
+def last_applies() -> dict[str, str]:
+    """The project's series and their last applied trees (the record in the cache)."""
+    from bakery.sources.cache import Cache
+
+    return project.last_applies(Cache().root / project.LAST_BAKES)
+
+
+def last_tree(series: str) -> Path | None:
+    p = last_applies().get(series)
+    return Path(p) if p and Path(p).is_dir() else None

@@ -2,8 +2,8 @@
 
 Both bake the series the normal way (``commands.apply.apply``, into the same baked tree
 ``bakery apply`` writes), then package that bake: the wheel from the release's upstream
-wheel per platform (bake/wheel.py), the sdist from its upstream source distribution
-(bake/sdist.py). The packages hold the baked tree's bytes, so ``bakery verify`` on the tree
+wheel per platform (package/wheel.py), the sdist from its upstream source distribution
+(package/sdist.py). The packages hold the baked tree's bytes, so ``bakery verify`` on the tree
 tests what the wheel installs.
 """
 
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bakery.bake.plan import Events
-from bakery.bake.report import BakeReport
 from bakery.commands import apply as bake_cmd
 from bakery.errors import UsageError
+from bakery.model.report import BakeReport
 from bakery.sources.cache import Cache
 from bakery.sources.resolve import Progress, is_version
 
@@ -81,7 +81,7 @@ def wheel(
     report, baked_tree = _bake(series, vllm, tree, force, events, progress, cache)
     if baked_tree is None:
         return Packaged(report)
-    from bakery.bake.wheel import CannotCarry
+    from bakery.package.wheel import CannotCarry
 
     try:
         paths = wheels_from_tree(baked_tree, wanted, out_dir, cache, events, progress)
@@ -99,8 +99,8 @@ def wheels_from_tree(
     progress: Progress | None = None,
 ) -> list[Path]:
     """The wheels of a baked tree (a release's bake) for each platform in wanted."""
-    from bakery.bake.baked import read_baked
-    from bakery.bake.wheel import refuse_built, write_wheel
+    from bakery.package.baked import read_baked
+    from bakery.package.wheel import refuse_built, write_wheel
     from bakery.sources.wheels import upstream_wheel
 
     baked = read_baked(tree)
@@ -126,8 +126,8 @@ def sdist(
     cache: Cache | None = None,
 ) -> Packaged:
     """Bake the series on release vllm and write its source distribution."""
-    from bakery.bake.baked import read_baked
-    from bakery.bake.sdist import write_sdist
+    from bakery.package.baked import read_baked
+    from bakery.package.sdist import write_sdist
     from bakery.sources.wheels import upstream_sdist
 
     cache = cache or Cache()

@@ -73,7 +73,7 @@ class HunkResult:
     #: (base, target): the definitions that enclose the hunk on the series' base release
     #: and where it lands, when they differ (set by bake.placement).
     moved_def: tuple[str, str] | None = None
-    #: The vLLM names the hunk's new code uses (its contract; set by bake.guard).
+    #: The vLLM names the hunk's new code uses (its contract; set by checks.guard).
     uses: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bakery.errors import SeriesError
 from bakery.patch.parse import Diff, read_diff
+from bakery.project import project_root, where_series_are
 from bakery.safety import paths
 
 if sys.version_info >= (3, 11):
@@ -87,37 +88,6 @@ def fixes_for(series_dir: Path, version: str | None) -> list[Path]:
             raise SeriesError(f"{variants}: {', '.join(sorted(unknown))} is no fix of fixes/")
         fixes = [by_name.get(p.name, p) for p in fixes]
     return fixes
-
-
-def project_root() -> Path:
-    """The folder holding launcher/ and patches/: BAKERY_HOME, else the nearest ancestor of
-    the working directory with a launcher/ folder, else the working directory."""
-    import os
-
-    env = os.environ.get("BAKERY_HOME")
-    if env:
-        return Path(env)
-    cwd = Path.cwd()
-    for d in (cwd, *cwd.parents):
-        if (d / "launcher").is_dir():
-            return d
-    return cwd
-
-
-def where_series_are(home: Path) -> str:
-    """The end of an "unknown series" line: the series known, or where bakery looked."""
-    import os
-
-    launcher = home / "launcher"
-    if launcher.is_dir():
-        known = sorted(p.name for p in launcher.glob("*") if p.is_dir())
-        return f" (known: {', '.join(known)})" if known else f" (none in {launcher})"
-    if os.environ.get("BAKERY_HOME"):
-        return f": BAKERY_HOME={home} has no launcher/ folder"
-    return (
-        f": no launcher/ folder in {home} or above it; run bakery inside a project, "
-        "set BAKERY_HOME to one, or give the path to a series folder"
-    )
 
 
 def ordered_diffs(folder: Path) -> list[Path]:

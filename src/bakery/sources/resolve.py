@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
 from bakery.safety import limits, paths
-from bakery.safety.urls import redact
+from bakery.safety.urls import redact, redact_url
 from bakery.sources import bounded, versions
 from bakery.sources.cache import Cache, Entry, Hold
 
@@ -108,8 +108,6 @@ def resolve(
     if path.exists():
         return _local_source(path, allow_dirty)
     if spec == versions.LATEST:
-        from bakery.commands.releases import latest
-
         spec = latest()
     if is_version(spec):
         return release(versions.normalize(spec), cache, progress, defer_check)
@@ -216,7 +214,7 @@ def _content_length(resp: object) -> int:
 
 def _unpack(archive: Path | bytes, dest: Path, label: str, *, strip_top: bool = True) -> str:
     """The archive unpacked into dest with its one commit (see unpack.py); the commit id."""
-    from bakery.sources import unpack  # tarfile and threading: only a cold bake needs them
+    from bakery.formats import unpack  # tarfile and threading: only a cold bake needs them
 
     if isinstance(archive, Path):
         name = archive.name
@@ -304,3 +302,20 @@ def _local_source(path: Path, allow_dirty: bool) -> Pristine:
         head = gitutil.git(path, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False)
         commit = head.strip() or None
     return Pristine(path, _local_version(path), str(path), None, commit=commit)
+
+
+def releases(since: str | None = None, include_pre: bool = False) -> list[str]:
+    """Every release with a source distribution on the index, from since on, oldest first."""
+    versions.since([], since or "0")  # a --since that is no version: one line, before the index
+    return versions.since(release_versions(include_pre), since or "0", include_pre)
+
+
+def latest() -> str:
+    """The newest final release on the index (``--vllm latest``)."""
+    from bakery.sources.pipconf import configured_index
+
+    found = release_versions(False)
+    if not found:
+        index = redact_url(configured_index().url)
+        raise SourceError(f"no vLLM release with a source distribution on {index}")
+    return str(found[-1])

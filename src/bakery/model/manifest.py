@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bakery.bake.report import MANIFEST
 from bakery.errors import UsageError
+from bakery.model.report import MANIFEST
 from bakery.safety import limits, paths
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")

@@ -26,8 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from bakery.bake.baked import Baked, Change, local_version
 from bakery.errors import BakeryError, SourceError
+from bakery.package.baked import Baked, Change, local_version
 
 #: 1980-01-01 00:00:00 UTC: the time of every member bakery writes.
 FIXED_MTIME = 315532800

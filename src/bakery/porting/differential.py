@@ -53,7 +53,7 @@ def record(tree: Path, cases_file: Path, out: Path, *, interpret: bool) -> None:
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", TREE_ENV: str(Path(tree).resolve())}
     if interpret:
         env["TRITON_INTERPRET"] = "1"
-    cmd = [sys.executable, "-m", "bakery.testing.differential", str(tree), str(cases_file)]
+    cmd = [sys.executable, "-m", "bakery.porting.differential", str(tree), str(cases_file)]
     proc = subprocess.run([*cmd, str(out)], env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]

@@ -19,7 +19,7 @@ import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from bakery.bake.pyindex import PyIndex, Signature, index
+from bakery.checks.pyindex import PyIndex, Signature, index
 
 #: A file's content in one world (a release with the series applied), by tree path.
 Reader = Callable[[str], bytes | None]

@@ -24,10 +24,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bakery.bake import contracts
-from bakery.bake.contracts import GONE, Use, World
-from bakery.bake.pyindex import PyIndex, Signature, index
-from bakery.bake.report import DiffResult
+from bakery.checks import contracts
+from bakery.checks.contracts import GONE, Use, World
+from bakery.checks.pyindex import PyIndex, Signature, index
+from bakery.model.report import DiffResult
 from bakery.patch.engine import HunkResult, Outcome
 from bakery.patch.parse import Diff, FilePatch, Hunk
 

@@ -32,14 +32,15 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from bakery.bake.manifest import read as read_checked
 from bakery.bake.plan import Plan, plan
-from bakery.bake.report import MANIFEST
 from bakery.bake.staging import umask
 from bakery.errors import BakeryError, UsageError
 from bakery.git import cmd as gitutil
+from bakery.model.manifest import read as read_checked
+from bakery.model.report import MANIFEST
 from bakery.patch.parse import Diff
-from bakery.patch.series import Series, load_series, ordered_diffs, project_root
+from bakery.patch.series import Series, load_series, ordered_diffs
+from bakery.project import project_root
 from bakery.safety import paths
 from bakery.sources import versions
 from bakery.sources.cache import Cache

@@ -24,12 +24,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from bakery.errors import SourceError
+from bakery.formats import tarstream
 from bakery.git import cmd as gitutil
 from bakery.git import index as gitindex
 from bakery.git import objects as go
 from bakery.git import repo as gitrepo
 from bakery.safety import limits
-from bakery.sources import tarstream
 
 _CHUNK = 1 << 20  # compressed bytes inflated at a time
 _OUT_CHUNK = 16 << 20  # inflated bytes handed on at a time (a bomb never lands whole)

@@ -47,10 +47,10 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from bakery import __version__
-from bakery.bake import zipraw
-from bakery.bake.baked import Baked, Change, local_version
-from bakery.bake.zipraw import Entry
 from bakery.errors import BakeryError, SourceError
+from bakery.formats import zipraw
+from bakery.formats.zipraw import Entry
+from bakery.package.baked import Baked, Change, local_version
 
 _LOCAL, _CENTRAL, _END = zipraw.LOCAL, zipraw.CENTRAL, zipraw.END
 _END64, _LOCATOR64 = zipraw.END64, zipraw.LOCATOR64

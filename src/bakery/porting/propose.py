@@ -10,7 +10,7 @@ against the start's release ("ours" is the start's diffs baked there), first by 
 the smallest difference from the nearest older port (the port a human would have
 started from). Only a candidate that verify passes, and whose kernels give the previous
 release's outputs on recorded inputs except where the series explains the difference
-(:mod:`bakery.testing.differential`), becomes ``patches/SERIES/X/``.
+(:mod:`bakery.porting.differential`), becomes ``patches/SERIES/X/``.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from packaging.version import InvalidVersion, Version
 
 from bakery.bake.merge import Fallback
 from bakery.bake.plan import Plan, plan
-from bakery.bake.refresh import port_texts
 from bakery.patch.engine import Outcome
 from bakery.patch.series import Series, load_series
+from bakery.porting.refresh import port_texts
 from bakery.sources.cache import Cache
 from bakery.sources.resolve import Pristine, release
 
