@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bakery.redaction import redact_text  # every error line: no credentials
+
 
 class BakeryError(Exception):
     """Base class: one clear line, and the contract's exit code."""
@@ -16,8 +18,6 @@ class BakeryError(Exception):
     exit_code = 2
 
     def __init__(self, message: str) -> None:
-        from bakery.safety.urls import redact_text  # every error line: no credentials
-
         message = redact_text(message)
         super().__init__(message)
         self.message = message
@@ -51,12 +51,6 @@ class UnsafePathError(DiffError):
 
 class SourceError(BakeryError):
     """A pristine source that cannot be read, fetched, verified or extracted."""
-
-
-class ConflictError(BakeryError):
-    """The series does not apply (a hunk failed or is already applied upstream)."""
-
-    exit_code = 1
 
 
 class VerifyError(BakeryError):

@@ -1,2 +1,3 @@
-"""The data a bake produces and every command reads: the typed report and its JSON form
+"""The data a bake produces and every command reads: hunk and file results and their
+statuses (``results``), the typed report and its JSON form
 (``report``), and the manifest a baked tree carries, read once and checked (``manifest``)."""

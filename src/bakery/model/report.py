@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bakery import __version__
-from bakery.patch.engine import FileResult, Outcome, worst
+from bakery.model.results import FileResult, Outcome, worst
 
 MANIFEST = Path(".bakery") / "manifest.json"
 

@@ -17,108 +17,12 @@ so the output stays byte-identical; the outcome only says that nothing but nearn
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass
 
+from bakery.model.results import FileResult, HunkResult, Outcome, worst
 from bakery.patch.parse import FilePatch, Hunk
 
-
-class Outcome(str, Enum):
-    APPLIED = "applied"
-    OFFSET = "offset"
-    FUZZ = "fuzz"
-    #: Applied (exactly or at an offset), but its old text matches in more than one place.
-    AMBIGUOUS = "ambiguous"
-    MERGED = "merged"
-    #: resolved by a merge of Python syntax where the lines conflicted (``bakery port``)
-    MERGED_SYNTAX = "merged-syntax"
-    ALREADY = "already-applied"
-    FAILED = "failed"
-
-    @property
-    def ok(self) -> bool:
-        return self not in (Outcome.FAILED, Outcome.ALREADY)
-
-
-#: Worst first: a file's status is its worst hunk's.
-_SEVERITY = [
-    Outcome.FAILED,
-    Outcome.ALREADY,
-    Outcome.MERGED_SYNTAX,
-    Outcome.MERGED,
-    Outcome.AMBIGUOUS,
-    Outcome.FUZZ,
-    Outcome.OFFSET,
-    Outcome.APPLIED,
-]
-
-
-def worst(outcomes: list[Outcome]) -> Outcome:
-    return min(outcomes, key=_SEVERITY.index) if outcomes else Outcome.APPLIED
-
-
-@dataclass
-class HunkResult:
-    index: int
-    status: Outcome
-    line: int
-    offset: int = 0
-    fuzz: int = 0
-    reason: str | None = None
-    #: What to do about a hunk that did not apply (set by merge.diagnose).
-    action: str | None = None
-    #: For an ambiguous hunk: the other lines where its old text matches (1-based, in the
-    #: file before the diff).
-    also_matches: list[int] = field(default_factory=list)
-    #: (base, target): the definitions that enclose the hunk on the series' base release
-    #: and where it lands, when they differ (set by bake.placement).
-    moved_def: tuple[str, str] | None = None
-    #: The vLLM names the hunk's new code uses (its contract; set by checks.guard).
-    uses: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, object]:
-        d: dict[str, object] = {
-            "index": self.index,
-            "status": self.status.value,
-            "line": self.line,
-            "offset": self.offset,
-            "fuzz": self.fuzz,
-        }
-        if self.reason:
-            d["reason"] = self.reason
-        if self.action:
-            d["action"] = self.action
-        if self.also_matches:
-            d["also_matches"] = self.also_matches
-        if self.moved_def:
-            d["moved_def"] = {"base": self.moved_def[0], "target": self.moved_def[1]}
-        if self.uses:
-            d["uses"] = self.uses
-        return d
-
-
-@dataclass
-class FileResult:
-    path: str
-    hunks: list[HunkResult]
-    #: The patched content; None when the file is deleted (or nothing could be applied).
-    content: bytes | None
-    mode: int | None = None
-    deleted: bool = False
-    failed_hunks: list[Hunk] = field(default_factory=list)
-    reason: str | None = None
-    #: The file with conflict markers, where a three-way merge left conflicts.
-    conflict: bytes | None = None
-    #: With conflict: (base, ours, theirs) of the merge, for git's index stages 1, 2, 3.
-    sides: tuple[bytes, bytes, bytes] | None = None
-
-    @property
-    def status(self) -> Outcome:
-        return worst([h.status for h in self.hunks])
-
-    @property
-    def ok(self) -> bool:
-        return all(h.status.ok for h in self.hunks)
+__all__ = ["FileResult", "HunkResult", "Outcome", "apply_file", "apply_hunks", "worst"]
 
 
 # --- lines ---------------------------------------------------------------------------------

@@ -1,0 +1,180 @@
+"""The package layout is a promise: imports go one way, and the README names every module.
+
+Every module under src/bakery is parsed (ast, never imported), and each of its imports of
+another bakery package (at the top, inside a function, or under ``TYPE_CHECKING``) must go
+to a package of its own layer or a lower one:
+
+    cli > commands > porting, package > testing > bake > checks
+        > patch, sources, formats, git > model, project, safety, errors, outputs, redaction
+
+Packages of one layer may import each other, but the package graph has no cycle. The
+README's "Layout" section names each package and each of its modules, so a newcomer finds
+a module where it lives, and a module that is added or moved updates it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "bakery"
+
+#: Highest first. ``__main__`` is the CLI's own start; ``bakery`` (the package's
+#: ``__init__``: its version) is below everything.
+LAYERS: list[set[str]] = [
+    {"__main__", "cli"},
+    {"commands"},
+    {"porting", "package"},
+    {"testing"},
+    {"bake"},
+    {"checks"},
+    {"patch", "sources", "formats", "git"},
+    {"model", "project", "safety", "errors", "outputs", "redaction"},
+    {"bakery"},
+]
+RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
+
+
+def _modules() -> list[Path]:
+    return sorted(SRC.rglob("*.py"))
+
+
+def _package(path: Path) -> str:
+    """The package (or top-level module) a source file belongs to."""
+    parts = path.relative_to(SRC).parts
+    if len(parts) == 1:
+        return "bakery" if parts[0] == "__init__.py" else parts[0][:-3]
+    return parts[0]
+
+
+def _dotted(path: Path) -> list[str]:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    return ["bakery", *parts]
+
+
+def _targets(path: Path, tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, dotted name) of every bakery module or name this module imports."""
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = _dotted(path)[: -node.level]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            out += [(node.lineno, f"{module}.{a.name}") for a in node.names]
+    return [(line, name) for line, name in out if name.split(".")[0] == "bakery"]
+
+
+def _target_package(name: str) -> str:
+    parts = name.split(".")
+    if len(parts) == 1 or parts[1] == "__version__":
+        return "bakery"
+    return parts[1]
+
+
+def _graph() -> dict[str, dict[str, list[str]]]:
+    """package -> imported package -> the import sites ("file:line")."""
+    graph: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for path in _modules():
+        mine = _package(path)
+        for line, name in _targets(path, ast.parse(path.read_text(), str(path))):
+            theirs = _target_package(name)
+            if theirs != mine:
+                graph[mine][theirs].append(f"{path.relative_to(ROOT)}:{line} ({name})")
+    return graph
+
+
+def test_every_package_has_a_layer() -> None:
+    unknown = {_package(p) for p in _modules()} - RANK.keys()
+    assert not unknown, f"packages with no layer in tests/test_layers.py: {sorted(unknown)}"
+
+
+def test_imports_never_go_up_a_layer() -> None:
+    upward = [
+        f"{site}: {mine} -> {theirs}"
+        for mine, edges in _graph().items()
+        for theirs, sites in edges.items()
+        for site in sites
+        if RANK.get(theirs, -1) < RANK[mine]
+    ]
+    assert not upward, "imports that go up a layer:\n" + "\n".join(upward)
+
+
+def test_packages_import_each_other_without_cycles() -> None:
+    graph = _graph()
+    cycles: list[str] = []
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(pkg: str, path: list[str]) -> None:
+        state[pkg] = 1
+        for theirs in sorted(graph.get(pkg, {})):
+            if state.get(theirs) == 1:
+                loop = [*path[path.index(theirs) :], theirs]
+                sites = [graph[a][b][0] for a, b in zip(loop, loop[1:], strict=False)]
+                cycles.append(" -> ".join(loop) + "\n  " + "\n  ".join(sites))
+            elif theirs not in state:
+                visit(theirs, [*path, theirs])
+        state[pkg] = 2
+
+    for pkg in sorted(graph):
+        if pkg not in state:
+            visit(pkg, [pkg])
+    assert not cycles, "import cycles between packages:\n" + "\n".join(cycles)
+
+
+def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
+    """The parser above resolves relative and function-level imports (so the tests above
+    can fail): a relative import two levels up from a bake module names its package."""
+    src = "def f():\n    from ..commands import apply\n    import bakery.cli.app\n"
+    path = SRC / "model" / "report.py"
+    names = [name for _, name in _targets(path, ast.parse(src))]
+    assert names == ["bakery.commands.apply", "bakery.cli.app"]
+    assert [_target_package(n) for n in names] == ["commands", "cli"]
+
+
+def _layout_section() -> str:
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"^## Layout\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert m, "README.md has no '## Layout' section"
+    return m.group(1)
+
+
+def test_readme_layout_names_every_module() -> None:
+    """One table row per package (``pkg/``) naming each of its modules; the top-level
+    modules each have their own row."""
+    rows: dict[str, set[str]] = {}
+    for line in _layout_section().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or not cells[0].startswith("`src/bakery/"):
+            continue
+        key = cells[0].strip("`").removeprefix("src/bakery/").rstrip("/")
+        rows[key] = set(re.findall(r"`([\w.]+)`", " ".join(cells[1:])))
+    missing: list[str] = []
+    for path in _modules():
+        parts = path.relative_to(SRC).parts
+        if len(parts) == 1:
+            if parts[0] != "__init__.py" and parts[0] not in rows:
+                missing.append(parts[0])
+            continue
+        name = path.stem
+        if name == "__init__":
+            if parts[0] not in rows:
+                missing.append(f"{parts[0]}/")
+            continue
+        if name not in rows.get(parts[0], set()) and f"{name}.py" not in rows.get(parts[0], set()):
+            missing.append("/".join(parts))
+    assert not missing, "README.md Layout does not name: " + ", ".join(missing)
+    stale = [
+        f"{pkg}/{m}"
+        for pkg, mods in rows.items()
+        if (SRC / pkg).is_dir()
+        for m in mods
+        if not (SRC / pkg / f"{m.removesuffix('.py')}.py").is_file()
+    ]
+    assert not stale, "README.md Layout names modules that do not exist: " + ", ".join(stale)
