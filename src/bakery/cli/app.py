@@ -1,26 +1,27 @@
 """bakery's command line: thin typer commands over the core (see CONTRACT.md).
 
-Only this layer prints, and only this layer turns errors into exit codes: the core raises
-BakeryError subclasses, which become one line on stderr and the contract's exit code.
+Only this layer prints. The core raises BakeryError subclasses; the one handler
+(bakery.cli.console.exit_code, reached from the root command) turns them into one line on
+stderr and the contract's exit code. A command is a plain ``@app.command(cls=...)``.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, ParamSpec
+from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from bakery import __version__
 from bakery.cli import hints, render
+from bakery.cli.console import Invocation as _Invocation
+from bakery.cli.console import err_console, human, out_console
+from bakery.cli.console import fit_consoles as _fit_consoles
+from bakery.cli.console import safe as _safe
 from bakery.cli.parsing import (
     PYTEST_ARGS,
     BakeryCommand,
@@ -29,15 +30,12 @@ from bakery.cli.parsing import (
     PytestArgsCommand,
     Word,
 )
-from bakery.errors import BakeryError, ReportedError
+from bakery.errors import BakeryError
 from bakery.model.report import BakeReport
 from bakery.outputs import check as check_output
 from bakery.outputs import is_stdout, write_json
 from bakery.outputs import write as write_output
-from bakery.safety.text import CILineGuard, clean
-from bakery.safety.urls import redact_text
-
-P = ParamSpec("P")
+from bakery.safety.text import CILineGuard
 
 app = typer.Typer(
     name="bakery",
@@ -52,38 +50,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-# Piped output is never wrapped: soft_wrap keeps each line whole, and a console that is
-# not a terminal gets no width of 80 unless COLUMNS says so (see _fit_consoles).
-# Every line either console prints goes through CILineGuard: no input can start a line
-# with "::" (a GitHub Actions workflow command), however rich lays it out.
-out_console = Console(file=CILineGuard(lambda: sys.stdout), highlight=False, soft_wrap=True)  # type: ignore[arg-type]
-err_console = Console(file=CILineGuard(lambda: sys.stderr), highlight=False, soft_wrap=True)  # type: ignore[arg-type]
-
-
-def _safe(text: str) -> str:
-    """Text from input (errors quote it) made safe to print: see bakery.safety."""
-    return escape(clean(redact_text(text)))
-
-
-class _Invocation:
-    """What this run of bakery was asked for; the root callback resets it each time (tests
-    run many commands in one process)."""
-
-    quiet = False
-    verbose = False
-    #: Where human output goes: stdout, or stderr when --json - takes stdout.
-    human: Console = out_console
-
-
-def human() -> Console:
-    return _Invocation.human
-
-
-def _fit_consoles() -> None:
-    for console in (out_console, err_console):
-        console.width = None  # type: ignore[assignment]  # rich: measure again
-        if not console.is_terminal and "COLUMNS" not in os.environ:
-            console.width = render.PIPE_WIDTH
 
 
 def _json_target(json_file: Path | None) -> None:
@@ -92,44 +58,11 @@ def _json_target(json_file: Path | None) -> None:
         _Invocation.human = err_console
 
 
-def fail(err: BakeryError) -> NoReturn:
-    err_console.print(
-        f"[bold red]error:[/] {_safe(err.message)}", markup=True, highlight=False, soft_wrap=True
-    )
-    raise typer.Exit(code=err.exit_code)
-
-
 def _preflight(*outputs: tuple[Path | None, str]) -> None:
     """Outputs the user named are checked before the work starts (a BakeryError: one
-    line, exit 2, through @handled)."""
+    line, exit 2, through the one handler, bakery.cli.console.exit_code)."""
     for target, what in outputs:
         check_output(target, what)
-
-
-def handled(command: Callable[P, None]) -> Callable[P, None]:
-    """The one place where errors become exit codes: a BakeryError from the core is one line
-    on stderr and its ``exit_code``; one raised after the series was read still writes its
-    report where ``--json`` asked (the command's ``json_file``)."""
-
-    @functools.wraps(command)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
-        try:
-            command(*args, **kwargs)
-        except ReportedError as e:
-            json_file = kwargs.get("json_file")
-            if isinstance(json_file, Path):
-                try:
-                    write_json(json_file, e.report.to_json())
-                except BakeryError as w:  # checked before the work: rare, still one line
-                    e.error.message += f" (and the report was not written: {w.message})"
-            fail(e.error)
-        except BakeryError as e:
-            fail(e)
-        except KeyboardInterrupt:  # SIGINT, or SIGTERM (main turns it into one)
-            err_console.print("interrupted", markup=False)
-            raise typer.Exit(code=130) from None
-
-    return wrapper
 
 
 def _version_callback(value: bool) -> None:
@@ -238,7 +171,6 @@ NoMergeOpt = Annotated[
 
 
 @app.command(cls=BakeryCommand)
-@handled
 def apply(
     series: SeriesArg,
     vllm: VllmOpt = None,
@@ -303,7 +235,6 @@ def apply(
 
 
 @app.command(cls=BakeryCommand)
-@handled
 def check(
     series: SeriesArg,
     vllm: VllmOpt = None,
@@ -376,7 +307,6 @@ def _show_report(report: BakeReport, next_steps: list[str]) -> None:
 
 
 @app.command("list", cls=BakeryCommand)
-@handled
 def list_(
     series: Annotated[
         str | None,
@@ -408,7 +338,6 @@ InterpretOpt = Annotated[
     cls=PytestArgsCommand,
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
-@handled
 def verify(
     ctx: typer.Context,
     series: Annotated[
@@ -464,7 +393,6 @@ def verify(
 
 
 @app.command(cls=ManyVllmCommand)
-@handled
 def matrix(
     series: SeriesArg,
     vllm: Annotated[
@@ -568,7 +496,6 @@ TreeOpt = Annotated[
 
 
 @app.command(cls=BakeryCommand)
-@handled
 def wheel(
     series: SeriesArg,
     vllm: Annotated[
@@ -606,7 +533,6 @@ def wheel(
 
 
 @app.command(cls=BakeryCommand)
-@handled
 def sdist(
     series: SeriesArg,
     vllm: Annotated[
@@ -645,7 +571,6 @@ def _package(fn: Callable[[], Any]) -> NoReturn:
 
 
 @app.command(cls=BakeryCommand)
-@handled
 def releases(
     since: Annotated[
         str | None,
@@ -664,7 +589,6 @@ def releases(
 
 
 @app.command(cls=BakeryCommand)
-@handled
 def refresh(
     series: SeriesArg,
     tree: Annotated[Path, typer.Option("--tree", metavar="DIR", help="The edited baked tree.")],
@@ -706,7 +630,6 @@ def refresh(
 
 
 @app.command(cls=BakeryCommand)
-@handled
 def summarize(
     reports: Annotated[
         list[str],
@@ -738,7 +661,6 @@ def summarize(
 
 
 @app.command(cls=BakeryCommand)
-@handled
 def port(
     series: SeriesArg,
     vllm: Annotated[
@@ -800,7 +722,6 @@ _add_subcommands()
 
 
 @app.command(cls=BakeryCommand)
-@handled
 def upstream(
     series: SeriesArg,
     vllm: Annotated[
@@ -840,19 +761,11 @@ def upstream(
     raise typer.Exit(code=0 if result.check.ok else 1)
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main() -> None:
-    """Console entry point. SIGTERM is treated like SIGINT: the bake in progress removes
-    its staging folder and bakery exits 130, saying it was interrupted."""
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        app()
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
+    """Console entry point: ``python -m bakery``'s (SIGTERM treated like SIGINT, exit 130)."""
+    from bakery.cli.start import main as start
+
+    start()
 
 
 if __name__ == "__main__":  # pragma: no cover

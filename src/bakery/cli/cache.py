@@ -3,16 +3,14 @@ commands/cache.py)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import time
-from collections.abc import Callable
-from typing import Annotated, ParamSpec
+from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-P = ParamSpec("P")
+from bakery.cli.console import err_console, out_console
 
 cache_app = typer.Typer(
     name="cache",
@@ -20,19 +18,6 @@ cache_app = typer.Typer(
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-
-def _handled(command: Callable[P, None]) -> Callable[P, None]:
-    """cli.app's @handled (the one place errors become exit codes), looked up when the
-    command runs: this module is imported while cli.app is still being built."""
-
-    @functools.wraps(command)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
-        from bakery.cli.app import handled
-
-        handled(command)(*args, **kwargs)
-
-    return wrapper
 
 
 def size(n: int) -> str:
@@ -55,22 +40,18 @@ def _ago(when: float) -> str:
 
 
 @cache_app.command("dir")
-@_handled
 def dir_() -> None:
     """Print the cache's folder (BAKERY_CACHE_DIR, else the user's cache folder)."""
-    from bakery.cli.app import out_console
     from bakery.sources.cache import Cache
 
     out_console.print(escape(str(Cache().root)), soft_wrap=True)
 
 
 @cache_app.command("list")
-@_handled
 def list_(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """The cache's entries, the one used last first, with their sizes."""
-    from bakery.cli.app import out_console
     from bakery.commands import cache as commands
 
     cache, rows = commands.listing()
@@ -99,7 +80,6 @@ def list_(
 
 
 @cache_app.command()
-@_handled
 def clean(
     keep: Annotated[
         int | None,
@@ -116,7 +96,6 @@ def clean(
     """Remove entries: all, or all but the N used last, or those unused for DAYS.
 
     An entry that a running bake holds is left alone (and named)."""
-    from bakery.cli.app import err_console, out_console
     from bakery.commands import cache as commands
 
     result = commands.clean(keep=keep, older_than=older_than, dry_run=dry_run)

@@ -17,25 +17,24 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import typer
 from typer import _click
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
+from bakery.cli import console
+from bakery.errors import BakeryError, ReportedError
+from bakery.outputs import write_json
+
 #: The argument that follows ``--`` on verify's command line (pytest's), kept in ctx.meta.
 PYTEST_ARGS = "bakery.pytest_args"
 
 
-def usage_line(e: _click.exceptions.UsageError) -> str:
-    """One line: the command, click's message, and where help is."""
-    path = e.ctx.command_path if e.ctx is not None else "bakery"
-    message = " ".join(e.format_message().split())
-    return f"error: {path}: {message} (see `{path} -h`)"
-
-
 class BakeryGroup(TyperGroup):
-    """The root command: usage errors become one line and exit 2."""
+    """The root command: whatever a command raises goes to the one handler
+    (:func:`bakery.cli.console.exit_code`): one line, the contract's exit code."""
 
     def main(
         self,
@@ -57,22 +56,27 @@ class BakeryGroup(TyperGroup):
                 windows_expand_args=windows_expand_args,
                 **extra,
             )
-        except _click.exceptions.NoArgsIsHelpError as e:
-            e.show()  # `bakery` alone: the help, as before
-            rv = 2
-        except _click.exceptions.UsageError as e:
-            print(usage_line(e), file=sys.stderr)
-            rv = e.exit_code
-        except _click.exceptions.ClickException as e:
-            print(f"error: {' '.join(e.format_message().split())}", file=sys.stderr)
-            rv = e.exit_code
-        except typer.Abort:
-            print("interrupted", file=sys.stderr)
-            rv = 130
+        except (Exception, KeyboardInterrupt) as e:  # the handler raises what it does not know
+            rv = console.exit_code(e)
         code = rv if isinstance(rv, int) else 0
         if standalone_mode:
             sys.exit(code)
         return code
+
+    # typer turns a KeyboardInterrupt into a silent exit 130; as Abort it reaches the handler
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any
+    ) -> Any:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except KeyboardInterrupt:
+            raise typer.Abort() from None
+
+    def invoke(self, ctx: _click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise typer.Abort() from None
 
 
 #: Root options a user may also write after the command (``bakery apply dcp2 -q``).
@@ -152,7 +156,20 @@ class Word(_click.types.StringParamType):
 
 class BakeryCommand(TyperCommand):
     """Every command: usage lines name arguments as the README writes them (SERIES,
-    [SERIES]), not typer's ``{SERIES}``."""
+    [SERIES]), not typer's ``{SERIES}``; an error raised after the series was read
+    (``ReportedError``) still writes its report where the command's ``--json`` asked."""
+
+    def invoke(self, ctx: _click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ReportedError as e:
+            json_file = ctx.params.get("json_file")  # as typed: typer converts it later
+            if isinstance(json_file, (str, Path)):
+                try:
+                    write_json(Path(json_file), e.report.to_json())
+                except BakeryError as w:  # checked before the work: rare, still one line
+                    e.error.message += f" (and the report was not written: {w.message})"
+            raise e.error from None
 
     def collect_usage_pieces(self, ctx: _click.Context) -> list[str]:
         return [

@@ -1,0 +1,94 @@
+"""The consoles bakery prints on, and the one place where an error becomes an exit code.
+
+Every command's human output and every error line go through ``out_console`` and
+``err_console``; :func:`exit_code` is the one handler (pip's ``_run_wrapper``, pre-commit's
+``error_handler``): the root command (:class:`bakery.cli.parsing.BakeryGroup`) hands it
+whatever a command raised, and it prints one line and returns the contract's exit code
+(CONTRACT.md): a ``BakeryError`` its ``exit_code``, a usage error 2, Ctrl-C (or SIGTERM,
+which bakery turns into one) 130. Before this module is imported, a Ctrl-C while Python
+starts is bakery's ``__main__``'s to report, the same way.
+
+A module of its own so that cli.app and cli.cache, which both print, import it, not each
+other.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from typer import _click  # typer 0.26-0.28 vendor click: its exceptions have no public name
+
+from bakery.cli import render
+from bakery.errors import BakeryError
+from bakery.safety.text import CILineGuard, clean
+from bakery.safety.urls import redact_text
+
+#: The exit code of an interrupted command (128 + SIGINT), as shells report it.
+INTERRUPTED = 130
+
+# Piped output is never wrapped: soft_wrap keeps each line whole, and a console that is
+# not a terminal gets no width of 80 unless COLUMNS says so (see fit_consoles).
+# Every line either console prints goes through CILineGuard: no input can start a line
+# with "::" (a GitHub Actions workflow command), however rich lays it out.
+out_console = Console(file=CILineGuard(lambda: sys.stdout), highlight=False, soft_wrap=True)  # type: ignore[arg-type]
+err_console = Console(file=CILineGuard(lambda: sys.stderr), highlight=False, soft_wrap=True)  # type: ignore[arg-type]
+
+
+def safe(text: str) -> str:
+    """Text from input (errors quote it) made safe to print: see bakery.safety."""
+    return escape(clean(redact_text(text)))
+
+
+class Invocation:
+    """What this run of bakery was asked for; the root callback resets it each time (tests
+    run many commands in one process)."""
+
+    quiet = False
+    verbose = False
+    #: Where human output goes: stdout, or stderr when --json - takes stdout.
+    human: Console = out_console
+
+
+def human() -> Console:
+    return Invocation.human
+
+
+def fit_consoles() -> None:
+    for console in (out_console, err_console):
+        console.width = None  # type: ignore[assignment]  # rich: measure again
+        if not console.is_terminal and "COLUMNS" not in os.environ:
+            console.width = render.PIPE_WIDTH
+
+
+def usage_line(e: _click.exceptions.UsageError) -> str:
+    """One line: the command, click's message, and where help is."""
+    path = e.ctx.command_path if e.ctx is not None else "bakery"
+    message = " ".join(e.format_message().split())
+    return f"error: {path}: {message} (see `{path} -h`)"
+
+
+def exit_code(e: BaseException) -> int:
+    """The one handler: one line on stderr for ``e``, and its exit code. What is not an
+    error bakery knows (a bug) is raised again, with its traceback."""
+    if isinstance(e, _click.exceptions.NoArgsIsHelpError):
+        e.show()  # `bakery` alone: the help, as before
+        return 2
+    if isinstance(e, _click.exceptions.UsageError):
+        print(usage_line(e), file=sys.stderr)
+        return e.exit_code
+    if isinstance(e, _click.exceptions.ClickException):
+        print(f"error: {' '.join(e.format_message().split())}", file=sys.stderr)
+        return e.exit_code
+    if isinstance(e, BakeryError):
+        err_console.print(
+            f"[bold red]error:[/] {safe(e.message)}", markup=True, highlight=False, soft_wrap=True
+        )
+        return e.exit_code
+    if isinstance(e, (KeyboardInterrupt, typer.Abort)):
+        print("interrupted", file=sys.stderr)
+        return INTERRUPTED
+    raise e
