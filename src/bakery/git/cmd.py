@@ -290,14 +290,6 @@ def git_proc(
     return _run_git(cwd, list(args), extra=extra)
 
 
-def git_out(cwd: Path, *args: str, extra: dict[str, str] | None = None) -> bytes:
-    """Run git; its standard output as bytes, or GitError (git's own last line)."""
-    proc = _run_git(cwd, list(args), extra=extra)
-    if proc.returncode != 0:
-        raise _failed(args, proc, cwd)
-    return proc.stdout
-
-
 def _failed(
     args: tuple[str, ...] | list[str], proc: subprocess.CompletedProcess[bytes], cwd: Path
 ) -> GitError:

@@ -164,13 +164,6 @@ def resolve(mirror: Path, ref: str) -> str | None:
     return commit if re.fullmatch(r"[0-9a-f]{40}", commit) else None
 
 
-def commit_of(mirror: Path, ref: str) -> str:
-    commit = resolve(mirror, ref)
-    if commit is None:
-        raise RemoteError(f"the repository has no commit {ref!r}")
-    return commit
-
-
 def archive(mirror: Path, commit: str) -> bytes:
     if not re.fullmatch(r"[0-9a-f]{40}", commit):
         raise RemoteError(f"{commit!r} is not a commit id")

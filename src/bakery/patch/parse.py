@@ -48,10 +48,6 @@ class Hunk:
     new_noeol: bool = False
 
     @property
-    def old_lines(self) -> list[str]:
-        return [t for k, t in self.lines if k != "+"]
-
-    @property
     def new_lines(self) -> list[str]:
         return [t for k, t in self.lines if k != "-"]
 

@@ -59,11 +59,6 @@ class WheelFile:
     def tags(self) -> frozenset[Tag]:
         return parse_wheel_filename(self.filename)[3]
 
-    @property
-    def tag_text(self) -> str:
-        """The filename's tags as written (``cp38-abi3-manylinux_2_28_x86_64``)."""
-        return self.filename[: -len(".whl")].split("-", 2)[2]
-
     def glibc(self, platform: str) -> tuple[int, int] | None:
         """The oldest glibc among its manylinux tags for platform, or None."""
         found = [
