@@ -196,6 +196,46 @@ def test_json_keys_port_and_seconds(
     assert rows["1.1.0"]["port"] == "patches/s/1.1.0"
 
 
+def test_two_jobs_run_in_spawned_workers_that_share_the_cores(
+    cli: Cli, home: Path, releases: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--jobs 2: a pool of two spawned workers (named, not the platform's default), each
+    started by the initializer that shares the cores among the bakes in progress; their
+    rows come back as rows, the same as with one job."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from bakery.commands import matrix
+
+    pools: list[dict[str, object]] = []
+
+    class Recorded(ProcessPoolExecutor):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            pools.append(kwargs)
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(matrix, "ProcessPoolExecutor", Recorded)
+    make_s(home, tests=None)
+    r = cli("matrix", "s", "--vllm", "1.0.0", "1.1.0", "--jobs", "2", *REPORTS)
+    assert r.exit_code == 0, r.output
+    two, _, _ = reports(tmp_path)
+    r = cli("matrix", "s", "--vllm", "1.0.0", "1.1.0", "--jobs", "1", *REPORTS)
+    assert r.exit_code == 0, r.output
+    one, _, _ = reports(tmp_path)
+    assert len(pools) == 1, "--jobs 1 runs in this process, --jobs 2 in one pool"
+    pool = pools[0]
+    assert pool["max_workers"] == 2 and pool["initializer"] is matrix._worker_init
+    assert pool["mp_context"].get_start_method() == "spawn"  # type: ignore[attr-defined]
+    busy = pool["initargs"][0]  # type: ignore[index]
+    assert busy.value == 0  # every bake that started also ended
+    strip = {"seconds", "diffs"}
+    assert {v: {k: x for k, x in row.items() if k not in strip} for v, row in two.items()} == {
+        v: {k: x for k, x in row.items() if k not in strip} for v, row in one.items()
+    }
+    assert {v: row["diffs"] for v, row in two.items()} == {
+        v: row["diffs"] for v, row in one.items()
+    }
+
+
 def test_an_unreadable_release_is_an_error_row(cli: Cli, home: Path, tmp_path: Path) -> None:
     make_s(home, tests=None)
     r = cli("matrix", "s", "--vllm", "9.9.9", "--jobs", "1", *REPORTS)

@@ -3,6 +3,7 @@ worker processes, and report for people (a grid, Markdown) and machines (JSON, J
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 import xml.etree.ElementTree as ET
@@ -121,6 +122,7 @@ _busy: Any = None  # in a worker: the count of bakes in progress, shared by the 
 
 
 def _worker_init(busy: Any) -> None:
+    """A worker's start: tree copies share the cores with the bakes in progress."""
     global _busy
     _busy = busy
     cores = os.cpu_count() or 1
@@ -135,7 +137,7 @@ def _bake_release_in_worker(
     interpret: bool,
     home: str,
     wheels: bool = False,
-) -> dict[str, Any]:
+) -> Row:
     """Runs in a worker process: bake one release, verify it if asked."""
     if _busy is None:
         return _bake_release(series, version, out_root, verify, interpret, home, wheels)
@@ -156,7 +158,7 @@ def _bake_release(
     interpret: bool,
     home: str,
     wheels: bool = False,
-) -> dict[str, Any]:
+) -> Row:
     os.environ["BAKERY_HOME"] = home
     from bakery.commands import apply as commands
 
@@ -177,7 +179,7 @@ def _bake_release(
     except BakeryError as e:
         row.error = e.message
     row.seconds = time.monotonic() - start
-    return row.to_json()
+    return row
 
 
 def _verify(row: Row, series: str, out: Path, interpret: bool) -> None:
@@ -247,29 +249,18 @@ def run(
     if jobs <= 1 or len(versions) == 1:
         results = [_bake_release_in_worker(*a) for a in args]
     else:
-        # imported before the workers fork, so that each does not import them again
-        from bakery.bake import merge  # noqa: F401
-
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        # spawn, named: each worker starts from a clean interpreter with this process's
+        # environment (Python 3.14's default, forkserver, would keep the environment of
+        # its first use), and the initializer shares the count of bakes in progress
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(
+            max_workers=jobs,
+            mp_context=context,
+            initializer=_worker_init,
+            initargs=(context.Value("i", 0),),
+        ) as pool:
             results = list(pool.map(_bake_release_in_worker, *zip(*args, strict=True)))
-    rows = []
-    for r in results:
-        row = Row(
-            str(r["version"]),
-            str(r["status"]),
-            r["port"],
-            r["error"],
-            r["diffs"],
-            r["verify"],
-            r["verify_log"],
-            float(r["seconds"]),
-            r["verify_error"],
-            list(r["wheels"]),
-            r["wheel_error"],
-            dict(r.get("known_defects") or {}),
-        )
-        rows.append(row)
-    return rows
+    return results
 
 
 def diff_names(rows: list[Row]) -> list[str]:
