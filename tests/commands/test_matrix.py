@@ -211,7 +211,7 @@ def test_two_jobs_run_in_spawned_workers_that_share_the_cores(
     class Recorded(ProcessPoolExecutor):
         def __init__(self, *args: object, **kwargs: object) -> None:
             pools.append(kwargs)
-            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+            super().__init__(*args, **kwargs)  # type: ignore[call-overload]
 
     monkeypatch.setattr(matrix, "ProcessPoolExecutor", Recorded)
     make_s(home, tests=None)
