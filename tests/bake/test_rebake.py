@@ -283,13 +283,14 @@ def test_summarize_exits_1_when_a_row_failed(cli: Cli, conflicting: str, tmp_pat
 def test_matrix_workers_share_the_cores_for_copies(monkeypatch: pytest.MonkeyPatch) -> None:
     """A copy in a matrix worker takes the cores over the bakes in progress."""
     import multiprocessing
+    import os
 
     from bakery.bake import treecopy
     from bakery.commands import matrix
 
     monkeypatch.setattr(treecopy, "_jobs", None)
     monkeypatch.setattr(matrix, "_busy", None)
-    monkeypatch.setattr(matrix.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
     busy = multiprocessing.Value("i", 0)
     matrix._worker_init(busy)
     seen = []

@@ -31,7 +31,8 @@ from typer.testing import Result
 from bakery.errors import SourceError
 from bakery.safety.urls import redact_text, redact_url, split_userinfo
 from bakery.sources import pipconf
-from bakery.sources.index import IndexFile, Session, parse_html, parse_json
+from bakery.sources.bounded import IndexFile
+from bakery.sources.index import Session, parse_html, parse_json
 from bakery.sources.pipconf import IndexSetting, configured_index
 
 from ..fakeindex import DIFF, X_PY, sdist

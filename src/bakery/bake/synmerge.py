@@ -27,7 +27,7 @@ import tokenize
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import libcst as cst
 
@@ -189,7 +189,7 @@ class _Merger:
         if merged is None:
             raise SyntaxConflict(where)
         self.joined.append(where)
-        return merged
+        return cast(N, merged)
 
     def _structured(self, b: Any, o: Any, t: Any, where: str) -> Any:
         if type(b) is not type(o) or type(b) is not type(t):

@@ -354,7 +354,8 @@ def to_junit(series: str, rows: list[Row]) -> bytes:
                 name=clean(f"known defect {defect}"),
             )
             ET.SubElement(case, "skipped", message=clean(f"known defect {defect}: {count} tests"))
-    return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+    data: bytes = ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+    return data
 
 
 def rows_from_reports(paths: list[Path]) -> tuple[str, list[Row]]:

@@ -62,7 +62,7 @@ class _TarStream:
             total = 0
             # gzip members one after another; what follows the last is ignored, as gzip
             # and tar do (the archive's sha256 was checked before this)
-            while view[:2] == b"\x1f\x8b":
+            while view[:2].tobytes() == b"\x1f\x8b":
                 inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
                 chunk: bytes | memoryview = b""
                 while not inflate.eof:

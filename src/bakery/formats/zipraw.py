@@ -167,7 +167,7 @@ def data_offset(fd: int, entry: Entry, label: str) -> int:
     sig, *_, nlen, xlen = LOCAL.unpack_from(head)
     if sig != SIG_LOCAL or nlen != len(raw_name) or head[LOCAL.size :] != raw_name:
         raise SourceError(f"{label}: {entry.name}: its local header and the directory differ")
-    return entry.offset + LOCAL.size + nlen + xlen
+    return int(entry.offset + LOCAL.size + nlen + xlen)
 
 
 def read_member(fd: int, entry: Entry, label: str) -> bytes:

@@ -122,6 +122,7 @@ def write_json(path: Path, data: dict[str, object]) -> None:
 
 def read_manifest(tree: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((tree / MANIFEST).read_text())
+        data = json.loads((tree / MANIFEST).read_text())
+        return data if isinstance(data, dict) else None
     except (OSError, ValueError):
         return None

@@ -117,7 +117,8 @@ class Session:
         req = urllib.request.Request(bare, headers={"Accept": accept} if accept else {})
         self.authorize(req)
         opener = urllib.request.build_opener(*self._handlers)
-        return opener.open(req, timeout=timeout)
+        response: IO[bytes] = opener.open(req, timeout=timeout)
+        return response
 
     def error(self, url: str, e: BaseException) -> SourceError:
         reason = getattr(e, "reason", None) or e

@@ -28,7 +28,7 @@ from bakery.sources import bounded, versions
 from bakery.sources.cache import Cache, Entry, Hold
 
 if TYPE_CHECKING:
-    from bakery.sources.index import IndexFile
+    from bakery.sources.bounded import IndexFile
 
 #: (bytes done, bytes total or None) while downloading.
 Progress = Callable[[int, int | None], None]

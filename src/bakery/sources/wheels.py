@@ -35,8 +35,8 @@ from packaging.version import Version
 from bakery.errors import SourceError
 from bakery.safety.urls import redact_url
 from bakery.sources import resolve
+from bakery.sources.bounded import IndexFile
 from bakery.sources.cache import Cache
-from bakery.sources.index import IndexFile
 from bakery.sources.pipconf import configured_index
 from bakery.sources.resolve import Progress
 

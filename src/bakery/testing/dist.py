@@ -29,7 +29,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from bakery.testing.compat import interpret_mode
 
@@ -113,7 +113,7 @@ def _resolve(ref: tuple[str, str, str | None]) -> Callable[..., Any]:
     obj: Any = module
     for part in qualname.split("."):
         obj = getattr(obj, part)
-    return obj
+    return cast(Callable[..., Any], obj)
 
 
 def _rank_main(
@@ -324,7 +324,8 @@ class RankPool:
                     f"ranks {sorted(pending)} gave no answer to {what} in time; pool killed"
                 )
             try:
-                return self._outbox.get(timeout=min(left, 1.0))
+                answer: tuple[Any, int, bool, Any] = self._outbox.get(timeout=min(left, 1.0))
+                return answer
             except queue.Empty:
                 dead = [r for r in pending if not self._procs[r].is_alive()]
                 if dead:

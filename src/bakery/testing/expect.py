@@ -99,7 +99,8 @@ class Expectations:
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+        return data
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise SeriesDataError(f"{path}: {e}") from None
 

@@ -88,7 +88,7 @@ class _Platform:
         if current is None:
             return False
         wanted = capability if isinstance(capability, int) else capability[0] * 10 + capability[1]
-        return current[0] * 10 + current[1] >= wanted
+        return bool(current[0] * 10 + current[1] >= wanted)
 
     def is_device_capability(self, capability: Any, device_id: int = 0) -> bool:
         current = self.get_device_capability(device_id)
