@@ -73,7 +73,7 @@ def bake_report(
     hash and each diff's commit too."""
     if not quiet:
         _hunk_tables(console, report, verbose)
-    _problems(console, report)
+    _problems(console, report, quiet)
     _verdict(console, report)
     if next_steps:
         console.print("next:", soft_wrap=True)
@@ -116,10 +116,16 @@ def _hunk_tables(console: Console, report: BakeReport, verbose: bool) -> None:
             console.print(table)
 
 
-def _problems(console: Console, report: BakeReport) -> None:
+def _problems(console: Console, report: BakeReport, quiet: bool = False) -> None:
+    """Warnings, and notes (never under -q), each once; then the hunks that failed."""
+    shown: set[tuple[str, str]] = set()
     for d in report.diffs:
-        for w in d.warnings:
-            label = "[dim]note:[/]" if "resolved by the port" in w else "[yellow]warning:[/]"
+        notes = [*d.notes, *(w for w in d.warnings if "resolved by the port" in w)]
+        for w in [*(() if quiet else notes), *(w for w in d.warnings if w not in notes)]:
+            if (d.name, w) in shown:
+                continue
+            shown.add((d.name, w))
+            label = "[dim]note:[/]" if w in notes else "[yellow]warning:[/]"
             console.print(f"{label} {_t(d.name)}: {_t(w)}", soft_wrap=True)
         for f in d.files:
             bad = [h for h in f.hunks if not h.status.ok]

@@ -1,0 +1,58 @@
+"""The diff formats of tests/patch/test_formats.py through the CLI: what a bake says about
+a CRLF copy or a diff's own strip (a note, once, never under -q), and the JSON's notes."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+from typer.testing import Result
+
+from bakery.cli import render
+from bakery.model.report import BakeReport, DiffResult
+from tests.helpers import SAMPLES, cache_release, make_series
+
+BEFORE = {
+    "vllm/__init__.py": "",
+    "vllm/m.py": "import os\n\n\ndef f():\n    return 1\n",
+    "vllm/legacy.py": "OLD = 1\nGONE = 2\n",
+}
+
+
+def test_a_crlf_copy_bakes_with_one_note(home: Path, cli: Callable[..., Result]) -> None:
+    cache_release("0.32.0", BEFORE)
+    make_series(
+        home,
+        "s",
+        {"01-x.diff": (SAMPLES / "crlf_copy.diff").read_bytes()},
+        'base = "0.32"\n',  # the release 0.32.0, as `--vllm 0.32` is
+    )
+    out = home / "baked"
+    res = cli("apply", "s", "--out", out, "--json", home / "r.json")
+    assert res.exit_code == 0, res.output
+    assert (out / "vllm" / "myteam_ext.py").read_bytes() == b'"""A new module."""\n\nEXT = 2\n'
+    assert not (out / "vllm" / "legacy.py").exists()
+    assert b"\r" not in (out / "vllm" / "m.py").read_bytes()
+    assert res.output.count("a CRLF copy") == 1
+    (diff,) = json.loads((home / "r.json").read_text())["diffs"]
+    assert diff["notes"] == [
+        "a CRLF copy: the trailing CR of its lines was dropped, as GNU patch does "
+        "(`--binary` keeps them): vllm/legacy.py, vllm/m.py, vllm/myteam_ext.py"
+    ]
+    quiet = cli("-q", "check", "s")
+    assert quiet.exit_code == 0 and "CRLF" not in quiet.output
+
+
+def test_notes_print_once_and_not_under_quiet() -> None:
+    note = "contract: vllm/x.py: upstream changed `f`; resolved by the port (its code fits)"
+    report = BakeReport("s", "launcher/s", status="checked", version="0.33.0")
+    report.diffs.append(DiffResult("01-x.diff", "0" * 64, warnings=[note, note, "moved-def: y"]))
+    for quiet, notes in ((False, 1), (True, 0)):
+        buf = io.StringIO()
+        render.bake_report(Console(file=buf, width=300), report, quiet=quiet)
+        text = buf.getvalue()
+        assert text.count("resolved by the port") == notes, text
+        assert text.count("moved-def: y") == 1
