@@ -224,3 +224,15 @@ def test_layout_of_only_new_files_uses_their_names(home: Path, tmp_path: Path) -
     make_series(home, "s", {"1-a.diff": text})
     tree = write_files(tmp_path / "tree", {"vllm/__init__.py": ""})
     assert detect_layout(load_series("s"), tree)[:2] == (1, "")
+
+
+def test_the_readme_documents_every_series_toml_key() -> None:
+    import re
+
+    from bakery.patch.series import KEYS
+
+    text = (PROJECT / "README.md").read_text()
+    table = text[text.index("### series.toml") :].split("\n\n", 3)[2]
+    rows = re.findall(r"^\| `(\w+)` \| (\w+) \|", table, re.MULTILINE)
+    kinds = {str: "string", int: "integer"}
+    assert rows == [(k, kinds[t]) for k, t in KEYS.items()]
