@@ -56,3 +56,33 @@ def test_notes_print_once_and_not_under_quiet() -> None:
         text = buf.getvalue()
         assert text.count("resolved by the port") == notes, text
         assert text.count("moved-def: y") == 1
+
+
+def test_one_hunk_is_one_hunk(home: Path, cli: Callable[..., Result]) -> None:
+    make_series(home, "s", {"01-x.diff": (SAMPLES / "diff_uN.diff").read_bytes()})
+    r = cli("list", "s")
+    assert r.exit_code == 0, r.output
+    assert "01-x.diff  (3 hunks)" in r.output
+    make_series(home, "t", {"01-y.diff": "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"})
+    assert "01-y.diff  (1 hunk)" in cli("list", "t").output
+
+
+def test_a_failed_new_file_says_hunk_1_without_line_0() -> None:
+    from bakery.patch.engine import FileResult, HunkResult, Outcome
+
+    report = BakeReport("s", "launcher/s", status="conflict", version="0.33.0")
+    gone = HunkResult(1, Outcome.FAILED, 0, reason="the new file already exists with other content")
+    two = [HunkResult(1, Outcome.FAILED, 3), HunkResult(2, Outcome.FAILED, 9)]
+    report.diffs.append(
+        DiffResult(
+            "01-x.diff",
+            "0" * 64,
+            files=[FileResult("vllm/new.py", [gone], None), FileResult("vllm/m.py", two, None)],
+        )
+    )
+    buf = io.StringIO()
+    render.bake_report(Console(file=buf, width=300), report, quiet=True)
+    text = buf.getvalue()
+    assert "01-x.diff: vllm/new.py: hunk 1 does not apply" in text
+    assert "line 0" not in text
+    assert "01-x.diff: vllm/m.py: hunks 1 (line 3), 2 (line 9) do not apply" in text
