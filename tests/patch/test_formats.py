@@ -41,8 +41,8 @@ def files(tree: Path) -> dict[str, bytes]:
 def bake(home: Path, tree: Path, sample: str, toml: str | None = None) -> dict[str, bytes]:
     """The sample applied to a copy of tree as a one-diff series, through the layout
     detection and the engine, as a bake does; the files that result."""
-    make_series(home, "s", {"01-x.diff": (SAMPLES / sample).read_bytes()}, toml=toml)
-    series = load_series("s")
+    folder = make_series(home, "s", {"01-x.diff": (SAMPLES / sample).read_bytes()}, toml=toml)
+    series = load_series(str(folder))
     strip, root, _ = detect_layout(series, tree)
     out = tree.parent / f"bakery-{sample}"
     shutil.copytree(tree, out)
@@ -84,6 +84,18 @@ def test_diff_uN_creates_and_deletes_by_epoch_timestamp(
     ours = bake(home, tree, sample)
     theirs, _ = gnu(tree, sample)
     assert ours == theirs == AFTER
+
+
+@needs_patch
+@pytest.mark.parametrize(("sample", "strip"), [("git_diff_copy.diff", 1), ("git_no_index.diff", 2)])
+def test_git_copies_of_the_series_bake_the_same_bytes(
+    home: Path, tree: Path, sample: str, strip: int
+) -> None:
+    # `git diff` in a checkout (a/ b/), and `git diff --no-index a b` (a/a/ b/b/: strip 2,
+    # detected): the same files as diff -ruN's, byte for byte, and as GNU patch's
+    ours = bake(home, tree, sample)
+    theirs, _ = gnu(tree, sample, strip)
+    assert ours == theirs == AFTER == bake(home / "uN", tree, "diff_uN.diff")
 
 
 def test_an_epoch_timestamp_with_lines_is_an_ordinary_file() -> None:
