@@ -188,9 +188,10 @@ def _rename_problem(fp: FilePatch, strip: int) -> str:
     need = agreeing_strip(fp)
     if need is not None and need > strip:
         return (
-            f"{fp.old_name} and {fp.new_name} differ only in their first {need} folders: "
-            f"this diff needs strip {need} (strip = {need} in series.toml, or remake it "
-            "with `diff -u a/... b/...` from the folder that holds the tree)"
+            f"{fp.old_name} and {fp.new_name} are one file once their first {need} folders "
+            "are dropped: "
+            f"this diff needs strip {need} (strip = {need} in series.toml, or no strip there "
+            "to have each diff's detected)"
         )
     return f"renames {fp.old_path} to {fp.new_path}: renames are not supported"
 
