@@ -98,6 +98,23 @@ def test_git_copies_of_the_series_bake_the_same_bytes(
     assert ours == theirs == AFTER == bake(home / "uN", tree, "diff_uN.diff")
 
 
+@needs_patch
+def test_an_empty_range_on_a_missing_file_creates_it(tmp_path: Path) -> None:
+    # no epoch date: GNU patch still creates a missing file from a hunk that adds to nothing
+    data = (
+        b"--- a/vllm/new.py\t2026-12-01 10:00:00 +0000\n+++ b/vllm/new.py\n"
+        b"@@ -0,0 +1,2 @@\n+a\n+b\n"
+    )
+    diff = read_diff(Path("t.diff"), data)
+    diff.resolve_paths(1, "")
+    (fp,) = diff.files
+    assert not fp.is_new
+    res = apply_file(fp, None)
+    ref = write_files(tmp_path / "gnu", {"vllm/__init__.py": ""})
+    assert gnu_patch(ref, data).returncode == 0
+    assert res.ok and res.content == (ref / "vllm/new.py").read_bytes() == b"a\nb\n"
+
+
 def test_an_epoch_timestamp_with_lines_is_an_ordinary_file() -> None:
     # GNU patch patches the file as usual: the epoch marks a missing side only where the
     # range is empty
