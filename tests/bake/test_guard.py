@@ -40,7 +40,7 @@ def _tree(root: Path, files: dict[str, str]) -> Pristine:
     return Pristine(root.resolve(), root.name, str(root), None)
 
 
-def _series(tmp: Path, diffs: dict[str, str], base: str = "1.0") -> Path:
+def _series(tmp: Path, diffs: dict[str, str], base: str = "1.0.0") -> Path:
     folder = tmp / "series"
     (folder / "diffs").mkdir(parents=True)
     (folder / "series.toml").write_text(f'base = "{base}"\nroot = ""\nstrip = 1\n')
@@ -53,8 +53,8 @@ def _plan(tmp: Path, base_files: dict[str, str], diff: str, target_files: dict[s
     from bakery.patch.series import load_series
 
     folder = _series(tmp, {"01-change.diff": diff})
-    base = _tree(tmp / "1.0", base_files)
-    target = _tree(tmp / "2.0", target_files)
+    base = _tree(tmp / "1.0.0", base_files)
+    target = _tree(tmp / "2.0.0", target_files)
     series = load_series(str(folder))
     fallback = Fallback(series, target, base, merge=True)
     return plan(series, target, fallback=fallback).report
@@ -127,7 +127,7 @@ def test_hunk_landing_in_another_function_is_moved_def(tmp_path: Path) -> None:
     assert h.to_json()["moved_def"] == {"base": "b", "target": "a"}
     warnings = report.diffs[0].warnings
     assert any(
-        w.startswith("moved-def: vllm/m.py: hunk 1 changes b on 1.0 but lands in a")
+        w.startswith("moved-def: vllm/m.py: hunk 1 changes b on 1.0.0 but lands in a")
         for w in warnings
     )
     problems = strict_problems([d.to_json() for d in report.diffs])
@@ -182,7 +182,7 @@ def test_clean_hunk_whose_kernel_signature_changed_upstream(tmp_path: Path) -> N
     warnings = [w for w in report.diffs[0].warnings if w.startswith("contract:")]
     assert len(warnings) == 1
     w = warnings[0]
-    assert "upstream changed `_block_scores_kernel` (1.0 -> 2.0)" in w
+    assert "upstream changed `_block_scores_kernel` (1.0.0 -> 2.0.0)" in w
     assert "PIN: constexpr=..." in w and "PIN_NEWEST: constexpr=..." in w
     assert "passes PIN= by keyword, which is no longer a parameter" in w
     assert w.endswith("(hunk 1 uses _block_scores_kernel[grid](..., BLOCK=, PIN=))")
@@ -201,8 +201,8 @@ def test_contract_names_a_function_that_is_gone_and_a_reordered_one(tmp_path: Pa
     }
     report = _plan(tmp_path, base, _udiff("vllm/user.py", user, ours), target)
     text = "\n".join(report.diffs[0].warnings)
-    assert "`scale` (function) is gone upstream (1.0 -> 2.0)" in text
-    assert "upstream changed `helper` (1.0 -> 2.0): function(a, b) -> function(b, a)" in text
+    assert "`scale` (function) is gone upstream (1.0.0 -> 2.0.0)" in text
+    assert "upstream changed `helper` (1.0.0 -> 2.0.0): function(a, b) -> function(b, a)" in text
     assert "its positional arguments now fill other parameters (a -> b, b -> a)" in text
 
 
@@ -272,14 +272,14 @@ def test_a_port_whose_call_fits_the_new_signature_resolves_the_contract(tmp_path
     port.mkdir()
     fixed = USER.replace("BLOCK=128)", "BLOCK=128, PIN_NEWEST=False)")
     broken = USER.replace("BLOCK=128)", "BLOCK=128, PIN=False)")
-    b, t = _tree(tmp_path / "1.0", base), _tree(tmp_path / "2.0", target)
+    b, t = _tree(tmp_path / "1.0.0", base), _tree(tmp_path / "2.0.0", target)
     for text, verdict in ((fixed, "resolved by the port"), (broken, "does not fit it either")):
         (port / "01-change.diff").write_text(_udiff("vllm/user.py", USER, text))
         series = load_series(str(folder))
         series.use_port(port)
         report = plan(series, t, fallback=Fallback(series, t, b, merge=True)).report
         (w,) = [w for w in report.diffs[0].warnings if w.startswith("contract:")]
-        assert "upstream changed `_block_scores_kernel` (1.0 -> 2.0)" in w and verdict in w
+        assert "upstream changed `_block_scores_kernel` (1.0.0 -> 2.0.0)" in w and verdict in w
 
 
 def test_enclosing_definitions_are_qualified() -> None:

@@ -246,6 +246,21 @@ def test_an_unreadable_release_is_an_error_row(cli: Cli, home: Path, tmp_path: P
     assert "| 9.9.9 | ❌ error: " in md
 
 
+@pytest.mark.parametrize("spec", ["0.30.0-0.34.0", "no-such-tree"])
+def test_a_spec_no_bake_could_take_is_a_bad_argument(
+    cli: Cli, home: Path, tmp_path: Path, spec: str
+) -> None:
+    # not a failed row per value (exit 1): a bad argument, exit 2, before anything is baked
+    make_s(home, tests=None)
+    r = cli("matrix", "s", "--vllm", "1.0.0", spec, "--jobs", "1", *REPORTS)
+    assert r.exit_code == 2, r.output
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert f"--vllm '{spec}' is not a release, a local tree or git+URL@REF" in line
+    if "-0." in spec:
+        assert "--since 0.30.0" in line
+    assert not (tmp_path / "m.json").exists()
+
+
 # --- --since and --pre ---------------------------------------------------------------------------
 
 

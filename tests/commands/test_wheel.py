@@ -283,6 +283,59 @@ def test_deleted_file_leaves_the_wheel(
     assert "vllm/old.py" not in contents and "vllm/__init__.py" in contents
 
 
+#: A new module made the way `diff -uN` makes one (the epoch, an empty range), and a
+#: deletion: both pure Python under vllm/.
+NEW_AND_GONE = (
+    "--- a/vllm/myteam_ext.py\t1970-01-01 00:00:00.000000000 +0000\n"
+    "+++ b/vllm/myteam_ext.py\t2026-12-01 10:00:00.000000000 +0000\n"
+    '@@ -0,0 +1,2 @@\n+"""A team\'s own module."""\n+EXT = 2\n'
+    "--- a/vllm/old.py\t2026-12-01 10:00:00.000000000 +0000\n"
+    "+++ b/vllm/old.py\t1970-01-01 00:00:00.000000000 +0000\n"
+    "@@ -1 +0,0 @@\n-obsolete\n"
+)
+
+
+def test_a_new_module_and_a_deleted_one_are_carried(
+    cli: Callable[..., Result], index: Index, home: Path, tmp_path: Path
+) -> None:
+    make_series(
+        home, "team", {"01-k.diff": K_DIFF, "02-files.diff": NEW_AND_GONE}, 'strip = 1\nroot = ""\n'
+    )
+    r = wheel_cli(cli, "team", "--platform", "x86_64", "--out", "dist")
+    assert r.exit_code == 0, r.output
+    (path,) = (tmp_path / "dist").iterdir()
+    contents = check_record(path)  # every member has its RECORD row, and no row is extra
+    new = b'"""A team\'s own module."""\nEXT = 2\n'
+    assert contents["vllm/myteam_ext.py"] == new
+    assert "vllm/old.py" not in contents
+    names = zipfile.ZipFile(path).namelist()
+    assert names.index("vllm/myteam_ext.py") < min(
+        i for i, n in enumerate(names) if ".dist-info/" in n
+    )
+    bakery_json = next(n for n in names if n.endswith("bakery.json"))
+    changed = json.loads(zipfile.ZipFile(path).read(bakery_json))["changed"]
+    assert changed["vllm/myteam_ext.py"] == "A" and changed["vllm/old.py"] == "D"
+    target = tmp_path / "site"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+            "--no-compile", "--disable-pip-version-check",
+            "--platform", PLATFORMS["x86_64"], "--only-binary=:all:",
+            "--target", str(target), str(path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (target / "vllm/myteam_ext.py").read_bytes() == new
+    assert not (target / "vllm/old.py").exists()
+    assert (target / "vllm/model_executor/k.py").read_text() == K_BAKED
+    (info,) = target.glob("vllm-*.dist-info")
+    record = (info / "RECORD").read_text()
+    assert "vllm/myteam_ext.py,sha256=" in record and "vllm/old.py," not in record
+
+
 def test_zip64_records(
     index: Index, series: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -320,9 +373,24 @@ def test_zip64_records(
             "the build compiles or runs it",
         ),
         (
-            "vllm/new.py",
-            "--- /dev/null\n+++ b/vllm/new.py\n@@ -0,0 +1 @@\n+NEW = 1\n",
-            "the upstream wheel has no such file",
+            "vllm/new_kernel.cu",
+            "--- /dev/null\n+++ b/vllm/new_kernel.cu\n@@ -0,0 +1 @@\n+__global__ void n() {}\n",
+            "the build compiles or runs it",
+        ),
+        (
+            "csrc/new.cpp",
+            "--- /dev/null\n+++ b/csrc/new.cpp\n@@ -0,0 +1 @@\n+int n;\n",
+            "the build compiles or runs it",
+        ),
+        (
+            "vllm/new.json",
+            "--- /dev/null\n+++ b/vllm/new.json\n@@ -0,0 +1 @@\n+{}\n",
+            "the upstream wheel has no such file; a wheel takes new .py files only",
+        ),
+        (
+            "tools/new.py",
+            "--- /dev/null\n+++ b/tools/new.py\n@@ -0,0 +1 @@\n+NEW = 1\n",
+            "the upstream wheel has no such file, and no package tools/",
         ),
         (
             "vllm/gen.py",

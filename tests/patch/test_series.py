@@ -124,9 +124,11 @@ def test_series_toml_keys(home: Path) -> None:
 @pytest.mark.parametrize(
     ("toml", "words"),
     [
-        ('bse = "0.30.0"\n', "unknown keys bse"),
-        ('strip = "1"\n', "strip must be a int"),
-        ("base = 0.3\n", "base must be a str"),
+        ('bse = "0.30.0"\n', r"unknown key bse \(did you mean base\?\)"),
+        ('bsae = "0.30.0"\nfoo = 1\n', r"unknown keys bsae \(did you mean base\?\), foo;"),
+        ('strip = "1"\n', "strip must be an integer, not '1'"),
+        ("strip = true\n", "strip must be an integer, not True"),
+        ("base = 0.3\n", "base must be a string, not 0.3"),
         ("strip = 17\n", "strip must be between 0 and 16"),
         ("strip = -1\n", "strip must be between 0 and 16"),
         ('root = "/abs"\n', "root must be a relative folder"),
@@ -139,6 +141,21 @@ def test_bad_series_toml(home: Path, toml: str, words: str) -> None:
     with pytest.raises(SeriesError, match=words) as info:
         load_series("s")
     assert "\n" not in str(info.value)
+
+
+def test_base_is_normalized_as_vllm_is(home: Path) -> None:
+    # `--vllm 0.32` is the release 0.32.0; `base = "0.32"` is the same release, not a
+    # version the package index is asked for as written
+    make_series(home, "s", {"1-a.diff": DIFF}, toml='base = "v0.32"\n')
+    assert load_series("s").base == "0.32.0"
+
+
+@pytest.mark.parametrize(
+    ("root", "expected"), [(".", ""), ("./", ""), ("./vllm/", "vllm"), ("", "")]
+)
+def test_root_dot_is_the_top_of_the_tree(home: Path, root: str, expected: str) -> None:
+    make_series(home, "s", {"1-a.diff": DIFF}, toml=f'root = "{root}"\n')
+    assert load_series("s").root == expected
 
 
 def test_the_real_dcp2_series() -> None:
@@ -207,3 +224,15 @@ def test_layout_of_only_new_files_uses_their_names(home: Path, tmp_path: Path) -
     make_series(home, "s", {"1-a.diff": text})
     tree = write_files(tmp_path / "tree", {"vllm/__init__.py": ""})
     assert detect_layout(load_series("s"), tree)[:2] == (1, "")
+
+
+def test_the_readme_documents_every_series_toml_key() -> None:
+    import re
+
+    from bakery.patch.series import KEYS
+
+    text = (PROJECT / "README.md").read_text()
+    table = text[text.index("### series.toml") :].split("\n\n", 3)[2]
+    rows = re.findall(r"^\| `(\w+)` \| (\w+) \|", table, re.MULTILINE)
+    kinds = {str: "string", int: "integer"}
+    assert rows == [(k, kinds[t]) for k, t in KEYS.items()]

@@ -152,6 +152,20 @@ def _plan_file(
     return fres
 
 
+def _notes(d: Diff, strip: int) -> list[str]:
+    """What bakery read differently from the diff's text, as GNU patch does."""
+    notes = []
+    if d.strip is not None and d.strip != strip:
+        notes.append(f"read with strip {d.strip} (its names are not those of the other diffs)")
+    stripped = [fp.path for fp in d.files if fp.crlf_stripped]
+    if stripped:
+        notes.append(
+            "a CRLF copy: the trailing CR of its lines was dropped, as GNU patch does "
+            f"(`--binary` keeps them): {', '.join(stripped)}"
+        )
+    return notes
+
+
 def plan(
     series: Series,
     pristine: Pristine,
@@ -189,7 +203,7 @@ def plan(
     for i, d in enumerate(diffs, 1):
         if events:
             events("diff", f"Applying {d.name} ({i}/{len(diffs)})")
-        dres = DiffResult(d.name, d.sha256)
+        dres = DiffResult(d.name, d.sha256, notes=_notes(d, strip))
         writes: dict[str, tuple[bytes | None, int | None]] = {}
         for fp in d.files:
             dres.files.append(_plan_file(d, fp, overlay, writes, fuzz, fallback, pristine))

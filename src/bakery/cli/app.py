@@ -649,7 +649,7 @@ def summarize(
 
     _preflight((markdown, "--markdown"))
     name, rows = mx.rows_from_reports([Path(r) for r in reports])
-    text = mx.to_markdown(name, rows)
+    text = mx.to_markdown(name, rows, title="bakery summary")
     if markdown:
         write_output(markdown, text.encode(), "--markdown")
     else:

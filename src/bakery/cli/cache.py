@@ -14,7 +14,7 @@ from bakery.cli.console import err_console, out_console
 
 cache_app = typer.Typer(
     name="cache",
-    help="Show or clean bakery's cache of releases and git sources.",
+    help="Show or clean bakery's cache of releases, git sources and upstream wheels.",
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -63,10 +63,17 @@ def list_(
         }
         out_console.print_json(json.dumps(data))
         return
+    if rows:
+        out_console.print(
+            escape(f"{'KEY (used last first)':<38} {'KIND':<8} {'SIZE':>9}  {'USED':<13} WHAT"),
+            soft_wrap=True,
+        )
     for r in rows:
         what = r.meta.get("version") or r.meta.get("source") or ""
         if r.kind == "mirror":
             what = "git mirror"
+        elif r.kind == "wheel":
+            what = r.meta.get("source") or what
         elif not r.complete:
             what += " (incomplete)"
         out_console.print(

@@ -189,7 +189,37 @@ class PytestArgsCommand(BakeryCommand):
     """A command whose words after ``--`` are pytest's (verify)."""
 
     def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
+        after: list[str] = []
         if "--" in args:
             at = args.index("--")
-            args, ctx.meta[PYTEST_ARGS] = args[:at], args[at + 1 :]
+            args, after = args[:at], args[at + 1 :]
+        args, theirs = _own_words(self, ctx, args)
+        ctx.meta[PYTEST_ARGS] = [*theirs, *after]
         return super().parse_args(ctx, args)
+
+
+def _own_words(
+    command: _click.Command, ctx: _click.Context, args: list[str]
+) -> tuple[list[str], list[str]]:
+    """(the command's words, pytest's): an option the command does not know (``-q``,
+    ``-x``) is pytest's, never the SERIES argument (``bakery verify -q --interpret``)."""
+    known = {"--help", "-h"}
+    for p in command.get_params(ctx):
+        if isinstance(p, TyperOption):
+            known.update(p.opts, p.secondary_opts)
+    takes_value = _takes_value(command, ctx)
+    own: list[str] = []
+    theirs: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in takes_value and i + 1 < len(args):
+            own += [a, args[i + 1]]
+            i += 2
+            continue
+        if a.startswith("-") and a != "-" and a.split("=", 1)[0] not in known:
+            theirs.append(a)
+        else:
+            own.append(a)
+        i += 1
+    return own, theirs

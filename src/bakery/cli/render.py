@@ -73,7 +73,7 @@ def bake_report(
     hash and each diff's commit too."""
     if not quiet:
         _hunk_tables(console, report, verbose)
-    _problems(console, report)
+    _problems(console, report, quiet)
     _verdict(console, report)
     if next_steps:
         console.print("next:", soft_wrap=True)
@@ -116,20 +116,28 @@ def _hunk_tables(console: Console, report: BakeReport, verbose: bool) -> None:
             console.print(table)
 
 
-def _problems(console: Console, report: BakeReport) -> None:
+def _problems(console: Console, report: BakeReport, quiet: bool = False) -> None:
+    """Warnings, and notes (never under -q), each once; then the hunks that failed."""
+    shown: set[tuple[str, str]] = set()
     for d in report.diffs:
-        for w in d.warnings:
-            label = "[dim]note:[/]" if "resolved by the port" in w else "[yellow]warning:[/]"
+        notes = [*d.notes, *(w for w in d.warnings if "resolved by the port" in w)]
+        for w in [*(() if quiet else notes), *(w for w in d.warnings if w not in notes)]:
+            if (d.name, w) in shown:
+                continue
+            shown.add((d.name, w))
+            label = "[dim]note:[/]" if w in notes else "[yellow]warning:[/]"
             console.print(f"{label} {_t(d.name)}: {_t(w)}", soft_wrap=True)
         for f in d.files:
             bad = [h for h in f.hunks if not h.status.ok]
             if not bad:
                 continue
-            where = ", ".join(f"{h.index} (line {h.line})" for h in bad)
+            # line 0: a new file's hunk, which has no line in the file before it
+            where = ", ".join(f"{h.index}" + (f" (line {h.line})" if h.line else "") for h in bad)
             actions = sorted({h.action for h in bad if h.action})
+            many = len(bad) > 1
             console.print(
-                f"[red]{_t(d.name)}: {_t(f.path)}: hunks {where} "
-                f"{'do' if len(bad) > 1 else 'does'} not apply[/]",
+                f"[red]{_t(d.name)}: {_t(f.path)}: {'hunks' if many else 'hunk'} {where} "
+                f"{'do' if many else 'does'} not apply[/]",
                 soft_wrap=True,
             )
             for a in actions:
@@ -170,7 +178,8 @@ def series_list(console: Console, rows: list[dict[str, object]]) -> None:
         if row["ports"]:
             console.print(_t(f"  ports: {', '.join(row['ports'])}"))  # type: ignore[arg-type]
         for d in row["diffs"]:  # type: ignore[attr-defined]
-            console.print(_t(f"  {d['name']}  ({d['hunks']} hunks)"))
+            n = d["hunks"]
+            console.print(_t(f"  {d['name']}  ({n} hunk{'' if n == 1 else 's'})"))
             for f in d["files"]:
                 console.print(_t(f"    {f}"))
 
@@ -360,6 +369,18 @@ def refresh_done(
             console.print(f"  {_t(step)}", soft_wrap=True)
 
 
+def _verify_verdict(r: VerifyResult) -> str:
+    # "not verified" is kept for a verify that could not run or ran no test (README); tests
+    # that ran and failed are "tests failed"
+    if r.exit_code == 0:
+        return (
+            "[bold yellow]verified, with known defects[/]"
+            if r.known_defects
+            else "[bold green]verified[/]"
+        )
+    return "[bold red]tests failed[/]" if r.failed or r.errors else "[bold red]not verified[/]"
+
+
 def verify_summary(console: Console, result: VerifyResult, edited: list[str]) -> None:
     """After pytest's own output: where the code came from, edits since the bake, counts."""
     r = result  # bakery.testing.runner.VerifyResult
@@ -398,9 +419,7 @@ def verify_summary(console: Console, result: VerifyResult, edited: list[str]) ->
         )
         if n
     ]
-    verdict = "[bold green]verified[/]" if r.exit_code == 0 else "[bold red]not verified[/]"
-    if r.exit_code == 0 and r.known_defects:
-        verdict = "[bold yellow]verified, with known defects[/]"
+    verdict = _verify_verdict(r)
     console.print(
         f"{verdict}: {', '.join(parts) or 'no tests ran'} "
         f"in {r.elapsed:.1f}s" + (f"; JUnit {_t(str(r.junit))}" if r.junit else "")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ProcessPoolExecutor
@@ -16,7 +17,7 @@ from packaging.version import Version
 
 from bakery.bake import treecopy
 from bakery.bake.strict import needs_review
-from bakery.errors import BakeryError, ReportedError
+from bakery.errors import BakeryError, ReportedError, UsageError
 from bakery.safety import limits
 from bakery.safety.text import clean, md_cell
 
@@ -101,11 +102,26 @@ def asked_versions(vllm: list[str], since: str | None, include_pre: bool) -> lis
 
             spec = latest()
         spec = v.normalize(spec)
+        _check_spec(spec)
         if spec not in out:
             out.append(spec)
     if since:
         out += [x for x in select_versions(since, include_pre) if x not in out]
     return out
+
+
+def _check_spec(spec: str) -> None:
+    """A --vllm value that no bake could take is a bad argument (exit 2), said before any
+    release is baked, not one failed row per value."""
+    from bakery.sources import versions as v
+
+    if v.parse(spec) is not None or spec.startswith("git+") or Path(spec).exists():
+        return
+    hint = ""
+    if re.fullmatch(r"v?\d+(\.\d+)*\s*[-:]\s*v?\d+(\.\d+)*", spec):
+        first = re.split(r"\s*[-:]\s*", spec)[0]
+        hint = f" (a range is --since {first}, or list the releases: --vllm A B C)"
+    raise UsageError(f"--vllm {spec!r} is not a release, a local tree or git+URL@REF{hint}")
 
 
 def summarize(diff: dict[str, object]) -> str:
@@ -280,11 +296,11 @@ def to_json(series: str, rows: list[Row]) -> dict[str, object]:
     }
 
 
-def to_markdown(series: str, rows: list[Row]) -> str:
+def to_markdown(series: str, rows: list[Row], title: str = "bakery matrix") -> str:
     names = diff_names(rows)
     head = ["release", "status", "port", *names, "verify"]
     lines = [
-        f"### bakery matrix: {md_cell(series)}",
+        f"### {title}: {md_cell(series)}",
         "",
         "| " + " | ".join(md_cell(h) for h in head) + " |",
         "|" + "---|" * len(head),
@@ -380,8 +396,21 @@ def rows_from_reports(paths: list[Path]) -> tuple[str, list[Row]]:
             raise BakeryError(f"{p}: not a bakery report")
         name = name or found
         rows += more
+    rows = _once_each(rows)
     rows.sort(key=lambda r: Version(r.version) if _is_version(r.version) else Version("0"))
     return name, rows
+
+
+def _once_each(rows: list[Row]) -> list[Row]:
+    """One row per release, where several reports hold it (a check job's and a matrix's):
+    a failed row before an ok one (a failure is never hidden), then a verified one before
+    one that was not, then the later report's."""
+    best: dict[str, Row] = {}
+    for r in rows:
+        had = best.get(r.version)
+        if had is None or (not r.ok, r.verify is not None) >= (not had.ok, had.verify is not None):
+            best[r.version] = r
+    return list(best.values())
 
 
 def _str(v: object) -> str | None:

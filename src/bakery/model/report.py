@@ -22,6 +22,9 @@ class DiffResult:
     files: list[FileResult] = field(default_factory=list)
     commit: str | None = None
     warnings: list[str] = field(default_factory=list)
+    #: How bakery read the diff where it read it as GNU patch would, not as written
+    #: (a CRLF copy, its own strip): never a problem, said once.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def status(self) -> Outcome:
@@ -45,6 +48,8 @@ class DiffResult:
             d["commit"] = self.commit
         if self.warnings:
             d["warnings"] = self.warnings
+        if self.notes:
+            d["notes"] = self.notes
         return d
 
 

@@ -6,6 +6,9 @@ states it, RECORD gets every hash and size again, and ``bakery.json`` in the dis
 records the series (diff hashes, port, pristine and baked commits). A series that changes
 what the wheel compiles, or anything the wheel does not ship as the source has it, is
 refused (:class:`CannotCarry`): only ``bakery sdist`` and a source build can carry it.
+A new pure-Python file (``.py``) under a package the wheel ships (``vllm/``) is one more
+member and RECORD row (after the upstream's members, before the dist-info); a deleted one
+is one member and row fewer.
 
 Why a zip writer of its own, instead of ``zipfile``:
 
@@ -168,10 +171,18 @@ def _plan(fd: int, upstream: Path, baked: Baked, version: str, sha256: str | Non
         f"{dist}-{old_version}.data/": f"{dist}-{version}.data/",
     }
     replaced = _replacements(baked, names, record)
+    added = [
+        _new(c.path, baked.content(c.path), _new_mode(c))
+        for c in baked.changes
+        if c.path not in names and c.status != "D"
+    ]
     rewritten = {f"{dist_info}/{n}" for n in ("RECORD", "bakery.json", *_SIGNATURES)}
     out: list[_Out] = []
     ends = [e.offset for e in entries[1:]] + [directory.start]
     for e, end in zip(entries, ends, strict=True):
+        if added and e.name.startswith(f"{dist_info}/"):
+            out += added  # the new files: after the package's members, before the dist-info
+            added = []
         if e.flags & zipraw.ENCRYPTED:
             raise SourceError(f"{label}: {e.name} is encrypted")
         if e.name in rewritten:
@@ -189,6 +200,7 @@ def _plan(fd: int, upstream: Path, baked: Baked, version: str, sha256: str | Non
         row = None if e.name.endswith("/") else record[e.name]
         verbatim = new_name == e.name and not e.flags & _DESCRIPTOR
         out.append(_Out(e, new_name, None, row, e.external_attr, verbatim, end))
+    out += added
     out.append(_new(f"{new_info}/bakery.json", _bakery_json(baked, version, label, sha256)))
     record_name = f"{new_info}/RECORD"
     out.append(_new(record_name, _record_bytes(out, record_name)))
@@ -287,15 +299,37 @@ def _cannot_carry(
     path = change.path
     if _built(path):
         return _BUILT
-    if change.status == "A" or path not in names:
-        return "the upstream wheel has no such file"
     if (change.new_mode and change.new_mode & 0o170000 != 0o100000) or change.status == "T":
         return "a wheel holds regular files only"
+    if change.status == "A":
+        if path in names:
+            return "the wheel has a file the source lacks: the build generates it"
+        return _new_file_problem(path, names)
+    if path not in names:
+        return "the upstream wheel has no such file"
     wheel_hash = record[path][0].partition("=")[2]
     pristine = base64.urlsafe_b64encode(hashlib.sha256(baked.pristine(change)).digest())
     if wheel_hash != pristine.rstrip(b"=").decode():
         return "the wheel's copy is not the source's: the build generates or changes it"
     return None
+
+
+def _new_file_problem(path: str, names: dict[str, Entry]) -> str | None:
+    """Why the wheel cannot carry a file the bake added, or None: a ``.py`` file under a
+    package the wheel ships is a member like the others; anything else may need the
+    build (package data it would not include, a module outside any package)."""
+    top = path.split("/", 1)[0]
+    if "/" not in path or top.endswith((".dist-info", ".data")):
+        return "the upstream wheel has no such file, and it is in no package the wheel ships"
+    if not any(n.startswith(f"{top}/") for n in names):
+        return f"the upstream wheel has no such file, and no package {top}/"
+    if not path.endswith(".py"):
+        return "the upstream wheel has no such file; a wheel takes new .py files only"
+    return None
+
+
+def _new_mode(change: Change) -> int:
+    return (0o100755 if change.new_mode & 0o111 else 0o100644) << 16
 
 
 def _mode(baked: Baked, entry: Entry) -> int:

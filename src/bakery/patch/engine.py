@@ -357,6 +357,15 @@ def apply_file(
         return FileResult(
             path, [HunkResult(1, Outcome.APPLIED, 1)], body, mode if mode is not None else 0o644
         )
+    if old is None and not fp.is_delete and len(fp.hunks) == 1 and not fp.hunks[0].old_len:
+        # GNU patch: a missing file whose one hunk adds to nothing (@@ -0,0 +1,N @@, without
+        # diff -N's epoch date) is patched as an empty file, so it is created
+        return FileResult(
+            path,
+            [HunkResult(1, Outcome.APPLIED, 1)],
+            _new_file_content(fp.hunks[0]),
+            mode if mode is not None else 0o644,
+        )
     if old is None:
         reason = "the file to patch does not exist"
         status = Outcome.ALREADY if fp.is_delete else Outcome.FAILED

@@ -9,6 +9,16 @@ reference it is checked against in the tests.
 
 Everything the engine cannot apply exactly is refused here, before anything is written:
 binary patches, ed scripts, context diffs, git renames and copies.
+
+Read as GNU patch reads them (each checked against GNU patch 2.7 in tests/patch):
+
+- ``diff -uN`` writes a file that one side lacks as ``--- a/x<TAB>1970-01-01 00:00:00.000000000
+  +0000`` with an empty range (``@@ -0,0 +1,9 @@``): a side whose timestamp is the epoch
+  (in any timezone offset) and whose range is empty does not exist, as ``/dev/null`` does not.
+- A file patch whose ``+++`` line ends in CRLF is a CRLF copy of a diff (made on Windows,
+  or by an editor): the trailing CR of each of its lines is dropped and the file patch says
+  so (``crlf_stripped``), as GNU patch does ("Stripping trailing CRs from patch"). Lines of
+  a diff *of* CRLF files (LF headers, CRLF lines) keep their CR: it is content.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ import hashlib
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from bakery.errors import DiffError, UnsafePathError
@@ -32,6 +43,11 @@ _ED_RE = re.compile(r"\d+(,\d+)?[acd]$")
 _GIT_UNSUPPORTED = ("rename from ", "rename to ", "copy from ", "copy to ")
 _GIT_IGNORED = ("index ", "similarity index ", "dissimilarity index ")
 _NO_NEWLINE = "\\ No newline at end of file"
+#: A header's trailing timestamp: ``2024-01-01 00:00:00.123456789 +0100`` (``diff -u``,
+#: after a TAB or, rarely, a space), the offset optional.
+_STAMP_RE = re.compile(
+    r"[\t ]+(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(\.\d+)?(?: ?([+-])(\d\d):?(\d\d))?$"
+)
 
 
 @dataclass
@@ -97,17 +113,23 @@ class FilePatch:
     old_mode: int | None = None
     new_mode: int | None = None
     git: bool = False
+    #: ``diff -N``'s way: a side whose header has the epoch timestamp and whose range is
+    #: empty does not exist (the file is created, or deleted), as ``/dev/null`` does not.
+    created: bool = False
+    removed: bool = False
+    #: The ``+++`` line ended in CRLF: each line's trailing CR was dropped (GNU patch's way).
+    crlf_stripped: bool = False
     #: Set by the series once the strip count and root are known.
     old_path: str | None = None
     new_path: str | None = None
 
     @property
     def is_new(self) -> bool:
-        return self.old_name == DEV_NULL
+        return self.old_name == DEV_NULL or self.created
 
     @property
     def is_delete(self) -> bool:
-        return self.new_name == DEV_NULL
+        return self.new_name == DEV_NULL or self.removed
 
     @property
     def path(self) -> str:
@@ -123,18 +145,19 @@ class Diff:
     name: str
     sha256: str
     files: list[FilePatch]
+    #: This diff's own strip count, where it differs from the series' (found by
+    #: series.detect_layout: a diff made one folder higher than the others).
+    strip: int | None = None
 
     def resolve_paths(self, strip: int, root: str) -> None:
-        """Turn header names into tree-relative paths: drop ``strip`` components, add ``root``."""
+        """Turn header names into tree-relative paths: drop ``strip`` components (this
+        diff's own count where it has one), add ``root``."""
+        strip = self.strip if self.strip is not None else strip
         for fp in self.files:
             fp.old_path = None if fp.is_new else _tree_path(self, fp, fp.old_name, strip, root)
             fp.new_path = None if fp.is_delete else _tree_path(self, fp, fp.new_name, strip, root)
             if fp.old_path and fp.new_path and fp.old_path != fp.new_path:
-                raise DiffError(
-                    self.path,
-                    fp.diff_line,
-                    f"renames {fp.old_path} to {fp.new_path}: renames are not supported",
-                )
+                raise DiffError(self.path, fp.diff_line, _rename_problem(fp, strip))
         seen: dict[str, int] = {}
         for fp in self.files:
             if fp.path in seen:
@@ -144,6 +167,29 @@ class Diff:
                     f"{fp.path} is patched twice in one diff (first at line {seen[fp.path]})",
                 )
             seen[fp.path] = fp.diff_line
+
+
+def agreeing_strip(fp: FilePatch) -> int | None:
+    """The fewest leading folders to drop so that both header names of fp name the same
+    file (``vllm-0.32.0.orig/vllm/x.py`` and ``vllm-0.32.0/vllm/x.py``: 1), or None."""
+    old = [p for p in fp.old_name.split("/") if p not in ("", ".")]
+    new = [p for p in fp.new_name.split("/") if p not in ("", ".")]
+    for n in range(0, min(len(old), len(new))):
+        if old[n:] == new[n:]:
+            return n
+    return None
+
+
+def _rename_problem(fp: FilePatch, strip: int) -> str:
+    need = agreeing_strip(fp)
+    if need is not None and need > strip:
+        return (
+            f"{fp.old_name} and {fp.new_name} are one file once their first {need} folders "
+            "are dropped: "
+            f"this diff needs strip {need} (strip = {need} in series.toml, or no strip there "
+            "to have each diff's detected)"
+        )
+    return f"renames {fp.old_path} to {fp.new_path}: renames are not supported"
 
 
 def _tree_path(diff: Diff, fp: FilePatch, name: str, strip: int, root: str) -> str:
@@ -244,8 +290,12 @@ def _check_length(path: Path, line: int, name: str) -> str:
     return name
 
 
-def _header_name(path: Path, line: int, rest: str) -> str:
+def _header_name(path: Path, line: int, rest: str) -> tuple[str, bool]:
+    """The name in a ``---``/``+++`` line, and whether its timestamp is the epoch."""
+    rest = rest.rstrip("\r")
     # "--- name<TAB>timestamp": the timestamp is optional and dropped.
+    stamp = _STAMP_RE.search(rest)
+    epoch = stamp is not None and _is_epoch(stamp)
     name = rest.split("\t", 1)[0]
     if name.startswith('"'):
         end = name.rfind('"')
@@ -253,12 +303,30 @@ def _header_name(path: Path, line: int, rest: str) -> str:
             raise DiffError(path, line, f"unterminated quoted name {name[:80]!r}")
         name = name[: end + 1]
     else:
+        if stamp is not None and "\t" not in rest:
+            name = rest[: stamp.start()]  # "--- a/x 2024-01-01 ...": a space before the time
         name = name.rstrip(" ")
-        # `diff -u` without tabs: "--- a/x 2024-01-01 ..." is rare; names with spaces are kept.
-    name = _unquote(path, line, name.rstrip("\r"))
+    name = _unquote(path, line, name)
     if not name:
         raise DiffError(path, line, "empty file name in header")
-    return name
+    return name, epoch
+
+
+def _is_epoch(m: re.Match[str]) -> bool:
+    """Whether a header's timestamp is 1970-01-01 00:00:00 UTC, the time ``diff -N`` gives
+    a side that does not exist (its offset applied, as GNU patch does; none is UTC)."""
+    year, month, day, hour, minute, sec = (int(g) for g in m.groups()[:6])
+    if m.group(7) and int(m.group(7)[1:] or 0):
+        return False
+    try:
+        local = datetime(year, month, day, hour, minute, sec)
+    except ValueError:
+        return False
+    offset = timedelta(0)
+    if m.group(8):
+        offset = timedelta(hours=int(m.group(9)), minutes=int(m.group(10)))
+        offset = offset if m.group(8) == "+" else -offset
+    return local - offset == datetime(1970, 1, 1)
 
 
 @dataclass
@@ -278,6 +346,7 @@ class _Parser:
         self.i = 0  # index of the next line
         self.hunk_end = -1  # index of the line right after the last hunk read
         self._ed_ahead: list[bool | None] | None = None  # see _looks_like_ed
+        self.strip_cr = False  # within a file patch whose +++ line ends in CRLF
 
     def err(self, line: int, problem: str) -> DiffError:
         return DiffError(self.path, line, problem)
@@ -340,7 +409,11 @@ class _Parser:
             raise self.err(lineno, "ed script refused (bakery never runs ed commands)")
         # Only the line right after a hunk: prose elsewhere (a format-patch diffstat after
         # "---", a mail's "- item" list) may start with any of these.
-        if line.startswith(("+", "-", " ", "\\")) and line != "-- " and self.i == self.hunk_end:
+        if (
+            line.startswith(("+", "-", " ", "\\"))
+            and line.rstrip("\r") != "-- "
+            and self.i == self.hunk_end
+        ):
             raise self.err(lineno, "line beyond the counts in the hunk header")
 
     def _looks_like_ed(self, i: int) -> bool:
@@ -391,7 +464,7 @@ class _Parser:
 
     def _git_names(self, hdr: _GitHeader) -> tuple[str, str]:
         lineno = hdr.line
-        rest = hdr.header[len("diff --git ") :]
+        rest = hdr.header[len("diff --git ") :].rstrip("\r")  # git quotes a name's own CR
         if rest.startswith('"'):
             end = rest.find('" ', 1)
             if end < 0:
@@ -428,10 +501,12 @@ class _Parser:
 
     def _file(self, git_hdr: _GitHeader | None) -> FilePatch:
         lineno = self.i + 1
-        old = _header_name(self.path, lineno, self.lines[self.i][4:])
-        new = _header_name(self.path, lineno + 1, self.lines[self.i + 1][4:])
+        old, old_epoch = _header_name(self.path, lineno, self.lines[self.i][4:])
+        new, new_epoch = _header_name(self.path, lineno + 1, self.lines[self.i + 1][4:])
+        self.strip_cr = self.lines[self.i + 1].endswith("\r")
         self.i += 2
         fp = FilePatch(old_name=old, new_name=new, diff_line=lineno, git=git_hdr is not None)
+        fp.crlf_stripped = self.strip_cr
         if git_hdr is not None:
             modes = git_hdr.modes
             if "new_file" in modes:
@@ -449,8 +524,12 @@ class _Parser:
             raise self.err(lineno, "both sides are /dev/null")
         while self.i < len(self.lines) and self.lines[self.i].startswith("@@"):
             fp.hunks.append(self._hunk(fp, len(fp.hunks) + 1))
+        self.strip_cr = False
         if not fp.hunks:
             raise self.err(lineno, "file header without hunks")
+        if git_hdr is None and old != DEV_NULL and new != DEV_NULL:
+            fp.created = old_epoch and len(fp.hunks) == 1 and fp.hunks[0].old_len == 0
+            fp.removed = new_epoch and all(h.new_len == 0 for h in fp.hunks)
         self.hunk_end = self.i
         self._check_order(fp)
         return fp
@@ -499,6 +578,8 @@ class _Parser:
                 )
             ln = self.i + 1
             line = self.lines[self.i]
+            if self.strip_cr and line.endswith("\r"):
+                line = line[:-1]
             kind = line[:1] if line else " "  # an empty line is empty context (some mailers)
             if line.startswith(_NO_NEWLINE[:2]) and lines:
                 self._noeol(ln, line, last_kind, old_seen, old_len, new_seen, new_len)

@@ -14,15 +14,17 @@ A per-release port lives in ``patches/<name>/<release>/`` and holds diffs of the
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bakery.errors import SeriesError
-from bakery.patch.parse import Diff, read_diff
+from bakery.patch.parse import Diff, agreeing_strip, read_diff
 from bakery.project import project_root, where_series_are
 from bakery.safety import paths
+from bakery.sources import versions
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -148,20 +150,13 @@ def load_series(spec: str, home: Path | None = None) -> Series:
     return series
 
 
+#: series.toml's keys and the type of each (README "series.toml").
+KEYS: dict[str, type] = {"name": str, "base": str, "root": str, "strip": int, "description": str}
+_KINDS = {str: "a string", int: "an integer"}
+
+
 def _apply_toml(series: Series, path: Path, data: dict[str, object]) -> None:
-    known = {"name", "base", "root", "strip", "description"}
-    unknown = set(data) - known
-    if unknown:
-        raise SeriesError(f"{path}: unknown keys {', '.join(sorted(unknown))}")
-    for key, typ in (
-        ("name", str),
-        ("base", str),
-        ("root", str),
-        ("strip", int),
-        ("description", str),
-    ):
-        if key in data and not isinstance(data[key], typ):
-            raise SeriesError(f"{path}: {key} must be a {typ.__name__}")
+    _check_keys(path, data)
     try:  # the name becomes a folder name (patches/<name>, build/<name>-<version>)
         series.name = paths.name(data.get("name", series.name), f"{path}: name")
     except paths.UnsafeDataError as e:
@@ -171,20 +166,42 @@ def _apply_toml(series: Series, path: Path, data: dict[str, object]) -> None:
         # the base is fetched as --vllm would be: a path or git+URL here would let the
         # series' author choose what bakery reads or runs
         raise SeriesError(f"{path}: base must be a release version, not {str(base)!r}")
-    series.base = base if isinstance(base, str) else None
-    series.root = root if isinstance(root, str) else None
+    # "0.32" is the release 0.32.0, as for --vllm
+    series.base = versions.normalize(base) if isinstance(base, str) else None
     if isinstance(strip, int) and not (0 <= strip <= 16):
         raise SeriesError(f"{path}: strip must be between 0 and 16")
     series.strip = strip if isinstance(strip, int) else None
     series.description = str(data.get("description", ""))
-    root = series.root
-    if root is not None and (
-        root.startswith("/")
-        or ".." in root.split("/")
-        or root.strip("/")
-        and paths.unsafe(root.strip("/"))
-    ):
-        raise SeriesError(f"{path}: root must be a relative folder inside the tree")
+    series.root = _root(path, root) if isinstance(root, str) else None
+
+
+def _check_keys(path: Path, data: dict[str, object]) -> None:
+    unknown = sorted(set(data) - set(KEYS))
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, list(KEYS), n=1)
+            hints.append(f"{key} (did you mean {close[0]}?)" if close else key)
+        raise SeriesError(
+            f"{path}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(hints)}"
+            f"; the keys are {', '.join(KEYS)}"
+        )
+    for key, typ in KEYS.items():
+        value = data.get(key)
+        # TOML's true is a Python bool, which isinstance(int) would let through as strip 1
+        if key in data and (not isinstance(value, typ) or isinstance(value, bool)):
+            raise SeriesError(f"{path}: {key} must be {_KINDS[typ]}, not {value!r}")
+
+
+def _root(path: Path, root: str) -> str:
+    """series.toml's root as a tree-relative folder: "." and "" are the tree's top."""
+    parts = [p for p in root.split("/") if p not in ("", ".")]
+    rel = "/".join(parts)
+    if root.startswith("/") or ".." in parts or (rel and paths.unsafe(rel)):
+        raise SeriesError(
+            f'{path}: root must be a relative folder inside the tree ("." is its top), not {root!r}'
+        )
+    return rel
 
 
 def _is_release(text: str) -> bool:
@@ -199,29 +216,62 @@ def _is_release(text: str) -> bool:
 
 def detect_layout(series: Series, tree: Path) -> tuple[int, str, bool]:
     """(strip, root, detected?): series.toml's values, else the combination under which
-    the most files the diffs modify exist in the tree."""
+    the most files the diffs modify exist in the tree. Without a strip in series.toml, a
+    diff whose names fit the tree only under another strip (one made a folder higher than
+    the others) gets that strip as its own (``Diff.strip``)."""
     if series.strip is not None and series.root is not None:
         return series.strip, series.root.strip("/"), False
-    names = [fp.old_name for d in series.load_diffs() for fp in d.files if not fp.is_new]
-    if not names:
-        names = [fp.new_name for d in series.load_diffs() for fp in d.files]
+    diffs = series.load_diffs()
     roots = [series.root.strip("/")] if series.root is not None else ["", "vllm"]
     strips = [series.strip] if series.strip is not None else [1, 0, 2, 3]
+    names = [n for d in diffs for n in _layout_names(d)]
     best: tuple[int, int, str] | None = None
     for strip in strips:
         for root in roots:
-            hits = 0
-            for name in names:
-                parts = [p for p in name.split("/") if p]
-                if len(parts) <= strip:
-                    continue
-                rel = "/".join(([root] if root else []) + parts[strip:])
-                if ".." not in rel.split("/") and (tree / rel).is_file():
-                    hits += 1
+            hits = _hits(names, strip, root, tree)
             if hits and (best is None or hits > best[0]):
                 best = (hits, strip, root)
     if best is None:
         strip = series.strip if series.strip is not None else 1
         root = (series.root or "").strip("/")
         return strip, root, True
-    return best[1], best[2], True
+    _, strip, root = best
+    if series.strip is None:
+        for d in diffs:
+            d.strip = _own_strip(d, strip, root, tree)
+    return strip, root, True
+
+
+def _layout_names(d: Diff) -> list[str]:
+    names = [fp.old_name for fp in d.files if not fp.is_new]
+    return names or [fp.new_name for fp in d.files]
+
+
+def _hits(names: list[str], strip: int, root: str, tree: Path) -> int:
+    hits = 0
+    for name in names:
+        parts = [p for p in name.split("/") if p]
+        if len(parts) <= strip:
+            continue
+        rel = "/".join(([root] if root else []) + parts[strip:])
+        if ".." not in rel.split("/") and (tree / rel).is_file():
+            hits += 1
+    return hits
+
+
+def _own_strip(d: Diff, strip: int, root: str, tree: Path) -> int | None:
+    """The strip of one diff, where the series' does not fit it: its names agree (old and
+    new name the same file) and more of them exist in the tree; None: the series' fits."""
+    both = [fp for fp in d.files if not fp.is_new and not fp.is_delete]
+    need = max((agreeing_strip(fp) or 0 for fp in both), default=0)
+    names = _layout_names(d)
+    if need <= strip:
+        if _hits(names, strip, root, tree):
+            return None
+        # every name missing under the series' strip: another only where all of them exist
+        # (a file gone upstream must stay a missing file, not find a namesake elsewhere)
+        full = [s for s in range(0, 8) if s != strip and _hits(names, s, root, tree) == len(names)]
+        return full[0] if full else None
+    scored = [(_hits(names, s, root, tree), -s, s) for s in range(need, 8)]
+    hits, _, own = max(scored)
+    return own if hits else need

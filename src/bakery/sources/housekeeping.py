@@ -3,9 +3,12 @@ used, and their removal.
 
 An entry is what one key's lock guards (cache.py): a release (``trees/vllm-X``, its marker
 and ``sdists/vllm-X.tar.gz``), a git tree (``trees/git-URL-COMMIT``), or a git mirror
-(``git/git-URL``). Each is removed under its lock and its hold (cache.Hold: a bake holds
-its entries from the lookup to the end of the copy), both taken without waiting: an entry
-a bake holds is skipped and said so, never pulled from under it. The marker goes first, so
+(``git/git-URL``), or an upstream wheel (``wheels/NAME.whl`` and its hash stamp, under the
+lock ``wheel-NAME.whl`` that wheels.fetch takes; a release's wheel listing from the index,
+``wheels/vllm-X.index.json``, is an entry of its own). Each is removed under its lock and
+its hold (cache.Hold: a bake holds its entries from the lookup to the end of the copy),
+both taken without waiting: an entry a bake holds is skipped and said so, never pulled
+from under it. The marker goes first, so
 an entry is never seen complete and half removed; a mirror goes when no tree cut from it
 is left.
 """
@@ -29,7 +32,7 @@ DAY = 86400.0
 @dataclass
 class Item:
     key: str
-    kind: str  # "release" | "git" | "mirror"
+    kind: str  # "release" | "git" | "mirror" | "wheel"
     paths: list[Path]
     size: int
     used: float  # seconds since the epoch
@@ -37,7 +40,7 @@ class Item:
 
     @property
     def complete(self) -> bool:
-        return self.kind == "mirror" or "commit" in self.meta
+        return self.kind in ("mirror", "wheel") or "commit" in self.meta
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -95,6 +98,26 @@ def _tree_keys(trees: Path) -> Iterator[str]:
         yield key
 
 
+def _wheels(folder: Path) -> Iterator[Item]:
+    """The upstream wheels (with their hash stamps) and the wheel listings."""
+    names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    for name in names:
+        p = folder / name
+        wheel = name[: -len(".ok.json")] if name.endswith(".whl.ok.json") else name
+        if name.startswith(".") or (wheel != name and wheel in names):
+            continue  # a stamp goes with its wheel
+        if wheel.endswith(".whl"):
+            paths = [q for q in (folder / wheel, folder / f"{wheel}.ok.json") if q.exists()]
+            meta = {"source": wheel}
+            if wheel.count("-") >= 2:
+                meta["version"] = wheel.split("-")[1]
+            yield Item(f"wheel-{wheel}", "wheel", paths, 0, _mtime(paths[0]), meta)
+        elif name.startswith("vllm-") and name.endswith(".index.json"):
+            version = name[len("vllm-") : -len(".index.json")]
+            meta = {"version": version, "source": "wheel listing"}
+            yield Item(f"wheel-list-{version}", "wheel", [p], 0, _mtime(p), meta)
+
+
 def items(cache: Cache) -> list[Item]:
     """Every entry, the one used last first."""
     root = cache.root
@@ -113,6 +136,7 @@ def items(cache: Cache) -> list[Item]:
     mirrors = root / "git"
     for p in sorted(mirrors.glob("git-*")) if mirrors.is_dir() else []:
         found[p.name] = Item(p.name, "mirror", [p], 0, _mtime(p))
+    found.update((i.key, i) for i in _wheels(root / "wheels"))
     for item in found.values():
         item.size = sum(_size(p) for p in item.paths)
     return sorted(found.values(), key=lambda i: (-i.used, i.key))

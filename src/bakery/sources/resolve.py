@@ -234,6 +234,10 @@ def release(
 ) -> Pristine:
     """A release's source distribution, downloaded once, hash-checked and extracted once."""
     key = f"vllm-{version}"
+    found = None
+    if not (cache.path("trees") / f"{key}.json").is_file():
+        # asked before the lock: a release the index lacks (0.32.9) leaves no lock file
+        found = _sdist_entry(version)
     with cache.lock(key):
         entry = cache.tree_entry(key, defer=defer_check)
         if entry is not None:
@@ -246,7 +250,7 @@ def release(
                 pending=(cache, key, entry) if entry.check else None,
                 hold=cache.hold(key),
             )
-        found = _sdist_entry(version)
+        found = found or _sdist_entry(version)
         sha, url = str(found.sha256), redact(found.url)
         sdist = cache.path("sdists") / f"vllm-{version}.tar.gz"
         if not sdist.exists() or _sha256_file(sdist) != sha:
