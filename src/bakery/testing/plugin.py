@@ -324,8 +324,13 @@ _KEY = pytest.StashKey[_SessionState]()
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
+    """The exception's type and first line; and its last line where it carries a
+    traceback (a rank's error ends with the rank's own exception)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    if len(lines) > 1 and "Traceback" in str(exc):
+        text += f" ... {lines[-1]}"
+    return f"{type(exc).__name__}: {text}"
 
 
 def _run_probe(config: pytest.Config, probe: str, state: _SessionState) -> str | None:
