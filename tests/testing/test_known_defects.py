@@ -27,6 +27,8 @@ DEFECTS = textwrap.dedent("""\
     input = "add(1, 1)"
     releases = ["0.30.0", "0.31.0"]
     fix = "fixes/90-off-by-one.diff"
+    match = "^add is off by one"
+    probe = "demo_probe:off_by_one"
     """)
 
 EXPECTATIONS = textwrap.dedent("""\
@@ -40,15 +42,26 @@ EXPECTATIONS = textwrap.dedent("""\
     nan_rule = "select"
     """)
 
+#: The "baked code": add() is off by one while BROKEN.
+CODE = "BROKEN = True\n\n\ndef add(a, b):\n    return a + b + (1 if BROKEN else 0)\n"
+#: The defect's own input, run (known-defects.toml: probe).
+PROBE = textwrap.dedent("""\
+    import demo_code
+
+
+    def off_by_one(ctx):
+        got = demo_code.add(1, 1)
+        return None if got == 2 else f"add(1, 1) == {got}"
+    """)
+
 TESTS = textwrap.dedent("""\
     import pytest
-
-    BROKEN = True  # the "series" has the defect
+    from demo_code import add
 
 
     @pytest.mark.known_defect("demo-off-by-one")
     def test_hits_the_defect():
-        assert not BROKEN
+        assert add(1, 1) == 2, "add is off by one"
 
 
     def test_fine(release, expected):
@@ -60,7 +73,7 @@ TESTS = textwrap.dedent("""\
     """)
 
 
-def make_series(root: Path, tests: str = TESTS) -> Path:
+def make_series(root: Path, tests: str = TESTS, code: str = CODE) -> Path:
     return write_files(
         root,
         {
@@ -68,6 +81,8 @@ def make_series(root: Path, tests: str = TESTS) -> Path:
             "known-defects.toml": DEFECTS,
             "expectations.toml": EXPECTATIONS,
             "tests/test_demo.py": tests,
+            "tests/demo_code.py": code,
+            "tests/demo_probe.py": PROBE,
             "tests/pytest.ini": "[pytest]\naddopts = --strict-markers\n",
         },
     )
@@ -81,9 +96,14 @@ def make_tree(root: Path, version: str | None, diffs: tuple[str, ...] = ("01-x.d
     return write_files(root, files)
 
 
-def verify(series: Path, tree: Path):
+def verify(series: Path, tree: Path, *args: str):
     return run_verify(
-        series / "tests", tree, interpret=True, series_dir=series, jobs=1, pytest_args=["-q"]
+        series / "tests",
+        tree,
+        interpret=True,
+        series_dir=series,
+        jobs=1,
+        pytest_args=["-q", *args],
     )
 
 
@@ -103,9 +123,15 @@ def test_defects_apply_by_release_and_fix(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "text, message",
     [
-        ('[[defect]]\nid = "a"\n', "lacks input, releases, summary"),
-        ('[[defect]]\nid="a"\nsummary=""\ninput=""\nreleases="0.30.0"\n', "list of strings"),
-        ('[[defect]]\nid="a"\nsummary=""\ninput=""\nreleases=[]\nwhat=1\n', "unknown keys"),
+        ('[[defect]]\nid = "a"\n', "lacks input, match, releases, summary"),
+        ('[[defect]]\nid="a"\nsummary=""\ninput=""\nmatch="x"\nreleases="0.30.0"\n', "list of"),
+        ('[[defect]]\nid="a"\nsummary=""\ninput=""\nmatch="x"\nreleases=[]\nwhat=1\n', "unknown"),
+        ('[[defect]]\nid="a"\nsummary=""\ninput=""\nmatch="("\nreleases=[]\n', "match: "),
+        ('[[defect]]\nid="a"\nsummary=""\ninput=""\nmatch=""\nreleases=[]\n', "how it shows"),
+        (
+            '[[defect]]\nid="a"\nsummary=""\ninput=""\nmatch="x"\nreleases=[]\nprobe="a.b"\n',
+            "module:function",
+        ),
         ("[[defect]\n", "known-defects.toml"),
     ],
 )
@@ -165,12 +191,76 @@ def test_a_known_defect_is_its_own_outcome(tmp_path: Path) -> None:
 def test_a_defect_that_no_longer_shows_fails_naming_the_entry(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    series = make_series(tmp_path / "s", TESTS.replace("BROKEN = True", "BROKEN = False"))
+    series = make_series(tmp_path / "s", code=CODE.replace("BROKEN = True", "BROKEN = False"))
     result = verify(series, make_tree(tmp_path / "t", "0.30.0"))
     assert result.exit_code == 1 and result.failed == 1 and not result.known_defects
     out = capfd.readouterr().out
     assert "known defect demo-off-by-one no longer shows" in out
     assert str(series / "known-defects.toml") in out
+
+
+def test_a_pass_while_the_input_still_shows_the_defect_is_another_reason(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The marked test passes, but the defect's own input still gives the wrong answer:
+    the test passes for another reason (here it checks less), never "the defect is gone"."""
+    tests = TESTS.replace('assert add(1, 1) == 2, "add is off by one"', "assert add(1, 1) > 0")
+    result = verify(make_series(tmp_path / "s", tests), make_tree(tmp_path / "t", "0.30.0"))
+    assert result.exit_code == 1 and result.failed == 1 and not result.known_defects
+    out = capfd.readouterr().out
+    assert "still shows on its input (add(1, 1) == 3)" in out
+    assert "passes for another reason" in out and "no longer shows" not in out
+
+
+def test_another_failure_of_a_marked_test_is_a_plain_failure(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A marked test that fails without the defect's signature (an unrelated error) is
+    a failure that names what happened, not the known defect."""
+    tests = TESTS.replace(
+        'assert add(1, 1) == 2, "add is off by one"', 'raise TypeError("unrelated")'
+    )
+    result = verify(make_series(tmp_path / "s", tests), make_tree(tmp_path / "t", "0.30.0"))
+    assert result.exit_code == 1 and result.failed == 1 and not result.known_defects
+    out = capfd.readouterr().out
+    assert "expected known defect demo-off-by-one" in out
+    assert "failed otherwise: TypeError: unrelated" in out
+
+
+def test_a_wrong_message_is_not_the_defect(tmp_path: Path) -> None:
+    tests = TESTS.replace('"add is off by one"', '"add is off by two"')
+    result = verify(make_series(tmp_path / "s", tests), make_tree(tmp_path / "t", "0.30.0"))
+    assert result.failed == 1 and not result.known_defects
+
+
+def test_a_setup_error_is_never_the_defect(tmp_path: Path) -> None:
+    tests = TESTS.replace(
+        "def test_hits_the_defect():",
+        "@pytest.fixture\ndef broken():\n    raise RuntimeError('setup')\n\n\n"
+        "@pytest.mark.known_defect('demo-off-by-one')\ndef test_hits_the_defect(broken):",
+    )
+    result = verify(make_series(tmp_path / "s", tests), make_tree(tmp_path / "t", "0.30.0"))
+    assert result.exit_code == 1 and result.errors == 1 and not result.known_defects
+
+
+def test_a_case_marks_itself_at_run_time(tmp_path: Path) -> None:
+    """Only the cases whose data reach the defect carry it; the others must pass."""
+    tests = textwrap.dedent("""\
+        import pytest
+        from demo_code import add
+
+
+        @pytest.mark.parametrize("a", [0, 1, 2])
+        def test_adds(a, request):
+            if a == 1:
+                request.applymarker(pytest.mark.known_defect("demo-off-by-one"))
+            want = a + 1
+            assert add(a, 1) == want or a != 1, "add is off by one"
+            assert add(a, 1) - (a == 1) == want
+        """)
+    result = verify(make_series(tmp_path / "s", tests), make_tree(tmp_path / "t", "0.30.0"))
+    # a=0 and a=2 fail: add is off by one there too, and they are not marked
+    assert result.known_defects == {"demo-off-by-one": 1} and result.failed == 2
 
 
 def test_a_fixed_bake_runs_the_test_as_a_test(tmp_path: Path) -> None:
@@ -186,6 +276,26 @@ def test_an_unexpected_skip_fails(tmp_path: Path, capfd: pytest.CaptureFixture[s
     # ... and the defect is not registered for 0.32.0: its test is a plain failure there.
     assert result.exit_code == 1 and result.unexpected_skips == 1 and result.failed == 2
     assert "unexpected skip on vLLM 0.32.0" in capfd.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "version, message",
+    [(None, "records no vLLM release"), ("0.29.0", "has no rule for vLLM 0.29.0")],
+)
+def test_no_release_is_one_line_or_named_rules(
+    tmp_path: Path, version: str | None, message: str
+) -> None:
+    """Without a release the series has rules for, verify would check the tree against
+    itself: refused, unless the user names the rules."""
+    from bakery.errors import VerifyError
+
+    series = make_series(tmp_path / "s")
+    tree = make_tree(tmp_path / "t", version)
+    with pytest.raises(VerifyError, match=message) as refused:
+        verify(series, tree)
+    assert "--bakery-rules" in str(refused.value) and "\n" not in str(refused.value)
+    result = verify(series, tree, "--bakery-rules", "0.30.0")
+    assert result.exit_code == 0 and result.known_defects == {"demo-off-by-one": 1}
 
 
 def test_an_unregistered_defect_is_a_usage_error(tmp_path: Path) -> None:

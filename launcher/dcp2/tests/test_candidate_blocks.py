@@ -304,11 +304,17 @@ def test_zero_width(num_rows, device):
 @pytest.mark.parametrize("width", [0, 8])
 @torch.inference_mode()
 def test_zero_rows(width, device):
-    logits = torch.empty((0, width), device=device)
-    ends = torch.zeros(0, dtype=torch.int32, device=device)
-    out = select(logits, None, ends, 3, 4)
-    assert out.shape == (0, 3)
-    cb.apply_candidate_mask(logits, None, ends, out, 4)
+    """No rows: nothing is written, neither to the zero-row views nor to the memory
+    their buffers hold past them (a kernel launched for one row would write row 0)."""
+    logits_buffer = torch.full((2, width), 5.0, device=device)
+    out_buffer = torch.full((2, 3), UNWRITTEN, dtype=torch.int32, device=device)
+    ends_buffer = torch.tensor([4, 4], dtype=torch.int32, device=device)
+    logits, out, ends = logits_buffer[:0], out_buffer[:0], ends_buffer[:0]
+    cb.select_candidate_blocks(logits, None, ends, 3, 4, out)
+    candidates = torch.zeros((2, 3), dtype=torch.int32, device=device)[:0]
+    cb.apply_candidate_mask(logits, None, ends, candidates, 4)
+    assert out_buffer.cpu().tolist() == [[UNWRITTEN] * 3] * 2
+    assert logits_buffer.cpu().tolist() == [[5.0] * width] * 2
 
 
 @pytest.mark.parametrize("topk_blocks", [3, 7, 300])
@@ -388,9 +394,50 @@ def test_apply_candidate_mask(
     torch.testing.assert_close(masked, ref, rtol=0, atol=0)
 
 
-def test_prefill_timing_follows_env():
-    enabled = os.environ.get("DSV41_PREFILL_TIMING", "0") == "1"
-    assert cb._PREFILL_TIMING is enabled
+#: (start, width, block size, end, candidate): the candidate block starts exactly at the
+#: width (start + b * block == width), one before it, and one past it.
+CLAMP_CASES = [
+    (0, 8, 4, 12, 2),  # 0 + 2 * 4 == 8: clamped, the last column stands for it
+    (2, 10, 4, 14, 2),  # 2 + 2 * 4 == 10
+    (0, 9, 4, 12, 2),  # 8 < 9: block 2 is column 8 itself
+    (1, 7, 3, 14, 3),  # 1 + 3 * 3 == 10 > 7
+]
+
+
+@pytest.mark.parametrize("start, width, block_size, end, block", CLAMP_CASES)
+@pytest.mark.parametrize("row_repeat", [1, 2])
+@torch.inference_mode()
+def test_mask_clamp_boundary(start, width, block_size, end, block, row_repeat, device):
+    """Upstream's packed clamp at its boundary: a candidate block whose first column is
+    the logits width (or past it) keeps the row's last column; one that starts inside
+    keeps its own columns."""
+    logits = torch.arange(1.0, row_repeat * width + 1).view(row_repeat, width).to(device)
+    row_ks = torch.tensor([start], dtype=torch.int32, device=device)
+    row_ke = torch.tensor([end], dtype=torch.int32, device=device)
+    candidates = torch.tensor([[block, -1]] * row_repeat, dtype=torch.int32, device=device)
+    masked = logits.clone()
+    cb.apply_candidate_mask(masked, row_ks, row_ke, candidates, block_size, row_repeat)
+    first = start + block * block_size
+    kept = [width - 1] if first >= width else list(range(first, min(first + block_size, width)))
+    for row in range(row_repeat):
+        got = [c for c in range(width) if masked[row, c] != -INF]
+        assert got == kept, f"row {row} kept columns {got}, the clamp keeps {kept}"
+
+
+@pytest.mark.parametrize("value", [None, "0", "", "true", "1"])
+def test_prefill_timing_follows_env(value, monkeypatch):
+    """The module reads ``DSV41_PREFILL_TIMING`` once, at import: exactly "1" turns
+    prefill timing on. The tree's file is executed afresh under each value."""
+    import importlib.util
+
+    if value is None:
+        monkeypatch.delenv("DSV41_PREFILL_TIMING", raising=False)
+    else:
+        monkeypatch.setenv("DSV41_PREFILL_TIMING", value)
+    spec = importlib.util.spec_from_file_location("_dcp2_timing_probe", cb.__file__)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module._PREFILL_TIMING is (value == "1")
 
 
 class _FakeEvent:

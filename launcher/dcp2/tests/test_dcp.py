@@ -14,10 +14,12 @@ So every rank's selection must equal the single-rank selection on the global log
 the global block size, and every rank's masked shard must equal its share of the
 single-rank mask: for any local widths (unpadded, padded, empty), any world size,
 ``row_repeat``, packed prefill starts, and logits holding NaN or -inf. Where scores tie,
-the contract is stated in ``test_dcp_ties``. Tests that hit a defect registered in
-``../known-defects.toml`` carry its id; they are strict expected failures on bakes that
-have it. The ranks are real processes: gloo on the CPU (``--interpret``), NCCL with one
-rank per GPU where there are as many GPUs as ranks, else gloo on one GPU.
+the contract is stated in ``test_dcp_ties``. Cases that hit a defect registered in
+``../known-defects.toml`` carry its id (added at run time where the case's data decides:
+``mask_defect_hits`` models the defect); on bakes that have it they must fail with the
+defect's signature, every other check of the case still passing first. The ranks
+are real processes: gloo on the CPU (``--interpret``), NCCL with one rank per GPU
+where there are as many GPUs as ranks, else gloo on one GPU.
 """
 
 import random
@@ -27,7 +29,12 @@ import pytest
 import torch
 from dcp2_support import dcp_group, load_kernel
 
+from bakery.testing.expect import Bake
+from bakery.testing.loader import tree_from_env
+
 cb = load_kernel()
+#: Whether the bake carries the proposed NaN fix, which reduces int32 keys, not floats.
+NAN_KEYS = any(d.endswith("nan-max-reduce.diff") for d in Bake.of(tree_from_env()).diffs)
 
 WORLD_SIZES = [2, 4]
 UNWRITTEN = -7
@@ -237,16 +244,24 @@ def dcp_on_rank(ctx, problem: Problem, topk_blocks: int, reduce_bytes: int | Non
     dev = ctx.device
     ks = shard.row_ks.to(dev) if shard.row_ks is not None else None
     ke = shard.row_ke.to(dev)
-    calls = []
+    calls, reduced, topk_dtypes = [], [], []
     all_reduce = dist.all_reduce
+    topk = torch.Tensor.topk
 
     def spy(tensor, *args, **kwargs):
         group = kwargs["group"] if "group" in kwargs else (args[1:2] or [None])[0]
-        calls.append((tuple(tensor.shape), tensor.element_size(), group is ctx.group))
-        return all_reduce(tensor, *args, **kwargs)
+        calls.append((tuple(tensor.shape), tensor.dtype, group is ctx.group))
+        done = all_reduce(tensor, *args, **kwargs)
+        reduced.append(tensor.clone().cpu())
+        return done
+
+    def topk_spy(self, *args, **kwargs):
+        topk_dtypes.append(self.dtype)
+        return topk(self, *args, **kwargs)
 
     cap = cb._DCP_REDUCE_BYTES
     dist.all_reduce = spy
+    torch.Tensor.topk = topk_spy
     if reduce_bytes is not None:
         cb._DCP_REDUCE_BYTES = reduce_bytes
     try:
@@ -266,11 +281,12 @@ def dcp_on_rank(ctx, problem: Problem, topk_blocks: int, reduce_bytes: int | Non
         )
     finally:
         dist.all_reduce = all_reduce
+        torch.Tensor.topk = topk
         cb._DCP_REDUCE_BYTES = cap
     masked = shard.logits.to(dev, copy=True)
     local_block = problem.block_size // ctx.world_size
     cb.apply_candidate_mask(masked, ks, ke, out, local_block, problem.row_repeat)
-    return out.cpu(), calls, masked.cpu()
+    return out.cpu(), (calls, topk_dtypes), masked.cpu(), reduced
 
 
 def refuses_local_block_size_mismatch(ctx, problem: Problem) -> bool:
@@ -313,43 +329,168 @@ def slice_cap(slice_rows: int | None, problem: Problem) -> int | None:
 
 
 def check_collectives(problem: Problem, reduce_bytes: int | None, results) -> None:
-    """One ``[slice, max_global_blocks]`` all-reduce per slice over the DCP group, of at
-    most 4-byte elements (the cap assumes 4 bytes a score), the same on every rank."""
+    """One ``[slice, max_global_blocks]`` all-reduce per slice over the DCP group, the
+    same on every rank, in exactly the scores' dtype (the logits' here: no
+    ``score_dtype``), or on int32 keys where the NaN fix is baked
+    (fixes/91-nan-max-reduce.diff); the top-k after it gets the scores' dtype."""
     nblocks = max(problem.max_global_blocks, 1)
     cap = cb._DCP_REDUCE_BYTES if reduce_bytes is None else reduce_bytes
     per_slice = max(1, cap // (nblocks * 4))
-    for rank, (_, calls, _) in enumerate(results):
+    want = torch.int32 if NAN_KEYS else problem.logits.dtype
+    for rank, (_, (calls, topk_dtypes), _, _) in enumerate(results):
         assert all(ours for _, _, ours in calls), f"rank {rank}: all-reduce outside the group"
         assert [shape[1:] for shape, _, _ in calls] == [(nblocks,)] * len(calls)
         assert sum(shape[0] for shape, _, _ in calls) == problem.rows
         assert len(calls) == -(-problem.rows // per_slice), f"rank {rank}: {calls}"
-        assert all(size <= 4 for _, size, _ in calls)
+        assert all(dtype == want for _, dtype, _ in calls), f"rank {rank}: {calls}, want {want}"
         assert all(s[0] * s[1] * 4 <= max(cap, nblocks * 4) for s, _, _ in calls)
-        assert calls == results[0][1], "ranks made different collectives"
+        assert topk_dtypes == [problem.logits.dtype] * len(calls), f"rank {rank}: {topk_dtypes}"
+        assert calls == results[0][1][0], "ranks made different collectives"
 
 
 def run_dcp(ranks, problem: Problem, topk_blocks: int, reduce_bytes=None):
     return ranks.run(dcp_on_rank, problem, topk_blocks, reduce_bytes)
 
 
-def assert_dcp_equals_single_rank(ranks, problem, topk_blocks, device, reduce_bytes=None):
-    """Every rank: the single-rank selection, and its share of the single-rank mask."""
+def assert_dcp_equals_single_rank(
+    ranks, problem, topk_blocks, device, reduce_bytes=None, request=None
+):
+    """Every rank: the single-rank selection, and its share of the single-rank mask.
+    With ``request``, a case that reaches the past-width defect is marked with it."""
     task = ranks.submit(dcp_on_rank, [(problem, topk_blocks, reduce_bytes)] * problem.world)
     expected, masked = single_rank(problem, topk_blocks, device)
+    if request is not None and mask_defect_hits(problem, expected, device):
+        request.applymarker(pytest.mark.known_defect(MASK_DEFECT))
     results = ranks.gather(task)
     check_collectives(problem, reduce_bytes, results)
-    for rank, (out, _, local) in enumerate(results):
-        torch.testing.assert_close(
-            out, expected, rtol=0, atol=0, msg=lambda m, r=rank: f"rank {r} selection: {m}"
+    # Each rank's mask against the global mask with that rank's own selection first:
+    # it must hold even where a selection is wrong.
+    per_rank = []
+    for out, _, local, _ in results:
+        same_choice = torch.equal(out, expected)
+        own = masked if same_choice else single_rank(problem, topk_blocks, device, out)[1]
+        per_rank.append((local, out, own))
+    check_masks(problem, per_rank)
+    for rank, (out, _, _, reduced) in enumerate(results):
+        check_selection(problem, rank, out, expected, reduced, topk_blocks)
+
+
+def check_selection(problem, rank, out, expected, reduced, topk_blocks) -> None:
+    """The rank's selection is the single-rank one. Where it is not, the message says
+    whether the NaN defect explains it exactly: the reduced scores differ from the
+    global block maxima only at NaN blocks, each reduced to a finite maximum of the
+    other ranks' states, and the selection is the top-k of those reduced scores."""
+    if torch.equal(out, expected):
+        return
+    lost = nan_lost_in_reduce(problem, torch.cat(reduced) if reduced else None)
+    if lost is not None and torch.equal(out, topk_of_reduced(problem, lost[0], topk_blocks)):
+        raise AssertionError(
+            f"NaN block score lost in the DCP reduce: rank {rank} {lost[1]}; "
+            f"selects {out.tolist()}, the single rank {expected.tolist()}"
         )
-        torch.testing.assert_close(
-            local,
-            shard_of(masked, problem.shards[rank]),
-            rtol=0,
-            atol=0,
-            equal_nan=True,
-            msg=lambda m, r=rank: f"rank {r} mask: {m}",
-        )
+    torch.testing.assert_close(out, expected, rtol=0, atol=0, msg=f"rank {rank} selection")
+
+
+def reduced_as_float(reduced: torch.Tensor) -> torch.Tensor:
+    if reduced.dtype != torch.int32:
+        return reduced.float()
+    keys = reduced  # the NaN fix's int32 keys: signed order is the float order
+    return (keys ^ ((keys >> 31) & 0x7FFFFFFF)).view(torch.float32)
+
+
+def nan_lost_in_reduce(problem: Problem, reduced: torch.Tensor | None):
+    """The reduced scores and where a NaN block lost its NaN, when that is the only
+    way they differ from the global block maxima; else None."""
+    if reduced is None:
+        return None
+    got = reduced_as_float(reduced)
+    g, nblocks = problem.block_size, got.shape[1]
+    where = []
+    for row in range(problem.rows):
+        group = row // problem.row_repeat
+        lo = int(problem.row_ks[group]) if problem.row_ks is not None else 0
+        hi = int(problem.row_ke[group])
+        for b in range(nblocks):
+            cols = list(range(lo + b * g, min(lo + (b + 1) * g, hi)))
+            seg = problem.logits[row, cols]
+            want = float(seg.max()) if cols else -INF
+            value = float(got[row, b])
+            if value == want or (value != value and want != want):
+                continue
+            finite = seg[~seg.isnan()]
+            if want == want or value != value or not finite.numel():
+                return None  # not a NaN block, or not reduced to a finite maximum
+            if value not in finite.tolist():
+                return None
+            where.append(f"row {row} block {b} reduced to {value}")
+    return (got, ", ".join(where)) if where else None
+
+
+def topk_of_reduced(problem: Problem, scores: torch.Tensor, topk_blocks: int) -> torch.Tensor:
+    """What the DCP path selects from these reduced scores: the newest global block
+    pinned, rows without context -inf, torch.topk, -1 for -inf and past the count."""
+    scores = scores.clone()
+    nblocks = scores.shape[1]
+    ends = problem.lengths[:-1].repeat_interleave(problem.row_repeat)[: problem.rows].long()
+    pin = ((ends - 1) // problem.block_size).clamp(0, nblocks - 1).view(-1, 1)
+    scores.scatter_(1, pin, INF)
+    scores.masked_fill_((ends <= 0).view(-1, 1), -INF)
+    top = scores.topk(min(topk_blocks, nblocks), dim=-1)
+    out = torch.full((problem.rows, topk_blocks), -1, dtype=torch.int32)
+    out[:, : top.indices.shape[1]] = torch.where(top.values != -INF, top.indices, -1).int()
+    return out
+
+
+def upstream_mask(shard: Shard, problem: Problem, candidates: torch.Tensor) -> torch.Tensor:
+    """The defect, modelled: upstream's mask of one shard with the LOCAL block size,
+    its past-the-width clamp included (a candidate block that starts at or past the
+    width keeps the shard's last column, if that column is in the row's bounds)."""
+    width = shard.logits.shape[1]
+    local_block = problem.block_size // problem.world
+    out = torch.full_like(shard.logits, -INF)
+    for row in range(problem.rows):
+        group = row // problem.row_repeat
+        start = int(shard.row_ks[group]) if shard.row_ks is not None else 0
+        end = int(shard.row_ke[group])
+        chosen = [b for b in candidates[row].tolist() if b >= 0]
+        clamp = any(start + b * local_block >= width for b in chosen)
+        for col in range(start, min(end, width)):
+            if (col - start) // local_block in chosen or (clamp and col == width - 1):
+                out[row, col] = shard.logits[row, col]
+    return out
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal values, NaN equal to NaN."""
+    return a.shape == b.shape and bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+def mask_defect_hits(problem: Problem, candidates: torch.Tensor, device) -> bool:
+    """Whether the past-width defect changes some shard's mask with these candidates."""
+    _, masked = single_rank(problem, candidates.shape[1], device, candidates)
+    return any(
+        not same(upstream_mask(shard, problem, candidates), shard_of(masked, shard))
+        for shard in problem.shards
+    )
+
+
+def check_masks(problem: Problem, per_rank) -> None:
+    """Each rank's masked shard equals its share of the global logits masked with the
+    same candidates (``per_rank``: (shard masked, candidates, global masked)). Where it
+    does not, the message says whether the past-width defect explains every difference
+    (``upstream_mask``)."""
+    wrong, defect = [], []
+    for rank, (local, candidates, masked) in enumerate(per_rank):
+        shard = problem.shards[rank]
+        want = shard_of(masked, shard)
+        rows = (~((local == want) | (local.isnan() & want.isnan()))).any(dim=1)
+        if not rows.any():
+            continue
+        where = f"rank {rank} rows {rows.nonzero().flatten().tolist()}"
+        modelled = same(local, upstream_mask(shard, problem, candidates))
+        (defect if modelled else wrong).append(where)
+    assert not wrong, f"shards differ from the global mask: {'; '.join(wrong)}"
+    assert not defect, f"mask keeps a past-the-width state: {'; '.join(defect)}"
 
 
 @pytest.fixture(params=WORLD_SIZES, ids=lambda w: f"world{w}")
@@ -362,14 +503,15 @@ def ranks(request, rank_pool):
 # -- the tests ------------------------------------------------------------------------------
 
 #: (block, row_repeat, with_starts, slice_rows, widths, blocks, neg_inf): each option met
-#: in several combinations, not all of them (each case costs seconds under the interpreter).
+#: in several combinations, not all of them (each case costs seconds under the interpreter);
+#: every local-width layout (``make_problem``'s ``widths``) in both modes.
 EQUIVALENCE_CASES = [
     (8, 1, False, None, "widest", "needed", 0.0),
-    (8, 3, True, 1, "widest", "width", 0.4),
-    (16, 1, True, 2, "widest", "needed", 0.0),
-    (4, 3, False, 2, "widest", "needed", 0.4),
+    (8, 3, True, 1, "random", "width", 0.4),
+    (16, 1, True, 2, "unpadded", "needed", 0.0),
+    (4, 3, False, 2, "unpadded", "needed", 0.4),
     (8, 1, True, None, "widest", "width", 0.0),
-    (16, 3, True, None, "widest", "needed", 0.4),
+    (16, 3, True, None, "random", "needed", 0.4),
 ]
 
 
@@ -381,9 +523,10 @@ EQUIVALENCE_CASES = [
 )
 @pytest.mark.parametrize("case", EQUIVALENCE_CASES, ids=lambda c: "-".join(map(str, c)))
 @torch.inference_mode()
-def test_dcp_equals_single_rank(case, seed, ranks, device):
-    """Seeded random problems, shards as wide as the widest rank (how vLLM 0.30.0 wires
-    DCP): selection and mask, end to end, equal the single-rank ones."""
+def test_dcp_equals_single_rank(case, seed, ranks, device, request):
+    """Seeded random problems, shards unpadded, randomly padded or as wide as the widest
+    rank (how vLLM 0.30.0 wires DCP), empty where a request has fewer states than
+    ranks: selection and mask, end to end, equal the single-rank ones."""
     block, row_repeat, with_starts, slice_rows, widths, blocks, neg_inf = case
     world = ranks.world_size
     rng = random.Random(f"{case}-{seed}-{world}")
@@ -402,14 +545,13 @@ def test_dcp_equals_single_rank(case, seed, ranks, device):
     nblocks = max(problem.max_global_blocks, 1)
     topk_blocks = rng.choice([1, 2, 3, nblocks, nblocks + 3])
     assert_dcp_equals_single_rank(
-        ranks, problem, topk_blocks, device, slice_cap(slice_rows, problem)
+        ranks, problem, topk_blocks, device, slice_cap(slice_rows, problem), request
     )
 
 
-@pytest.mark.known_defect(MASK_DEFECT)
 @pytest.mark.parametrize("with_starts", [False, True])
 @torch.inference_mode()
-def test_dcp_unpadded_local_shards(with_starts, ranks, device):
+def test_dcp_unpadded_local_shards(with_starts, ranks, device, request):
     """Each rank's logits are exactly its states (the docstring's "local packed
     columns"). The last request has N = 2 G + 1 states: its rows select the newest
     block 2 (pinned, one state, on rank 0) and block 0 (the largest logit), so every
@@ -437,7 +579,7 @@ def test_dcp_unpadded_local_shards(with_starts, ranks, device):
         group = row // problem.row_repeat
         lo = int(problem.row_ks[group]) if problem.row_ks is not None else 0
         set_global(problem, row, lo, 1e5)  # block 0 wins the top-1
-    assert_dcp_equals_single_rank(ranks, problem, 2, device)
+    assert_dcp_equals_single_rank(ranks, problem, 2, device, request=request)
 
 
 @pytest.mark.known_defect(MASK_DEFECT)
@@ -458,7 +600,10 @@ def test_mask_smallest_past_width_case(device):
         ends = torch.tensor([len(cols)], dtype=torch.int32, device=device)
         cb.apply_candidate_mask(local, None, ends, candidates.to(device), 2)
         want = [5.0 if c == 4 else -INF for c in cols]
-        assert local.cpu().tolist() == [want], f"rank {rank} kept {local.cpu().tolist()}"
+        got = local.cpu().tolist()
+        if rank == 1 and got == [[-INF, 4.0]]:  # the defect: its last local state kept
+            raise AssertionError(f"mask keeps a past-the-width state: rank 1 kept {got}")
+        assert got == [want], f"rank {rank} kept {got}"
 
 
 #: (world, global block, request lengths, widths); each selects every single block.
@@ -475,24 +620,18 @@ MASK_CASES = [
 ]
 
 
-def _mask_case_marks(case):
-    world, block, lengths, widths = case
-    hits = widths == "unpadded" and any(n > block and n % block == 1 for n in lengths)
-    return [pytest.mark.known_defect(MASK_DEFECT)] if hits else []
-
-
 @pytest.mark.parametrize(
-    "case",
-    [pytest.param(c, marks=_mask_case_marks(c)) for c in MASK_CASES],
-    ids=lambda c: f"w{c[0]}-g{c[1]}-{c[3]}-{'_'.join(map(str, c[2]))}",
+    "case", MASK_CASES, ids=lambda c: f"w{c[0]}-g{c[1]}-{c[3]}-{'_'.join(map(str, c[2]))}"
 )
 @pytest.mark.parametrize("row_repeat", [1, 2])
 @torch.inference_mode()
-def test_mask_with_local_block_size(case, row_repeat, device):
+def test_mask_with_local_block_size(case, row_repeat, device, request):
     """Masking each shard with the LOCAL block size and the global candidate ids gives
     that shard of the globally masked logits: every single block selected in turn (one
     row each), packed requests back to back, shards unpadded, empty, or as wide as the
-    widest. Cases with N = k * G + 1 states, unpadded, hit the registered defect."""
+    widest. Cases where upstream's clamp keeps a state the global mask drops
+    (``mask_defect_hits``: N = k * G + 1 states, unpadded) hit the registered defect:
+    there every other row must still match, and the wrong rows be the defect's."""
     world, block, lengths, widths = case
     rng = random.Random(block)
     torch.manual_seed(block)
@@ -516,9 +655,11 @@ def test_mask_with_local_block_size(case, row_repeat, device):
         [[b, -1] for _, b in blocks for _ in range(row_repeat)], dtype=torch.int32
     )
     _, masked = single_rank(problem, 1, device, candidates)
+    if mask_defect_hits(problem, candidates, device):
+        request.applymarker(pytest.mark.known_defect(MASK_DEFECT))
 
-    wrong = []
-    for rank, shard in enumerate(problem.shards):
+    per_rank = []
+    for shard in problem.shards:
         local = shard.logits.to(device, copy=True)
         cb.apply_candidate_mask(
             local,
@@ -528,12 +669,8 @@ def test_mask_with_local_block_size(case, row_repeat, device):
             block // world,
             row_repeat,
         )
-        bad = (local.cpu() != shard_of(masked, shard)).any(dim=1)
-        rows_bad = bad.nonzero().flatten().tolist()
-        wrong += [
-            f"rank {rank} row {r} (request, block {blocks[r // row_repeat]})" for r in rows_bad
-        ]
-    assert not wrong, f"shards differ from the global mask: {', '.join(wrong)}"
+        per_rank.append((local.cpu(), candidates, masked))
+    check_masks(problem, per_rank)
 
 
 @pytest.mark.known_defect(NAN_DEFECT)
@@ -579,8 +716,9 @@ def test_dcp_nan_logits(row_repeat, with_starts, ranks, device):
     [(2, 4, 1, False), (2, 4, 3, True), (2, 8, 1, True), (2, 8, 3, False), (4, 8, 1, False)],
     indirect=["ranks"],
 )
+@pytest.mark.parametrize("widths", ["widest", "random", "unpadded"])
 @torch.inference_mode()
-def test_dcp_ties(block, row_repeat, with_starts, ranks, device):
+def test_dcp_ties(block, row_repeat, with_starts, widths, ranks, device, request):
     """Tied block scores, with the block count callers pass (what the rows need).
 
     The contract under ties: torch.topk's order among equal scores depends on the
@@ -600,7 +738,7 @@ def test_dcp_ties(block, row_repeat, with_starts, ranks, device):
         with_starts=with_starts,
         block_size=block,
         values="ties",
-        widths="widest",
+        widths=widths,
     )
     topk_blocks = 3
     task = ranks.submit(dcp_on_rank, [(problem, topk_blocks, slice_cap(2, problem))] * world)
@@ -608,7 +746,9 @@ def test_dcp_ties(block, row_repeat, with_starts, ranks, device):
     results = ranks.gather(task)
     check_collectives(problem, slice_cap(2, problem), results)
     scores = block_scores(problem)
-    for rank, (out, _, local) in enumerate(results):
+    if mask_defect_hits(problem, results[0][0], device):
+        request.applymarker(pytest.mark.known_defect(MASK_DEFECT))
+    for rank, (out, _, _, _) in enumerate(results):
         assert torch.equal(out, results[0][0]), f"rank {rank} selected other blocks"
         for row in range(problem.rows):
             ids = [b for b in out[row].tolist() if b >= 0]
@@ -617,8 +757,8 @@ def test_dcp_ties(block, row_repeat, with_starts, ranks, device):
             assert len(set(ids)) == len(ids)
             got = sorted(scores[row][b] for b in ids)
             assert got == sorted(scores[row][b] for b in want), f"rank {rank} row {row}"
-        _, masked = single_rank(problem, topk_blocks, device, out)
-        torch.testing.assert_close(local, shard_of(masked, problem.shards[rank]), rtol=0, atol=0)
+    _, masked = single_rank(problem, topk_blocks, device, results[0][0])
+    check_masks(problem, [(local, out, masked) for out, _, local, _ in results])
 
 
 def block_scores(problem: Problem) -> list[list[float]]:
@@ -726,8 +866,8 @@ def test_dcp_zero_rows(ranks):
     problem.logits = problem.logits[:0]
     for shard in problem.shards:
         shard.logits = shard.logits[:0]
-    for out, calls, _ in run_dcp(ranks, problem, 3):
-        assert out.shape == (0, 3) and calls == []
+    for out, (calls, topk_dtypes), _, _ in run_dcp(ranks, problem, 3):
+        assert out.shape == (0, 3) and calls == [] and topk_dtypes == []
 
 
 @torch.inference_mode()

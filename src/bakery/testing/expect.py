@@ -8,11 +8,20 @@
     input = "the smallest input that shows it"
     releases = ["0.30.0", "0.31.0"]      # the releases whose bake has it
     fix = "fixes/90-mask-past-width.diff" # the proposed fix (optional)
+    raises = "AssertionError"             # the signature: the call's exception type ...
+    match = "^mask keeps a past-the-width state"  # ... and a regex its message matches
+    probe = "defect_inputs:mask_past_width"       # the entry's input, run (optional)
 
-A test that hits a defect carries ``@pytest.mark.known_defect("ID")``; on a tree whose bake
+A test that hits a defect carries ``@pytest.mark.known_defect("ID")`` (static, or added at
+run time with ``request.applymarker`` where the case's data decides); on a tree whose bake
 has the defect (its release is listed, and the fix is not among the bake's diffs), the
-test is a strict expected failure: it must still fail, and once it passes the entry is to
-be removed.
+test is expected to fail *with the signature*: an exception of type ``raises`` (or a
+subclass) from the test's call, whose message ``match`` finds (``re.search``). Any other
+failure is a plain failure naming what happened; a setup error is never the defect. When
+the test passes, ``probe`` (``module:function`` in the tests folder, called with a
+:class:`ProbeContext`) runs the defect's own input: it returns None when that input now
+gives the right answer (the defect is gone: remove the entry), else what went wrong (the
+test passes for another reason: a failure).
 
 ``expectations.toml`` says what each vLLM release has upstream, keyed on the release the
 bake's manifest records, never on what the tree under test happens to hold::
@@ -31,6 +40,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -60,10 +70,25 @@ class Defect:
     input: str
     releases: tuple[str, ...]
     fix: str | None = None
+    #: The signature: the exception type's name (it or a base class) ...
+    raises: str = "AssertionError"
+    #: ... and a regex that its message must match (``re.search``).
+    match: str = ""
+    #: ``module:function`` in the tests folder that runs ``input`` (see the module doc).
+    probe: str | None = None
 
     @property
     def fix_name(self) -> str | None:
         return Path(self.fix).name if self.fix else None
+
+    def shows_in(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (a failing test's call-phase exception) is this defect."""
+        names = {cls.__name__ for cls in type(exc).__mro__}
+        return self.raises in names and re.search(self.match, str(exc)) is not None
+
+    @property
+    def signature(self) -> str:
+        return f"{self.raises} matching {self.match!r}"
 
 
 @dataclass(frozen=True)
@@ -120,23 +145,54 @@ def load_defects(series_dir: Path) -> dict[str, Defect]:
     if not isinstance(entries, list):
         raise SeriesDataError(f"{path}: [[defect]] entries expected")
     for n, entry in enumerate(entries, 1):
-        missing = {"id", "summary", "input", "releases"} - set(entry)
-        if missing:
-            raise SeriesDataError(f"{path}: defect {n} lacks {', '.join(sorted(missing))}")
-        unknown = set(entry) - {"id", "summary", "input", "releases", "fix"}
-        if unknown:
-            raise SeriesDataError(f"{path}: defect {n}: unknown keys {', '.join(sorted(unknown))}")
-        defect = Defect(
-            id=str(entry["id"]),
-            summary=str(entry["summary"]).strip(),
-            input=str(entry["input"]).strip(),
-            releases=_strings(path, f"defect {entry['id']}: releases", entry["releases"]),
-            fix=str(entry["fix"]) if entry.get("fix") else None,
-        )
+        defect = _defect(path, n, entry)
         if defect.id in defects:
             raise SeriesDataError(f"{path}: defect {defect.id} is registered twice")
         defects[defect.id] = defect
     return defects
+
+
+_REQUIRED = {"id", "summary", "input", "releases", "match"}
+_OPTIONAL = {"fix", "raises", "probe"}
+
+
+def _defect(path: Path, n: int, entry: dict[str, Any]) -> Defect:
+    missing = _REQUIRED - set(entry)
+    if missing:
+        raise SeriesDataError(f"{path}: defect {n} lacks {', '.join(sorted(missing))}")
+    unknown = set(entry) - _REQUIRED - _OPTIONAL
+    if unknown:
+        raise SeriesDataError(f"{path}: defect {n}: unknown keys {', '.join(sorted(unknown))}")
+    match = str(entry["match"])
+    try:
+        re.compile(match)
+    except re.error as e:
+        raise SeriesDataError(f"{path}: defect {entry['id']}: match: {e}") from None
+    if not match:
+        raise SeriesDataError(f"{path}: defect {entry['id']}: match must say how it shows")
+    probe = str(entry["probe"]) if entry.get("probe") else None
+    if probe is not None and not re.fullmatch(r"[A-Za-z_]\w*:[A-Za-z_]\w*", probe):
+        raise SeriesDataError(f"{path}: defect {entry['id']}: probe must be module:function")
+    return Defect(
+        id=str(entry["id"]),
+        summary=str(entry["summary"]).strip(),
+        input=str(entry["input"]).strip(),
+        releases=_strings(path, f"defect {entry['id']}: releases", entry["releases"]),
+        fix=str(entry["fix"]) if entry.get("fix") else None,
+        raises=str(entry.get("raises") or "AssertionError"),
+        match=match,
+        probe=probe,
+    )
+
+
+@dataclass(frozen=True)
+class ProbeContext:
+    """What a defect's probe is handed: the session's rank pools (``rank_pool(world)``),
+    the tensors' device name and whether kernels run through the interpreter."""
+
+    rank_pool: Any
+    device: str
+    interpret: bool
 
 
 def active(defect: Defect, bake: Bake) -> bool:
@@ -183,3 +239,28 @@ def load_expectations(
     }
     skips += by_mode["interpret" if interpret else "gpu"]
     return Expectations(release=key, skips=skips, data=entry)
+
+
+def no_rules(series_dir: Path, tree: Path, rules: str | None = None) -> str | None:
+    """Why the series' data cannot apply to ``tree`` (one line), or None.
+
+    A series with expectations or known defects keys them on the bake's release
+    (``rules`` names one instead): without a release that the series has a rule for,
+    its tests would check the tree against itself (every skip allowed, every defect
+    active, the tree's own behaviour taken for its release's)."""
+    has_rules = (series_dir / EXPECTATIONS_FILE).is_file()
+    if not has_rules and not (series_dir / DEFECTS_FILE).is_file():
+        return None
+    release = rules or Bake.of(tree).release
+    if release is None:
+        why = f"{tree} records no vLLM release (no readable {MANIFEST})"
+    elif _version(release) is None:
+        why = f"{tree}: {release!r} is not a vLLM version"
+    elif has_rules and load_expectations(series_dir, release, interpret=True) is None:
+        why = f"{series_dir / EXPECTATIONS_FILE} has no rule for vLLM {release}"
+    else:
+        return None
+    return (
+        f"{why}; the series' tests would check the tree against itself: "
+        "name the release whose rules apply (--bakery-rules RELEASE)"
+    )

@@ -3,19 +3,22 @@
     python -m bakery.testing.mutants SERIES --tree BAKED_TREE [--only NAME...]
 
 A series lists hand-made mutants of one baked file in ``mutants.toml`` (``file``, then
-``[[mutant]]`` with ``name``, ``old``, ``new`` and optionally ``survives``: why no CPU
-test can kill it). Each mutant that applies (its ``old`` text is in the tree's file
-exactly once) is written into a scratch tree (the baked tree hard-linked beside it, the
-mutated file written anew: the bake is never touched), and the bundled tests run on it
-under the interpreter, stopping at the first failure. Killed: a test failed (named).
-Survived: every test passed; with ``survives`` that is the known reason, without it a
-gap in the tests. Hand-made, not a mutation library: the mutants are few, chosen for
-the promises the tests state, and a generic tool would mutate vLLM's whole file.
+``[[mutant]]`` with ``name``, ``old``, ``new``, optionally ``survives``: why no CPU
+test can kill it, and ``killed_by``: the test meant to kill it, fnmatch on the first
+failing test's id; a kill by another test is reported as such). Each mutant that
+applies (its ``old`` text is in the tree's file exactly once) is written into a
+scratch tree (the baked tree hard-linked beside it, the mutated file written anew: the
+bake is never touched), and the bundled tests run on it under the interpreter,
+stopping at the first failure. Killed: a test failed (named). Survived: every test
+passed; with ``survives`` that is the known reason, without it a gap in the tests.
+Hand-made, not a mutation library: the mutants are few, chosen for the promises the
+tests state, and a generic tool would mutate vLLM's whole file.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -38,6 +41,7 @@ class Mutant:
     old: str
     new: str
     survives: str | None = None
+    killed_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,8 @@ def load(series_dir: Path) -> tuple[str, list[Mutant]]:
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise BakeryError(f"{path}: {e}") from None
     mutants = [
-        Mutant(m["name"], m["old"], m["new"], m.get("survives")) for m in data.get("mutant", [])
+        Mutant(m["name"], m["old"], m["new"], m.get("survives"), m.get("killed_by"))
+        for m in data.get("mutant", [])
     ]
     return str(data["file"]), mutants
 
@@ -116,7 +121,10 @@ def run_one(series_dir: Path, tree: Path, rel: str, mutant: Mutant, jobs: int) -
             jobs=jobs,
         )
         if result.exit_code != 0:
-            return Outcome(mutant, "killed", _first_failure(junit))
+            first = _first_failure(junit)
+            if mutant.killed_by and not fnmatch.fnmatchcase(first, mutant.killed_by):
+                first += f" (listed killer: {mutant.killed_by})"
+            return Outcome(mutant, "killed", first)
     return Outcome(mutant, "survived", mutant.survives or "NO TEST CAUGHT IT")
 
 

@@ -11,11 +11,20 @@ JSON for ``bakery verify``.
 With ``--bakery-series DIR`` (default: the folder above the tests, when it is a
 series) it reads the series' data (:mod:`bakery.testing.expect`):
 
-- ``known-defects.toml``: a test marked ``@pytest.mark.known_defect("ID")`` is a strict
-  expected failure on a bake that has the defect, and is counted as that defect, not
-  as a pass or a failure; once it passes, it fails and names the entry to remove.
+- ``known-defects.toml``: a test marked ``@pytest.mark.known_defect("ID")`` (at
+  collection, or at run time through ``request.applymarker``), on a bake that has the
+  defect, is counted as that defect only when its call fails with the defect's
+  signature (exception type and message pattern); any other failure is a plain
+  failure that says so, and a setup error stays an error. When it passes, the
+  defect's probe (its own minimal input) decides: the input now gives the right
+  answer (the defect is gone: remove the entry), or it still does not (the test
+  passes for another reason: a failure).
 - ``expectations.toml``: what the bake's release has upstream (fixtures ``release``
   and ``expected``); a skip that the release's entry does not list is a failure.
+
+A series with either file needs to know the bake's release: a tree without one (no
+manifest, an unparsable version, one below every rule) is a usage error, one line,
+unless ``--bakery-rules RELEASE`` names the release whose rules apply.
 
 Knows no series: everything series-specific comes from those files and the tests.
 Under pytest-xdist, workers run the tests and the controller counts and reports.
@@ -62,6 +71,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="the series folder (known-defects.toml, expectations.toml); "
         "default: the folder above the tests when it holds diffs/",
     )
+    group.addoption(
+        "--bakery-rules",
+        metavar="RELEASE",
+        help="apply the series' expectations and known defects of this vLLM release "
+        "(for a tree whose manifest names none, or none the series has rules for)",
+    )
 
 
 class _SessionState:
@@ -74,6 +89,7 @@ class _SessionState:
         report: Path | None,
         series: Path | None,
         worker: bool,
+        rules: str | None = None,
     ) -> None:
         self.tree = tree
         self.interpret = interpret
@@ -83,15 +99,20 @@ class _SessionState:
         self.counts = dict.fromkeys(_COUNTS, 0)
         self.pools = RankPools()
         self.bake = expect.Bake.of(tree)
+        #: the release whose rules apply: the bake's, or the one the user named
+        self.rules = rules or self.bake.release
         try:
             self.defects = expect.load_defects(series) if series else {}
             self.expected = (
-                expect.load_expectations(series, self.bake.release, interpret=interpret)
+                expect.load_expectations(series, self.rules, interpret=interpret)
                 if series
                 else None
             )
         except expect.SeriesDataError as e:
             raise pytest.UsageError(f"bakery: {e}") from None
+        self._need_rules(series)
+        #: known defect id -> what its probe said (None: the input gives the right answer)
+        self.probed: dict[str, str | None] = {}
         #: known defect id -> tests that hit it (counted where reports are logged)
         self.known: dict[str, int] = {}
         self.unexpected_skips = 0
@@ -107,6 +128,12 @@ class _SessionState:
         if any("rank_pool" in getattr(item, "fixturenames", ()) for item in session.items):
             self.pools(2).start()
 
+    def _need_rules(self, series: Path | None) -> None:
+        """Without a release the series has rules for, one line (expect.no_rules)."""
+        why = expect.no_rules(series, self.tree, self.rules) if series else None
+        if why:
+            raise pytest.UsageError(f"bakery: {why}")
+
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[Any]) -> None:
         for item in items:
             if "rank_pool" in getattr(item, "fixturenames", ()):
@@ -114,39 +141,98 @@ class _SessionState:
                 # test, so that one set of rank processes serves them all.
                 item.add_marker(pytest.mark.xdist_group("bakery-ranks"))
             for mark in item.iter_markers("known_defect"):
-                (defect_id,) = mark.args
-                defect = self.defects.get(defect_id)
-                if defect is None:
-                    where = self.series / expect.DEFECTS_FILE if self.series else "no series"
-                    raise pytest.UsageError(
-                        f"bakery: {item.nodeid}: known_defect({defect_id!r}) is not in {where}"
-                    )
-                if expect.active(defect, self.bake):
-                    item.user_properties.append((_DEFECT_PROPERTY, defect_id))
-                    item.add_marker(
-                        pytest.mark.xfail(strict=True, reason=f"known defect {defect_id}")
-                    )
+                unknown = self._unknown_defect(mark)
+                if unknown:
+                    raise pytest.UsageError(f"bakery: {item.nodeid}: {unknown}")
+
+    def _unknown_defect(self, mark: Any) -> str | None:
+        (defect_id,) = mark.args
+        if defect_id in self.defects:
+            return None
+        where = self.series / expect.DEFECTS_FILE if self.series else "no series"
+        return f"known_defect({defect_id!r}) is not in {where}"
+
+    def _active_defects(self, item: pytest.Item) -> list[expect.Defect]:
+        bake = expect.Bake(self.rules, self.bake.diffs)
+        ids = dict.fromkeys(m.args[0] for m in item.iter_markers("known_defect"))
+        return [
+            self.defects[i]
+            for i in ids
+            if i in self.defects and expect.active(self.defects[i], bake)
+        ]
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: Any) -> Generator[None, Any, None]:
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
-        defect_id = dict(item.user_properties).get(_DEFECT_PROPERTY)
-        if defect_id is not None and report.when == "call" and report.failed:
-            self._defect_gone(report, str(defect_id))
+        if report.when == "call" and not hasattr(report, "wasxfail"):
+            self._known_defect_outcome(item, call, report)
         if report.skipped and not hasattr(report, "wasxfail"):
             self._check_skip(report, item.nodeid)
 
-    def _defect_gone(self, report: pytest.TestReport, defect_id: str) -> None:
-        """A strict XPASS of a known defect: say which entry to remove."""
-        if hasattr(report, "wasxfail") or "XPASS(strict)" not in str(report.longrepr):
+    def _known_defect_outcome(
+        self, item: pytest.Item, call: Any, report: pytest.TestReport
+    ) -> None:
+        """The call of a test that hits a known defect: the defect (its signature), a
+        plain failure that names what happened instead, or a pass diagnosed by the
+        defect's probe."""
+        for mark in item.iter_markers("known_defect"):
+            unknown = self._unknown_defect(mark)  # a marker added at run time
+            if unknown:
+                report.outcome = "failed"
+                report.longrepr = f"bakery: {unknown}"
+                return
+        defects = self._active_defects(item)
+        if not defects or report.skipped:
             return
-        where = self.series / expect.DEFECTS_FILE if self.series else "known-defects"
+        if report.passed:
+            report.outcome = "failed"
+            report.longrepr = self._passed_anyway(item, defects)
+            return
+        exc = call.excinfo.value if call.excinfo is not None else None
+        for defect in defects:
+            if exc is not None and defect.shows_in(exc):
+                report.outcome = "skipped"
+                report.wasxfail = f"known defect {defect.id}"
+                report.user_properties.append((_DEFECT_PROPERTY, defect.id))
+                return
+        names = ", ".join(f"{d.id} ({d.signature})" for d in defects)
+        what = _first_line(exc) if exc is not None else "no exception"
         report.longrepr = (
-            f"known defect {defect_id} no longer shows: this bake does not have it. "
-            f"Remove its entry from {where} (or, if the fix stays out of the series, "
-            "take this release off the entry's releases)."
+            f"bakery: expected known defect {names}, but the test failed otherwise: {what}\n\n"
+            f"{report.longrepr}"
         )
+
+    def _passed_anyway(self, item: pytest.Item, defects: list[expect.Defect]) -> str:
+        """A test expected to show a defect passed: the defect is gone only when its
+        own input (the probe) now gives the right answer."""
+        where = self.series / expect.DEFECTS_FILE if self.series else "known-defects"
+        lines = []
+        for defect in defects:
+            said = self._probe(item, defect)
+            if said is None:
+                lines.append(
+                    f"known defect {defect.id} no longer shows: its input gives the right "
+                    f"answer on this bake. Remove its entry from {where} (or, if the fix "
+                    "stays out of the series, take this release off the entry's releases)."
+                )
+            else:
+                lines.append(
+                    f"known defect {defect.id} still shows on its input ({said}), but this "
+                    "test passes: it passes for another reason (the case no longer reaches "
+                    "the defect, or the test checks less than it did)."
+                )
+        return "\n".join(lines)
+
+    def _probe(self, item: pytest.Item, defect: expect.Defect) -> str | None:
+        if defect.id in self.probed:
+            return self.probed[defect.id]
+        if defect.probe is None:
+            said: str | None = "the entry names no probe, so nothing shows the defect is gone"
+        else:
+            said = _run_probe(item.config, defect.probe, self)
+        self.probed[defect.id] = said
+        return said
 
     def _check_skip(self, report: pytest.TestReport, nodeid: str) -> None:
         """A skip the release's expectations do not list is a failure."""
@@ -224,6 +310,7 @@ class _SessionState:
             "known_defects": self.known,
             "unexpected_skips": self.unexpected_skips,
             "release": self.bake.release,
+            "rules": self.rules,
             "expectations": self.expected.release if self.expected else None,
             "modules": self.module_entries(),
             "tool_fixes": self.tool_fixes,
@@ -234,6 +321,34 @@ class _SessionState:
 
 
 _KEY = pytest.StashKey[_SessionState]()
+
+
+def _first_line(exc: BaseException) -> str:
+    """The exception's type and first line; and its last line where it carries a
+    traceback (a rank's error ends with the rank's own exception)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    if len(lines) > 1 and "Traceback" in str(exc):
+        text += f" ... {lines[-1]}"
+    return f"{type(exc).__name__}: {text}"
+
+
+def _run_probe(config: pytest.Config, probe: str, state: _SessionState) -> str | None:
+    """Run ``module:function`` from the tests folder on a :class:`expect.ProbeContext`;
+    its answer, or what went wrong running it (never None then)."""
+    import importlib
+    import sys
+
+    module_name, function = probe.split(":")
+    folder = str(config.rootpath)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    ctx = expect.ProbeContext(state.pools, "cpu" if state.interpret else "cuda", state.interpret)
+    try:
+        answer = getattr(importlib.import_module(module_name), function)(ctx)
+    except Exception as e:  # the probe itself broke: that is not "the defect is gone"
+        return f"its probe {probe} raised {_first_line(e)}"
+    return None if answer is None else str(answer)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -263,7 +378,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "known_defect(id): the test hits a defect registered in the series' "
-        "known-defects.toml (a strict expected failure where the bake has it)",
+        "known-defects.toml (expected to fail with its signature where the bake has it)",
     )
     report = config.getoption("--bakery-report")
     state = _SessionState(
@@ -272,6 +387,7 @@ def pytest_configure(config: pytest.Config) -> None:
         Path(report).resolve() if report else None,
         _series_dir(config),
         worker=hasattr(config, "workerinput"),
+        rules=config.getoption("--bakery-rules"),
     )
     config.stash[_KEY] = state
     config.pluginmanager.register(state, "bakery-session")
@@ -312,8 +428,9 @@ def baked_tree(pytestconfig: pytest.Config) -> Path:
 
 @pytest.fixture(scope="session")
 def release(pytestconfig: pytest.Config) -> str | None:
-    """The vLLM release the tree was baked from (its manifest), or None."""
-    return _state(pytestconfig).bake.release
+    """The vLLM release whose rules apply: the one the tree was baked from (its
+    manifest), or the one named with --bakery-rules."""
+    return _state(pytestconfig).rules
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bakery.errors import VerifyError
+from bakery.testing import expect
 from bakery.testing.loader import ROOT_PACKAGE, TREE_ENV
 
 PLUGIN = "bakery.testing.plugin"
@@ -149,6 +150,16 @@ def check_inputs(tests_dir: Path, tree: Path, interpret: bool) -> None:
         )
 
 
+def named_rules(pytest_args: Sequence[str]) -> str | None:
+    """The release named with ``--bakery-rules`` among the pytest arguments."""
+    for n, arg in enumerate(pytest_args):
+        if arg == "--bakery-rules" and n + 1 < len(pytest_args):
+            return pytest_args[n + 1]
+        if arg.startswith("--bakery-rules="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def cuda_available() -> bool:
     try:
         import torch
@@ -189,6 +200,10 @@ def run_verify(
     """
     tests_dir, tree = Path(tests_dir).resolve(), Path(tree).resolve()
     check_inputs(tests_dir, tree, interpret)
+    if series_dir is not None:
+        why = expect.no_rules(Path(series_dir), tree, named_rules(pytest_args))
+        if why:
+            raise VerifyError(why)
     if jobs is None:
         # -x / --maxfail stop the run at a failure: one worker, so that the stop is a
         # failed run (exit 1), not an interrupted one (pytest-xdist's stop exits 2)
