@@ -286,6 +286,29 @@ def _sha256_of(tree: Path, rel: str) -> str | None:
         return None
 
 
+def _equals_plan(out: Path, pl: Plan, pristine: Pristine) -> bool:
+    """Every file changed in the baked tree at out (against its head) already holds what
+    the plan writes there: its edits were refreshed into the diffs being baked."""
+    if not pl.report.ok:
+        return False
+    final: dict[str, bytes | None] = {}
+    for writes in pl.writes:
+        final.update({rel: content for rel, (content, _mode) in writes.items()})
+    for rel in _changed_files(out, {}):
+        if rel.startswith(".bakery/"):
+            continue
+        if rel in final:
+            want = final[rel]
+        else:
+            f = pristine.file(rel)
+            want = f.read_bytes() if f.is_file() and not f.is_symlink() else None
+        path = paths.inside(out, rel, f"--out {out}")
+        got = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+        if got != want:
+            return False
+    return True
+
+
 def _check_out(out: Path, pristine: Pristine) -> None:
     """--out is outside the pristine tree, and its folder can be made and written."""
     source = (pristine.package_dir or pristine.tree).resolve()
@@ -319,8 +342,8 @@ def bake(
     out = out.absolute()
     _check_out(out, pristine)
     clean_stale(out)
-    refuse_unless_replaceable(out, force)
     pl = plan(series, pristine, fuzz=fuzz, fallback=fallback, events=events)
+    refuse_unless_replaceable(out, force, same=lambda: _equals_plan(out, pl, pristine))
     report = pl.report
     failed_out = out.with_name(out.name + ".failed")
     failed = failed_state(failed_out)
