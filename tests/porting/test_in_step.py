@@ -216,3 +216,46 @@ def test_a_port_without_a_record_is_said(project: tuple[Path, Index]) -> None:
     ]
     assert "port has no provenance record" in res.output
     assert _cli("check", "s", "--vllm", "1.1.0", "--strict").exit_code == 1
+
+
+def test_where_the_series_applies_as_it_is_no_port_is_written(
+    project: tuple[Path, Index],
+) -> None:
+    home, idx = project
+    # 1.2.0 leaves the files the series changes as they were: its own diffs apply
+    idx.add("vllm-1.2.0.tar.gz", _sdist("1.2.0", K_BASE + "\n\nLATER = 1\n"))
+    res = _cli("port", "s", "--vllm", "1.2.0", "--json", "port.json")
+    assert res.exit_code == 0, res.output
+    report = json.loads(Path("port.json").read_text())
+    assert report["no_port_needed"] is True and report["port"] is None, (
+        report["candidates"],
+        report["tried"],
+    )
+    assert "no port needed" in res.output
+    assert not (home / "patches" / "s" / "1.2.0").exists()
+
+
+def test_a_stale_port_is_never_a_start(project: tuple[Path, Index]) -> None:
+    home, idx = project
+    _port_on_b(home)
+    _fix_02_on_the_base(home, FIXED_TAIL, FIX_TEST)
+    idx.add("vllm-1.2.0.tar.gz", _sdist("1.2.0", K_THEIRS + "\n\nLATER = 1\n"))
+    res = _cli("port", "s", "--vllm", "1.2.0", "--dry-run", "--json", "port.json")
+    starts = [c["start"] for c in json.loads(Path("port.json").read_text())["candidates"]]
+    assert starts == ["series"], res.output
+    assert "not starting from port 1.1.0: port stale: made from 02-rev.diff" in res.output
+
+
+def test_a_rerun_keeps_the_attempt_the_user_edited(project: tuple[Path, Index]) -> None:
+    home, idx = project
+    # 1.3.0 rewrites the line diff 02 changes: no merge keeps both, an attempt is left
+    idx.add("vllm-1.3.0.tar.gz", _sdist("1.3.0", K_BASE.replace("sorted(xs)", "sorted(set(xs))")))
+    first = _cli("port", "s", "--vllm", "1.3.0", "--json", "port.json")
+    assert first.exit_code == 1, first.output
+    attempt = home / json.loads(Path("port.json").read_text())["failed_out"]
+    notes = attempt / "NOTES.txt"
+    notes.write_text("resolved half of it\n")
+    again = _cli("port", "s", "--vllm", "1.3.0")
+    assert again.exit_code == 2, again.output
+    assert "bakery will not remove it" in again.output
+    assert notes.read_text() == "resolved half of it\n"

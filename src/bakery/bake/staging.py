@@ -8,7 +8,6 @@ import errno
 import os
 import re
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 from bakery.errors import BakeryError, UnsafePathError
@@ -72,12 +71,13 @@ def clean_stale(out: Path) -> None:
             _discard(gone)
 
 
-def refuse_unless_replaceable(
-    out: Path, force: bool = False, same: Callable[[], bool] | None = None
-) -> None:
-    """Refuse to replace anything at --out but an unchanged earlier bake, or (``same``)
-    one whose changes are exactly what this bake writes (a tree just refreshed into the
-    series: nothing of the user's is lost)."""
+class LocalChanges(BakeryError):
+    """--out is a baked tree with changes since (bake.tree lets it go only when the
+    changes are exactly what the new bake writes: a tree refreshed into the series)."""
+
+
+def refuse_unless_replaceable(out: Path, force: bool = False) -> None:
+    """Refuse to replace anything at --out but an unchanged earlier bake."""
     if not out.exists() and not out.is_symlink():
         return
     if out.is_symlink() or not out.is_dir():
@@ -94,8 +94,8 @@ def refuse_unless_replaceable(
             moved = gitutil.head(out) != manifest.get("head")
         except gitutil.GitError:
             changed, moved = [], True
-        if moved or (changed and (same is None or not same())):
-            raise BakeryError(
+        if changed or moved:
+            raise LocalChanges(
                 f"--out {out}: the baked tree has local changes "
                 "(refresh them into a port, move the tree, or pass --force)"
             )

@@ -18,6 +18,7 @@ from pathlib import Path
 from bakery.bake.merge import Fallback
 from bakery.bake.plan import Events, Plan, plan
 from bakery.bake.staging import (
+    LocalChanges,
     clean_stale,
     display_path,
     make_staging,
@@ -32,7 +33,7 @@ from bakery.git import cmd as gitutil
 from bakery.git import conflicts
 from bakery.git.index import restat_index
 from bakery.git.repo import NEW_CONFIG, clone_local, commit_series, link_objects
-from bakery.model.report import MANIFEST, BakeReport, write_json
+from bakery.model.report import MANIFEST, BakeReport, read_manifest, write_json
 from bakery.patch import mail
 from bakery.patch.series import Series
 from bakery.safety import paths
@@ -286,10 +287,35 @@ def _sha256_of(tree: Path, rel: str) -> str | None:
         return None
 
 
+def _plan_over(
+    out: Path,
+    force: bool,
+    series: Series,
+    pristine: Pristine,
+    fuzz: int,
+    fallback: Fallback | None,
+    events: Events | None,
+) -> Plan:
+    """The plan, once out is known replaceable (staging.refuse_unless_replaceable)."""
+    try:
+        refuse_unless_replaceable(out, force)
+    except LocalChanges:
+        # a tree whose changes were refreshed into the diffs being baked holds nothing
+        # that this bake loses: it is replaced without --force
+        pl = plan(series, pristine, fuzz=fuzz, fallback=fallback)
+        if not _equals_plan(out, pl, pristine):
+            raise
+        return pl
+    return plan(series, pristine, fuzz=fuzz, fallback=fallback, events=events)
+
+
 def _equals_plan(out: Path, pl: Plan, pristine: Pristine) -> bool:
     """Every file changed in the baked tree at out (against its head) already holds what
     the plan writes there: its edits were refreshed into the diffs being baked."""
-    if not pl.report.ok:
+    try:
+        if not pl.report.ok or gitutil.head(out) != (read_manifest(out) or {}).get("head"):
+            return False  # new commits are the user's work
+    except gitutil.GitError:
         return False
     final: dict[str, bytes | None] = {}
     for writes in pl.writes:
@@ -342,8 +368,7 @@ def bake(
     out = out.absolute()
     _check_out(out, pristine)
     clean_stale(out)
-    pl = plan(series, pristine, fuzz=fuzz, fallback=fallback, events=events)
-    refuse_unless_replaceable(out, force, same=lambda: _equals_plan(out, pl, pristine))
+    pl = _plan_over(out, force, series, pristine, fuzz, fallback, events)
     report = pl.report
     failed_out = out.with_name(out.name + ".failed")
     failed = failed_state(failed_out)

@@ -436,7 +436,12 @@ def port_result(console: Console, result: PortResult) -> None:
         )
         for line in h.get("upstream") or []:  # type: ignore[attr-defined]
             console.print(f"  upstream {_t(str(line))}", soft_wrap=True)
-    if result.written:
+    if result.no_port_needed:
+        console.print(
+            f"[bold green]no port needed:[/] the series' own diffs bake and verify on "
+            f"vLLM {_t(result.target)}; nothing written"
+        )
+    elif result.written:
         console.print(f"[bold green]wrote[/] {_t(result.written)} (with PROVENANCE.md)")
     else:
         where = f"; best attempt in {result.failed_out}" if result.failed_out else ""
