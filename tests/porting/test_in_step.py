@@ -127,6 +127,12 @@ def _port_on_b(home: Path) -> Path:
     record = (port / "FROM.toml").read_text()
     assert '"02-rev.diff" = { sha256 = ' in record and 'made_by = "port"' in record
     _commit(home, "the port to 1.1.0")
+    # the review: what 1.1.0 needed beyond the series (diff 02's hunk, changed)
+    review = _cli("diff-ports", "s", "--json", "r.json")
+    assert review.exit_code == 0, review.output
+    (view,) = json.loads(Path("r.json").read_text())["ports"]
+    assert view["counts"] == {"=": 1, "!": 1, "<": 0, ">": 0}
+    assert "+def pick(xs, k, key=None, *, rev=False):" in review.output  # the interdiff
     return port
 
 
@@ -164,6 +170,13 @@ def test_a_fix_to_the_series_reaches_the_port(project: tuple[Path, Index]) -> No
     assert "+    return len(set(xs))" in new02  # the fix, carried
     assert "+def pick(xs, k, key=None, *, rev=False):" in new02  # the port's own merge, kept
     assert (port / "PROVENANCE.md").is_file()
+    # the review: the port against itself at the last commit shows the fix as a new hunk
+    review = _cli("diff-ports", "s", "--vllm", "1.1.0", "--since", "HEAD", "--json", "r.json")
+    assert review.exit_code == 0, review.output
+    (view,) = json.loads(Path("r.json").read_text())["ports"]
+    marks = {(f["diff"], f["path"]): [p["mark"] for p in f["pairs"]] for f in view["files"]}
+    assert marks == {("01-a.diff", A): ["="], ("02-rev.diff", K): ["=", ">"]}
+    assert "1 only in the port" in review.output
 
     # now in step: apply bakes the fix, check --up-to-date passes
     baked = _cli("apply", "s", "--vllm", "1.1.0", "--json", "apply.json")

@@ -837,6 +837,36 @@ def _port_update(
     raise typer.Exit(code=0 if result.ok else 1)
 
 
+@app.command("diff-ports", cls=BakeryCommand)
+@handled
+def diff_ports(
+    series: SeriesArg,
+    vllm: Annotated[
+        str | None, typer.Option("--vllm", metavar="VERSION", help="Only this release's port.")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            metavar="REV[..REV]",
+            help="Show how each port changed since a commit of the project (or between two).",
+        ),
+    ] = None,
+    json_file: JsonOpt = None,
+) -> None:
+    """Review the ports: per release, how the port differs from the series, hunk by hunk
+    (= same change, ! changed, < series only, > port only), as git range-diff pairs two
+    versions of a series."""
+    from bakery.porting.review import diff_ports as run_review
+
+    _json_target(json_file)
+    _preflight((json_file, "--json"))
+    views = run_review(series, vllm=vllm, since=since)
+    if json_file is not None:
+        write_json(json_file, {"series": series, "ports": [v.to_json() for v in views]})
+    render.port_review(human(), views)
+
+
 def _add_subcommands() -> None:
     from bakery.cli.cache import cache_app
 

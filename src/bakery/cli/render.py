@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from bakery.commands.port import PortResult
     from bakery.commands.upstream import UpstreamReport
     from bakery.porting.refresh import Refreshed
+    from bakery.porting.review import PortView
     from bakery.porting.update import UpdateResult as PortUpdate
     from bakery.testing.runner import VerifyResult
 
@@ -498,3 +499,28 @@ def port_update(console: Console, result: PortUpdate) -> None:
                 ),
                 soft_wrap=True,
             )
+
+
+_REVIEW_MARK = {"=": "[dim]=[/]", "!": "[yellow]![/]", "<": "[red]<[/]", ">": "[green]>[/]"}
+
+
+def port_review(console: Console, views: list[PortView]) -> None:
+    """bakery diff-ports: per release and file, each hunk pair range-diff style."""
+    for v in views:
+        c = v.counts()
+        console.print(
+            f"[bold]{_t(v.release)}[/]: {_t(v.left)} .. {_t(v.right)}: {c['=']} same, "
+            f"{c['!']} changed, {c['>']} only in the port, {c['<']} only in the series",
+            soft_wrap=True,
+        )
+        for f in v.files:
+            console.print(f"  {_t(f.diff)}: {_t(f.path)}", soft_wrap=True)
+            for p in f.pairs:
+                left = str(p.left) if p.left is not None else "-"
+                right = str(p.right) if p.right is not None else "-"
+                console.print(
+                    f"    {left:>3}: {_REVIEW_MARK[p.mark]} {right:>3}: {_t(p.header)}",
+                    soft_wrap=True,
+                )
+                for line in p.interdiff:
+                    console.print(f"        {_t(line)}", soft_wrap=True, highlight=False)
