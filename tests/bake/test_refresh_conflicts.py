@@ -173,6 +173,7 @@ def test_a_conflict_tree_is_one_git_understands(cli: Cli, home: Path, tmp_path: 
         "01-other.diff",
         "02-mod.diff",
         "03-third.diff",
+        "FROM.toml",
     ]
     assert (port / "03-third.diff").read_bytes() == (
         home / "launcher/s/diffs/03-third.diff"

@@ -39,6 +39,7 @@ RELEASE_KEYS = {
     "version",
     "status",
     "port",
+    "port_stale",
     "error",
     "verify",
     "verify_error",
@@ -194,6 +195,15 @@ def test_json_keys_port_and_seconds(
         assert isinstance(seconds, float) and 0 < seconds < 120
     assert rows["1.0.0"]["port"] is None
     assert rows["1.1.0"]["port"] == "patches/s/1.1.0"
+    # a port that records nothing of what it was made from is said in every report
+    assert rows["1.0.0"]["port_stale"] == []
+    assert rows["1.1.0"]["port_stale"] == ["port has no provenance record"]
+    _, _, md = reports(home)
+    assert "patches/s/1.1.0 ⚠️ port has no provenance record" in md
+    case = junit_cases(home)[("s vLLM 1.1.0", "port")]
+    assert case.find("failure") is not None
+    assert ("s vLLM 1.0.0", "port") not in junit_cases(home)
+    assert "1.1.0: port has no provenance record" in r.output
 
 
 def test_two_jobs_run_in_spawned_workers_that_share_the_cores(

@@ -110,7 +110,7 @@ def test_a_proven_syntax_merge_becomes_the_port(project: tuple[Path, Index]) -> 
     hunks = report["hunks"]
     assert isinstance(hunks, list) and [h["status"] for h in hunks] == ["merged-syntax"]
     port = home / "patches" / "s" / "1.1.0"
-    assert sorted(p.name for p in port.iterdir()) == ["01-rev.diff", "PROVENANCE.md"]
+    assert sorted(p.name for p in port.iterdir()) == ["01-rev.diff", "FROM.toml", "PROVENANCE.md"]
     assert "merged-syntax" in (port / "PROVENANCE.md").read_text()
     # The port is what apply now uses, and it applies exactly.
     baked = CliRunner().invoke(

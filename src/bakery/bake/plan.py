@@ -12,6 +12,7 @@ from bakery.bake.merge import Fallback, diagnose
 from bakery.bake.staging import display_path
 from bakery.errors import UnsafePathError
 from bakery.model.report import BakeReport, DiffResult
+from bakery.patch import provenance
 from bakery.patch.engine import FileResult, apply_file
 from bakery.patch.parse import Diff, FilePatch
 from bakery.patch.series import Series, detect_layout
@@ -194,6 +195,7 @@ def plan(
         sha256=pristine.sha256,
         commit=pristine.commit,
         port=display_path(series.port) if series.port else None,
+        port_stale=provenance.stale_lines(series.path, series.port) if series.port else [],
         layout={"strip": strip, "root": root, "detected": detected},
     )
     if detected and events:

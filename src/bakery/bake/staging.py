@@ -71,6 +71,11 @@ def clean_stale(out: Path) -> None:
             _discard(gone)
 
 
+class LocalChanges(BakeryError):
+    """--out is a baked tree with changes since (bake.tree lets it go only when the
+    changes are exactly what the new bake writes: a tree refreshed into the series)."""
+
+
 def refuse_unless_replaceable(out: Path, force: bool = False) -> None:
     """Refuse to replace anything at --out but an unchanged earlier bake."""
     if not out.exists() and not out.is_symlink():
@@ -90,7 +95,7 @@ def refuse_unless_replaceable(out: Path, force: bool = False) -> None:
         except gitutil.GitError:
             changed, moved = [], True
         if changed or moved:
-            raise BakeryError(
+            raise LocalChanges(
                 f"--out {out}: the baked tree has local changes "
                 "(refresh them into a port, move the tree, or pass --force)"
             )

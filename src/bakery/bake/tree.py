@@ -18,6 +18,7 @@ from pathlib import Path
 from bakery.bake.merge import Fallback
 from bakery.bake.plan import Events, Plan, plan
 from bakery.bake.staging import (
+    LocalChanges,
     clean_stale,
     display_path,
     make_staging,
@@ -32,7 +33,7 @@ from bakery.git import cmd as gitutil
 from bakery.git import conflicts
 from bakery.git.index import restat_index
 from bakery.git.repo import NEW_CONFIG, clone_local, commit_series, link_objects
-from bakery.model.report import MANIFEST, BakeReport, write_json
+from bakery.model.report import MANIFEST, BakeReport, read_manifest, write_json
 from bakery.patch import mail
 from bakery.patch.series import Series
 from bakery.safety import paths
@@ -286,6 +287,54 @@ def _sha256_of(tree: Path, rel: str) -> str | None:
         return None
 
 
+def _plan_over(
+    out: Path,
+    force: bool,
+    series: Series,
+    pristine: Pristine,
+    fuzz: int,
+    fallback: Fallback | None,
+    events: Events | None,
+) -> Plan:
+    """The plan, once out is known replaceable (staging.refuse_unless_replaceable)."""
+    try:
+        refuse_unless_replaceable(out, force)
+    except LocalChanges:
+        # a tree whose changes were refreshed into the diffs being baked holds nothing
+        # that this bake loses: it is replaced without --force
+        pl = plan(series, pristine, fuzz=fuzz, fallback=fallback)
+        if not _equals_plan(out, pl, pristine):
+            raise
+        return pl
+    return plan(series, pristine, fuzz=fuzz, fallback=fallback, events=events)
+
+
+def _equals_plan(out: Path, pl: Plan, pristine: Pristine) -> bool:
+    """Every file changed in the baked tree at out (against its head) already holds what
+    the plan writes there: its edits were refreshed into the diffs being baked."""
+    try:
+        if not pl.report.ok or gitutil.head(out) != (read_manifest(out) or {}).get("head"):
+            return False  # new commits are the user's work
+    except gitutil.GitError:
+        return False
+    final: dict[str, bytes | None] = {}
+    for writes in pl.writes:
+        final.update({rel: content for rel, (content, _mode) in writes.items()})
+    for rel in _changed_files(out, {}):
+        if rel.startswith(".bakery/"):
+            continue
+        if rel in final:
+            want = final[rel]
+        else:
+            f = pristine.file(rel)
+            want = f.read_bytes() if f.is_file() and not f.is_symlink() else None
+        path = paths.inside(out, rel, f"--out {out}")
+        got = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+        if got != want:
+            return False
+    return True
+
+
 def _check_out(out: Path, pristine: Pristine) -> None:
     """--out is outside the pristine tree, and its folder can be made and written."""
     source = (pristine.package_dir or pristine.tree).resolve()
@@ -319,8 +368,7 @@ def bake(
     out = out.absolute()
     _check_out(out, pristine)
     clean_stale(out)
-    refuse_unless_replaceable(out, force)
-    pl = plan(series, pristine, fuzz=fuzz, fallback=fallback, events=events)
+    pl = _plan_over(out, force, series, pristine, fuzz, fallback, events)
     report = pl.report
     failed_out = out.with_name(out.name + ".failed")
     failed = failed_state(failed_out)

@@ -30,7 +30,7 @@ from bakery.cli.parsing import (
     PytestArgsCommand,
     Word,
 )
-from bakery.errors import BakeryError
+from bakery.errors import BakeryError, UsageError
 from bakery.model.report import BakeReport
 from bakery.outputs import check as check_output
 from bakery.outputs import is_stdout, write_json
@@ -231,7 +231,8 @@ def apply(
     asked = hints.Asked(series, vllm, no_port=no_port, out=out, fuzz=fuzz, no_merge=no_merge)
     _show_report(report, hints.after_bake(report, asked))
     code = 0 if report.status == "baked" else 1
-    raise typer.Exit(code=code or _strict(strict, [d.to_json() for d in report.diffs]))
+    code = code or _strict(strict, [d.to_json() for d in report.diffs])
+    raise typer.Exit(code=code or _strict_port(strict, report))
 
 
 @app.command(cls=BakeryCommand)
@@ -274,6 +275,7 @@ def check(
     _show_report(report, hints.after_bake(report, asked))
     code = 0 if report.ok else 1
     code = code or _strict(strict, [d.to_json() for d in report.diffs])
+    code = code or _strict_port(strict, report)
     if up_to_date and code == 0:
         stale = commands.up_to_date(series, events=_events, vllm=vllm)
         for line in stale:
@@ -290,6 +292,15 @@ def _strict(strict: bool, diffs: list[dict[str, object]]) -> int:
     for line in problems:
         err_console.print(f"[red]strict:[/] {_safe(line)}", markup=True, soft_wrap=True)
     return 1 if problems else 0
+
+
+def _strict_port(strict: bool, report: BakeReport) -> int:
+    """--strict: 1 when the port used is out of step with the series (or has no record)."""
+    if not strict or not report.port_stale:
+        return 0
+    for line in report.port_stale:
+        err_console.print(f"[red]strict:[/] {_safe(str(report.port))}: {_safe(line)}", markup=True)
+    return 1
 
 
 def _run_bake(fn: Callable[[], BakeReport], json_file: Path | None) -> BakeReport:
@@ -479,6 +490,10 @@ def matrix(
     refused = [
         _strict(strict, [{**d, "name": f"{r.version}: {d['name']}"} for d in r.diffs]) for r in rows
     ]
+    for r in rows if strict else []:
+        for line in r.port_stale:
+            err_console.print(f"[red]strict:[/] {_safe(r.version)}: {_safe(line)}", markup=True)
+            refused.append(1)
     raise typer.Exit(code=mx.exit_code(rows, allow_fail) or (1 if any(refused) else 0))
 
 
@@ -664,8 +679,17 @@ def summarize(
 def port(
     series: SeriesArg,
     vllm: Annotated[
-        str, typer.Option("--vllm", metavar="VERSION", help="The release to port the series to.")
-    ],
+        str | None,
+        typer.Option("--vllm", metavar="VERSION", help="The release to port the series to."),
+    ] = None,
+    update: Annotated[
+        bool,
+        typer.Option(
+            "--update",
+            help="Carry the series' changes since each stale port was made into it "
+            "(every port, or --vllm's), merged and proven by verify.",
+        ),
+    ] = False,
     upstream: Annotated[
         Path | None,
         typer.Option(
@@ -696,6 +720,10 @@ def port(
     from bakery.commands.port import port as run_port
 
     _json_target(json_file)
+    if update:
+        _port_update(series, vllm, out, interpret, dry_run, json_file)
+    if vllm is None:
+        raise UsageError("bakery port needs --vllm VERSION (or --update)")
     result = run_port(
         series,
         vllm=vllm,
@@ -710,6 +738,55 @@ def port(
         write_json(json_file, result.to_json())
     render.port_result(human(), result)
     raise typer.Exit(code=0 if result.ok else 1)
+
+
+def _port_update(
+    series: str,
+    vllm: str | None,
+    out: Path,
+    interpret: bool,
+    dry_run: bool,
+    json_file: Path | None,
+) -> NoReturn:
+    from bakery.porting.update import update as run_update
+
+    result = run_update(
+        series, vllm=vllm, out_root=out, interpret=interpret, write=not dry_run, events=_events
+    )
+    if json_file is not None:
+        write_json(json_file, result.to_json())
+    render.port_update(human(), result)
+    raise typer.Exit(code=0 if result.ok else 1)
+
+
+@app.command("diff-ports", cls=BakeryCommand)
+@handled
+def diff_ports(
+    series: SeriesArg,
+    vllm: Annotated[
+        str | None, typer.Option("--vllm", metavar="VERSION", help="Only this release's port.")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            metavar="REV[..REV]",
+            help="Show how each port changed since a commit of the project (or between two).",
+        ),
+    ] = None,
+    json_file: JsonOpt = None,
+) -> None:
+    """Review the ports: per release, how the port differs from the series, hunk by hunk
+    (= same change, ! changed, < series only, > port only), as git range-diff pairs two
+    versions of a series."""
+    from bakery.porting.review import diff_ports as run_review
+
+    _json_target(json_file)
+    _preflight((json_file, "--json"))
+    views = run_review(series, vllm=vllm, since=since)
+    if json_file is not None:
+        write_json(json_file, {"series": series, "ports": [v.to_json() for v in views]})
+    render.port_review(human(), views)
 
 
 def _add_subcommands() -> None:

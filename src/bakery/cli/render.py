@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from bakery.commands.port import PortResult
     from bakery.commands.upstream import UpstreamReport
     from bakery.porting.refresh import Refreshed
+    from bakery.porting.review import PortView
+    from bakery.porting.update import UpdateResult as PortUpdate
     from bakery.testing.runner import VerifyResult
 
 
@@ -119,6 +121,10 @@ def _hunk_tables(console: Console, report: BakeReport, verbose: bool) -> None:
 def _problems(console: Console, report: BakeReport, quiet: bool = False) -> None:
     """Warnings, and notes (never under -q), each once; then the hunks that failed."""
     shown: set[tuple[str, str]] = set()
+    for line in report.port_stale:  # a port out of step with the series is never silent
+        console.print(
+            f"[yellow]warning:[/] {_t(report.port or 'port')}: {_t(line)}", soft_wrap=True
+        )
     for d in report.diffs:
         notes = [*d.notes, *(w for w in d.warnings if "resolved by the port" in w)]
         for w in [*(() if quiet else notes), *(w for w in d.warnings if w not in notes)]:
@@ -312,7 +318,7 @@ def matrix_grid(console: Console, series: str, rows: list[Row], *, quiet: bool =
         table.add_row(
             _t(r.version),
             status,
-            "yes" if r.port else "-",
+            ("[yellow]stale[/]" if r.port_stale else "yes") if r.port else "-",
             *[_t(cells.get(n, "-")) for n in names],
             _GRID_VERIFY.get(r.verify or "", "-"),
             f"{r.seconds:.1f}",
@@ -344,6 +350,8 @@ def _matrix_notes(console: Console, rows: list[Row], heads: list[tuple[str, str]
     for r in rows:
         if r.port:
             console.print(_t(f"  {r.version}: port {r.port}"), soft_wrap=True)
+        for line in r.port_stale:
+            console.print(f"[yellow]  {_t(r.version)}:[/] {_t(line)}", soft_wrap=True)
     for r in rows:
         if r.error:
             console.print(f"[red]{_t(r.version)}:[/] {_t(r.error)}", soft_wrap=True)
@@ -448,7 +456,12 @@ def port_result(console: Console, result: PortResult) -> None:
         )
         for line in h.get("upstream") or []:  # type: ignore[attr-defined]
             console.print(f"  upstream {_t(str(line))}", soft_wrap=True)
-    if result.written:
+    if result.no_port_needed:
+        console.print(
+            f"[bold green]no port needed:[/] the series' own diffs bake and verify on "
+            f"vLLM {_t(result.target)}; nothing written"
+        )
+    elif result.written:
         console.print(f"[bold green]wrote[/] {_t(result.written)} (with PROVENANCE.md)")
     else:
         where = f"; best attempt in {result.failed_out}" if result.failed_out else ""
@@ -470,3 +483,63 @@ def upstream_commits(console: Console, result: UpstreamReport) -> None:
         console.print(f"  [bold]{c.sha[:12]}[/] {_t(c.subject)}", soft_wrap=True)
         for t in c.touches:
             console.print(f"    {_t(t)}", soft_wrap=True)
+
+
+_UPDATE_STATE = {
+    "current": "[green]current[/]",
+    "carried": "[green]carried, verify passed[/] (dry run: not written)",
+    "written": "[bold green]carried and written[/]",
+    "conflict": "[red]needs a hand: conflicts[/]",
+    "failed": "[red]needs a hand: verify did not pass[/]",
+    "cannot": "[red]cannot be updated[/]",
+}
+
+
+def port_update(console: Console, result: PortUpdate) -> None:
+    """bakery port --update: each port's state, and what is left to a person."""
+    for p in result.ports:
+        console.print(f"[bold]{_t(p.port)}[/]: {_UPDATE_STATE.get(p.state, _t(p.state))}")
+        for line in p.stale:
+            console.print(f"  {_t(line)}", soft_wrap=True)
+        if p.verify:
+            console.print(f"  verify {_t(p.verify)}", soft_wrap=True)
+        if p.why:
+            console.print(f"  {_t(p.why)}", soft_wrap=True)
+        for c in p.conflicts:
+            console.print(
+                _t(f"  {c['diff']}: {c['path']}:{c['line']}: conflict (the series' change)"),
+                soft_wrap=True,
+            )
+        if p.conflict_tree:
+            console.print(
+                _t(
+                    f"  resolve the markers in {p.conflict_tree}, then: "
+                    f"bakery refresh {result.series} --tree {p.conflict_tree}"
+                ),
+                soft_wrap=True,
+            )
+
+
+_REVIEW_MARK = {"=": "[dim]=[/]", "!": "[yellow]![/]", "<": "[red]<[/]", ">": "[green]>[/]"}
+
+
+def port_review(console: Console, views: list[PortView]) -> None:
+    """bakery diff-ports: per release and file, each hunk pair range-diff style."""
+    for v in views:
+        c = v.counts()
+        console.print(
+            f"[bold]{_t(v.release)}[/]: {_t(v.left)} .. {_t(v.right)}: {c['=']} same, "
+            f"{c['!']} changed, {c['>']} only in the port, {c['<']} only in the series",
+            soft_wrap=True,
+        )
+        for f in v.files:
+            console.print(f"  {_t(f.diff)}: {_t(f.path)}", soft_wrap=True)
+            for p in f.pairs:
+                left = str(p.left) if p.left is not None else "-"
+                right = str(p.right) if p.right is not None else "-"
+                console.print(
+                    f"    {left:>3}: {_REVIEW_MARK[p.mark]} {right:>3}: {_t(p.header)}",
+                    soft_wrap=True,
+                )
+                for line in p.interdiff:
+                    console.print(f"        {_t(line)}", soft_wrap=True, highlight=False)

@@ -41,6 +41,8 @@ class Row:
     wheel_error: str | None = None
     #: the series' registered defects this bake has: id -> tests (verify "known-defects")
     known_defects: dict[str, int] = field(default_factory=dict)
+    #: why the port is out of step with the series (patch.provenance.stale_lines)
+    port_stale: list[str] = field(default_factory=list)
 
     @property
     def verified(self) -> bool:
@@ -72,6 +74,7 @@ class Row:
             "version": self.version,
             "status": self.status,
             "port": self.port,
+            "port_stale": self.port_stale,
             "error": self.error,
             "verify": self.verify,
             "verify_error": self.verify_error,
@@ -183,7 +186,7 @@ def _bake_release(
     row = Row(version, "error")
     try:
         report = commands.apply(series, vllm=version, out=out, force=True, remember=False)
-        row.status, row.port = report.status, report.port
+        row.status, row.port, row.port_stale = report.status, report.port, report.port_stale
         row.diffs = [d.to_json() for d in report.diffs]
         if verify and report.status == "baked":
             _verify(row, series, out, interpret)
@@ -315,7 +318,7 @@ def to_markdown(series: str, rows: list[Row], title: str = "bakery matrix") -> s
                 [
                     md_cell(r.version),
                     f"{icon} " + md_cell(r.status + (f": {r.error}" if r.error else "")),
-                    md_cell(r.port or "-"),
+                    md_cell(_port_cell(r)),
                     *[md_cell(cells.get(n, "-")) for n in names],
                     md_cell(r.verify_cell),
                 ]
@@ -323,6 +326,12 @@ def to_markdown(series: str, rows: list[Row], title: str = "bakery matrix") -> s
             + " |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _port_cell(r: Row) -> str:
+    if not r.port:
+        return "-"
+    return r.port + "".join(f" ⚠️ {line}" for line in r.port_stale)
 
 
 def to_junit(series: str, rows: list[Row]) -> bytes:
@@ -338,6 +347,8 @@ def to_junit(series: str, rows: list[Row]) -> bytes:
             )
             for d in r.diffs
         ]
+        if r.port:  # a port out of step with the series fails its own case
+            cases.append(("port", "; ".join(r.port_stale) or r.port, not r.port_stale))
         if r.error:
             cases.append(("bake", r.error, False))
         if r.verify is not None:
@@ -419,6 +430,14 @@ def _str(v: object) -> str | None:
     return v
 
 
+def _lines(v: object) -> list[str]:
+    if v is None:
+        return []
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise TypeError("port_stale")
+    return list(v)
+
+
 def _defects(v: object) -> dict[str, int]:
     if v is None:
         return {}
@@ -459,6 +478,7 @@ def _report_rows(data: object) -> tuple[str | None, list[Row]]:
                     float(seconds) if isinstance(seconds, (int, float)) else 0.0,
                     _str(r.get("verify_error")),
                     known_defects=_defects(r.get("known_defects")),
+                    port_stale=_lines(r.get("port_stale")),
                 )
             )
         return str(data.get("series")), rows
@@ -471,6 +491,7 @@ def _report_rows(data: object) -> tuple[str | None, list[Row]]:
             _str(data.get("error")),
             _diffs(data.get("diffs", [])),
             _str(data.get("verify")),
+            port_stale=_lines(data.get("port_stale")),
         )
         return str(_str(data["series"]["name"])), [row]
     return None, []

@@ -58,10 +58,12 @@ class PortResult:
     #: syntax, failed), with the upstream commits that touched their lines (--upstream).
     hunks: list[dict[str, object]] = field(default_factory=list)
     previous: str | None = None
+    #: The series' own diffs apply exactly (offsets at most) and verify passes: no port.
+    no_port_needed: bool = False
 
     @property
     def ok(self) -> bool:
-        return self.written is not None
+        return self.written is not None or self.no_port_needed
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -69,6 +71,7 @@ class PortResult:
             "vllm": self.target,
             "ok": self.ok,
             "port": self.written,
+            "no_port_needed": self.no_port_needed,
             "failed_out": self.failed_out,
             "previous": self.previous,
             "candidates": [c.to_json() for c in self.candidates],
@@ -120,14 +123,15 @@ def port(
         candidates(series_spec, target, cache, home, syntax=syntax, events=events),
     )
     scratch = (out_root / f"{series.name}-{version}").absolute()
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
+    _clear_scratch(scratch)
+    if _no_port_needed(series, result, target, scratch, interpret, events):
+        return result
     prev_record = None
     if (series.path / differential.CASES_FILE).is_file():
         result.previous = previous or _previous_release(series, version, cache)
         if result.previous:
             prev_record = _record_previous(series_spec, result.previous, scratch, cache)
-    for n, cand in enumerate(c for c in result.candidates if c.failed == 0):
+    for n, cand in enumerate(c for c in result.candidates if c.failed == 0 and not _plain(c)):
         folder = scratch / f"candidate-{n + 1}"
         tried = _prove(series, cand, target, folder, interpret, events)
         result.tried.append(tried)
@@ -147,6 +151,58 @@ def port(
     if result.candidates:
         result.hunks = _attention(result.candidates[0], result.target, upstream)
     return result
+
+
+def _clear_scratch(scratch: Path) -> None:
+    """The scratch folder of an earlier run, unless the attempt it left was edited since
+    (the same rule as ``apply --keep-failed``: the user's work is never removed)."""
+    from bakery.bake.tree import failed_state
+
+    attempt = scratch / "attempt.failed"
+    state = failed_state(attempt)
+    if state not in (None, "unchanged"):
+        raise UsageError(
+            f"{attempt}: {state}; bakery will not remove it (refresh it into a port, "
+            "or move it away, then run bakery port again)"
+        )
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+
+
+def _plain(cand: Candidate) -> bool:
+    """The series' own diffs, applying as written (at most at an offset)."""
+    return cand.start.port is None and set(cand.kinds) <= {"applied", "offset"}
+
+
+def _no_port_needed(
+    series: Series,
+    result: PortResult,
+    target: Pristine,
+    scratch: Path,
+    interpret: bool,
+    events: Events | None,
+) -> bool:
+    """True when the series' own diffs bake and verify on the target: nothing to write."""
+    cand = next((c for c in result.candidates if _plain(c)), None)
+    if cand is None:
+        return False
+    if events:
+        events("port", "Verifying the series' own diffs, which apply as they are")
+    folder = scratch / "series"
+    report = bake(load_series(str(series.path)), target, folder / "tree")
+    if report.status != "baked":
+        return False
+    try:
+        res = run_verify(
+            series.path / "tests", folder / "tree", interpret=interpret, log=folder / "verify.log"
+        )
+    except BakeryError as e:
+        result.tried.append(Tried(cand.start.label, f"not run: {e.message}"))
+        return False
+    line = _verify_line(res.exit_code, res.passed, res.failed, res.skipped)
+    result.tried.append(Tried(cand.start.label, line, accepted=res.exit_code == 0))
+    result.no_port_needed = res.exit_code == 0
+    return result.no_port_needed
 
 
 def _check_portable(series: Series, version: str) -> None:

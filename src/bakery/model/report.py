@@ -65,6 +65,8 @@ class BakeReport:
     #: the upstream commit of a git+ source or a local checkout
     commit: str | None = None
     port: str | None = None
+    #: why the port is not in step with the series (patch.provenance.stale_lines)
+    port_stale: list[str] = field(default_factory=list)
     out: str | None = None
     failed_out: str | None = None
     layout: dict[str, object] = field(default_factory=dict)
@@ -94,6 +96,7 @@ class BakeReport:
             "series": {"name": self.series_name, "path": self.series_path},
             "vllm": self._vllm(),
             "port": self.port,
+            "port_stale": self.port_stale,
             "out": self.out,
             "failed_out": self.failed_out,
             "layout": self.layout,

@@ -26,6 +26,7 @@ from packaging.version import InvalidVersion, Version
 
 from bakery.bake.merge import Fallback
 from bakery.bake.plan import Plan, plan
+from bakery.patch import provenance as records
 from bakery.patch.engine import Outcome
 from bakery.patch.series import Series, load_series
 from bakery.porting.refresh import port_texts
@@ -81,9 +82,10 @@ def _version(text: str) -> Version | None:
         return None
 
 
-def starts(series: Series, home: Path, target: str) -> list[Start]:
+def starts(series: Series, home: Path, target: str, events: Events | None = None) -> list[Start]:
     """The series' own diffs on its base release, then each committed port on its own
-    release (oldest first); never the target's own port."""
+    release (oldest first); never the target's own port, and never a port out of step
+    with the series (or with no record of what it was made from: it may lack a fix)."""
     out = [Start("series", series.base, None)] if series.base else []
     root = home / "patches" / series.name
     ports = [
@@ -92,6 +94,11 @@ def starts(series: Series, home: Path, target: str) -> list[Start]:
         if p.is_dir() and _version(p.name) is not None and p.name != target
     ]
     for p in sorted(ports, key=lambda p: _version(p.name) or Version("0")):
+        stale = records.stale_lines(series.path, p)
+        if stale:
+            if events:
+                events("detected", f"not starting from port {p.name}: {stale[0]}")
+            continue
         out.append(Start(f"port {p.name}", p.name, p))
     return out
 
@@ -143,7 +150,7 @@ def candidates(
     version = target.version or ""
     previous = _previous(base_series, home, version)
     found = []
-    for st in starts(base_series, home, version):
+    for st in starts(base_series, home, version, events):
         if events:
             events("port", f"Trying {st.label} (merge base {st.release})")
         s = _series_for(spec, st, home)
@@ -165,15 +172,22 @@ def candidates(
     return sorted(found, key=Candidate.rank)
 
 
-def write_port(dest: Path, series: Series, texts: list[bytes], note: str) -> None:
+def write_port(
+    dest: Path,
+    series: Series,
+    texts: list[bytes],
+    note: str,
+    record: records.Record | None = None,
+) -> None:
     """patches/SERIES/X/ with the proposal's diffs (same names as the series') and its
-    provenance note, replaced as a whole."""
+    provenance note and record (FROM.toml), replaced as a whole."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.bakery-", dir=dest.parent))
     try:
         for d, text in zip(load_series(str(series.path)).load_diffs(), texts, strict=True):
             (staging / d.name).write_bytes(text)
         (staging / "PROVENANCE.md").write_text(note)
+        records.write(staging, record or records.of_series(series.path, "port"))
         if dest.exists():
             shutil.rmtree(dest)
         staging.rename(dest)

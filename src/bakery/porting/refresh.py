@@ -38,6 +38,7 @@ from bakery.errors import BakeryError, UsageError
 from bakery.git import cmd as gitutil
 from bakery.model.manifest import read as read_checked
 from bakery.model.report import MANIFEST
+from bakery.patch import provenance
 from bakery.patch.parse import Diff
 from bakery.patch.series import Series, load_series, ordered_diffs
 from bakery.project import project_root
@@ -139,9 +140,17 @@ def port_texts(series: Series, pl: Plan, pristine: Pristine, home: Path) -> list
     """The text of each diff of a port made from a plan on ``pristine``: what refresh
     writes for it (the series' own header prefixes, files in the diff's order)."""
     strip, root = int(pl.report.layout["strip"]), str(pl.report.layout["root"])  # type: ignore[call-overload]
+    return render_port(series, home, strip, root, changes_from_plan(pl, pristine))
+
+
+def render_port(
+    series: Series, home: Path, strip: int, root: str, per_diff: list[list[Change]]
+) -> list[bytes]:
+    """Per diff of the series (in order), the port's text for its changes: the series'
+    own header prefixes, files in the diff's order."""
     labels = _series_labels(series.path, home, strip, root)
     texts = []
-    for d, changes in zip(series.load_diffs(), changes_from_plan(pl, pristine), strict=True):
+    for d, changes in zip(series.load_diffs(), per_diff, strict=True):
         ordered = {p: (p, b, a) for p, b, a in changes}
         texts.append(
             render_diff(
@@ -172,6 +181,8 @@ def stale_ports(
             continue
         if events:
             events("diff", f"Checking port {port.relative_to(home)}")
+        rel = port.relative_to(home)
+        problems += [f"{rel}: {line}" for line in provenance.stale_lines(series.path, port)]
         s = load_series(str(series.path), home)
         s.use_port(port)
         pristine = release(port.name, cache)
@@ -290,8 +301,15 @@ def refresh(
     folder, is_port = _target(series, manifest.raw, version, home)
     # the diffs the tree was baked from: the port if it used one, else the series'
     port_rel = manifest.port
+    # what the refreshed port is made from: the series' diffs now, or, for a tree baked
+    # from a port, what that port was made from (a stale port stays stale until the
+    # series' change is carried into it: ``bakery port --update``)
+    record: provenance.Record | None = provenance.of_series(series.path, "refresh")
     if port_rel and (home / port_rel).is_dir():
         series.use_port(paths.inside(home, port_rel, f"--tree {tree}: port"))
+        record = provenance.read(series.diffs_dir)
+        if provenance.carried(series.path, manifest.raw):  # a resolved `port --update` tree
+            record = provenance.of_series(series.path, "update")
     diffs = series.load_diffs()
     for d in diffs:
         d.resolve_paths(strip, root)
@@ -351,7 +369,7 @@ def refresh(
         if body and not is_port and own is not None:
             body = _head_text(own.path.read_bytes()) + body
         texts[name] = body
-    done = _write(folder, is_port, version, diffs, names, texts, notes, tree)
+    done = _write(folder, is_port, version, diffs, names, texts, notes, tree, record)
     done.diffstat = [
         (name, "kept as it is (not applied in the tree)" if name in pending else stat)
         for name, stat in done.diffstat
@@ -468,6 +486,7 @@ def _write(
     texts: dict[str, bytes | None],
     notes: list[str],
     tree: Path,
+    record: provenance.Record | None = None,
 ) -> Refreshed:
     done = Refreshed(folder, version, is_port, notes=notes)
     originals = {d.name: d.path for d in diffs}
@@ -485,7 +504,7 @@ def _write(
         else:
             done.diffstat.append((name, _stat(text)))
     if is_port:
-        _write_port(folder, version, originals, texts, tree)
+        _write_port(folder, version, originals, texts, tree, record)
     else:
         for name, text in texts.items():
             if text is not None:
@@ -500,7 +519,12 @@ def _replace_file(path: Path, data: bytes) -> None:
 
 
 def _write_port(
-    out: Path, version: str, originals: dict[str, Path], texts: dict[str, bytes | None], tree: Path
+    out: Path,
+    version: str,
+    originals: dict[str, Path],
+    texts: dict[str, bytes | None],
+    tree: Path,
+    record: provenance.Record | None = None,
 ) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".{version}.refresh-", dir=_mkdir(out.parent)))
     try:
@@ -512,6 +536,8 @@ def _write_port(
                 (staging / name).write_bytes(text)
         if not any(staging.iterdir()):
             raise UsageError(f"--tree {tree}: no changes against the pristine release")
+        if record is not None:
+            provenance.write(staging, record)
         if out.exists():
             old = out.with_name(f".{version}.old-{os.getpid()}")
             os.replace(out, old)

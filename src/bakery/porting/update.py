@@ -1,0 +1,456 @@
+"""``bakery port --update``: carry a change of the series into each port made before it.
+
+A port records the series' diffs it was made from (:mod:`bakery.patch.provenance`). When
+the series changes, the change between the old and the new series diff (the interdiff)
+is what the port lacks. It is carried the way ``bakery port`` carries a series to a new
+release, by a three-way merge per file, first by lines (``git merge-file``) and, where
+lines conflict in a Python file, by syntax (:mod:`bakery.bake.synmerge`):
+
+- *base*: the base release with the old series diffs applied up to diff k;
+- *theirs*: the base release with the new series diffs applied up to diff k;
+- *ours*: the port's release with the port's diffs applied up to diff k.
+
+The merged state after each diff gives the new port's diff k (its change from the state
+after diff k-1), rendered as ``bakery refresh`` renders a port. Only a result that bakes
+from its own diffs and that verify passes is written; what cannot be merged is left as a
+conflict tree (the old port baked, the merged files with their conflict markers in the
+working tree) with the files and lines named, for a person to resolve and ``bakery
+refresh``. The old series diffs are read back from the project's git history by the blob
+ids the record holds (``git cat-file``, through :mod:`bakery.git.cmd`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bakery.bake.merge import merge_file
+from bakery.bake.plan import Plan, plan
+from bakery.bake.staging import display_path
+from bakery.bake.tree import bake, failed_state
+from bakery.errors import BakeryError, UsageError
+from bakery.git import cmd as gitutil
+from bakery.model.report import MANIFEST
+from bakery.patch import provenance
+from bakery.patch.series import Series, load_series
+from bakery.porting.refresh import Change, render_port
+from bakery.project import project_root
+from bakery.sources.cache import Cache
+from bakery.sources.resolve import Pristine, release
+from bakery.testing.runner import run_verify
+
+Events = Callable[[str, str], None]
+_MARKER = re.compile(rb"^<<<<<<< ", re.MULTILINE)
+
+
+@dataclass
+class Updated:
+    """What became of one port."""
+
+    release: str
+    port: str
+    #: current | carried | written | conflict | failed | cannot
+    state: str
+    stale: list[str] = field(default_factory=list)
+    verify: str | None = None
+    #: (diff, path, line) of each conflict left to resolve
+    conflicts: list[dict[str, object]] = field(default_factory=list)
+    conflict_tree: str | None = None
+    why: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class UpdateResult:
+    series: str
+    ports: list[Updated] = field(default_factory=list)
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return all(p.state in ("current", "carried", "written") for p in self.ports)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "series": self.series,
+            "ok": self.ok,
+            "dry_run": self.dry_run,
+            "ports": [p.to_json() for p in self.ports],
+        }
+
+
+State = dict[str, bytes | None]
+
+
+def _states(pl: Plan) -> list[State]:
+    """The files written so far after each diff of a plan (cumulative)."""
+    out: list[State] = []
+    cur: State = {}
+    for writes in pl.writes:
+        cur = {**cur, **{p: c for p, (c, _mode) in writes.items()}}
+        out.append(cur)
+    return out
+
+
+def _aligned(names: list[str], own: list[str], states: list[State]) -> list[State]:
+    """States indexed by the new series' diff names: a diff the side lacks changes nothing."""
+    by_name = dict(zip(own, states, strict=True))
+    out: list[State] = []
+    cur: State = {}
+    for n in names:
+        cur = by_name.get(n, cur)
+        out.append(cur)
+    return out
+
+
+def _merge(
+    ours: bytes | None, base: bytes | None, theirs: bytes | None, path: str
+) -> tuple[bytes | None, bool]:
+    """(content, conflicted): the series' change base -> theirs carried into ours."""
+    if base == theirs:
+        return ours, False
+    if ours == base:
+        return theirs, False
+    if ours is None or base is None or theirs is None:
+        return ours, True  # a file added or removed on one side only: a person decides
+    merged, n = merge_file(ours, base, theirs)
+    if n == 0:
+        return merged, False
+    if path.endswith(".py"):
+        from bakery.bake.synmerge import SyntaxConflict, merge_python
+
+        try:
+            return merge_python(base, theirs, ours).content, False
+        except SyntaxConflict:
+            pass
+    return merged, True
+
+
+@dataclass
+class _Sides:
+    """The three plans of one port's update, and the files they read."""
+
+    names: list[str]
+    old: list[dict[str, bytes | None]]
+    new: list[dict[str, bytes | None]]
+    port: list[dict[str, bytes | None]]
+    base: Pristine
+    target: Pristine
+
+    def file(self, side: str, k: int, path: str) -> bytes | None:
+        states = getattr(self, side)
+        if k >= 0 and path in states[k]:
+            return states[k][path]
+        tree = self.target if side == "port" else self.base
+        f = tree.file(path)
+        return f.read_bytes() if f.is_file() and not f.is_symlink() else None
+
+
+def _carry(sides: _Sides) -> tuple[list[list[Change]], list[tuple[int, str, bytes]]]:
+    """Per diff, the new port's (path, before, after); and the conflicts (diff, path, text)."""
+    per_diff: list[list[Change]] = []
+    conflicts: list[tuple[int, str, bytes]] = []
+    merged_prev: dict[str, bytes | None] = {}
+    for k in range(len(sides.names)):
+        touched = set(sides.old[k]) | set(sides.new[k]) | set(sides.port[k])
+        changes: list[Change] = []
+        for path in sorted(touched):
+            content, bad = _merge(
+                sides.file("port", k, path),
+                sides.file("old", k, path),
+                sides.file("new", k, path),
+                path,
+            )
+            if bad:
+                conflicts.append((k, path, _conflict_text(sides, k, path)))
+            before = merged_prev.get(path, sides.file("port", -1, path))
+            if content != before:
+                changes.append((path, before, content))
+            merged_prev[path] = content
+        per_diff.append(changes)
+    return per_diff, conflicts
+
+
+def _conflict_text(sides: _Sides, k: int, path: str) -> bytes:
+    ours, base, theirs = (sides.file(s, k, path) for s in ("port", "old", "new"))
+    merged, _ = merge_file(ours or b"", base or b"", theirs or b"")
+    return merged
+
+
+def _old_series(series: Series, record: provenance.Record, home: Path, scratch: Path) -> Series:
+    """The series as the port was made from it: each diff read back by its blob id."""
+    folder = scratch / "old-series"
+    folder.mkdir(parents=True)
+    for name, entry in record.diffs.items():
+        now = series.path / "diffs" / name
+        data = now.read_bytes() if now.is_file() else None
+        if data is None or provenance.Entry.of(data) != entry:
+            data = gitutil.git_bytes(home, "cat-file", "blob", entry.blob)
+        if data is None or provenance.Entry.of(data).sha256 != entry.sha256:
+            raise BakeryError(
+                f"{name} @ {provenance.short(entry.sha256)} is not in the project's git "
+                "history: its change cannot be computed (make the port again: bakery port)"
+            )
+        (folder / name).write_bytes(data)
+    old = load_series(str(series.path), home)
+    old.use_port(folder)
+    return old
+
+
+def _check_names(series: Series, port: Series, old: Series) -> list[str]:
+    names = [d.name for d in series.load_diffs()]
+    own = [d.name for d in old.load_diffs()]
+    if [n for n in names if n in own] != own or [d.name for d in port.load_diffs()] != own:
+        raise BakeryError(
+            "the series' diffs were removed or reordered since the port was made "
+            "(only changed and added diffs are carried): make the port again"
+        )
+    return names
+
+
+def update(
+    series_spec: str,
+    *,
+    vllm: str | None = None,
+    out_root: Path = Path("build/port"),
+    interpret: bool = True,
+    write: bool = True,
+    events: Events | None = None,
+    cache: Cache | None = None,
+) -> UpdateResult:
+    home = project_root()
+    series = load_series(series_spec, home)
+    cache = cache or Cache()
+    if not series.base:
+        raise UsageError(f"series {series.name} names no base release: nothing to update from")
+    root = home / "patches" / series.name
+    ports = sorted(p for p in (root.iterdir() if root.is_dir() else []) if p.is_dir())
+    if vllm is not None:
+        ports = [p for p in ports if p.name == vllm]
+        if not ports:
+            raise UsageError(f"{series.name} has no port for {vllm} (patches/{series.name}/{vllm})")
+    result = UpdateResult(series.name, dry_run=not write)
+    for port_dir in ports:
+        result.ports.append(
+            _one(series_spec, port_dir, home, cache, out_root, interpret, write, events)
+        )
+    return result
+
+
+def _one(
+    spec: str,
+    port_dir: Path,
+    home: Path,
+    cache: Cache,
+    out_root: Path,
+    interpret: bool,
+    write: bool,
+    events: Events | None,
+) -> Updated:
+    series = load_series(spec, home)
+    rel = display_path(port_dir)
+    record = provenance.read(port_dir)
+    stale = provenance.stale_lines(series.path, port_dir, record)
+    res = Updated(port_dir.name, str(rel), "current", stale)
+    if not stale:
+        return res
+    if record is None:
+        res.state, res.why = "cannot", "no record of the series diffs it was made from"
+        return res
+    if events:
+        events("port", f"Carrying the series' change into {rel}")
+    scratch = (out_root / f"{series.name}-{port_dir.name}-update").absolute()
+    _clear(scratch)
+    try:
+        _carry_into(series, spec, port_dir, record, home, cache, scratch, res, interpret, write)
+    except BakeryError as e:
+        res.state, res.why = "cannot", e.message
+    return res
+
+
+def _clear(scratch: Path) -> None:
+    """The scratch folder of an earlier update, unless its conflict tree holds edits."""
+    tree = scratch / "tree"
+    if (tree / MANIFEST).is_file() and gitutil.dirty(tree) and not _untouched(tree):
+        raise UsageError(
+            f"{tree}: holds changes made since bakery wrote it; bakery will not overwrite "
+            "it (refresh it into the port, or move it away)"
+        )
+    state = failed_state(scratch / "tree.failed")
+    if state not in (None, "unchanged"):
+        raise UsageError(f"{scratch / 'tree.failed'}: {state}; bakery will not overwrite it")
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+
+
+def _untouched(tree: Path) -> bool:
+    """A conflict tree as update left it: its files are what the manifest says it wrote."""
+    import hashlib
+
+    data = json.loads((tree / MANIFEST).read_text())
+    left = data.get("update_files") or {}
+    for line in gitutil.dirty(tree):
+        rel = line[3:]
+        f = tree / rel
+        got = hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else None
+        if left.get(rel) != got:
+            return False
+    return True
+
+
+def _carry_into(
+    series: Series,
+    spec: str,
+    port_dir: Path,
+    record: provenance.Record,
+    home: Path,
+    cache: Cache,
+    scratch: Path,
+    res: Updated,
+    interpret: bool,
+    write: bool,
+) -> None:
+    base = release(str(series.base), cache)
+    target = release(port_dir.name, cache)
+    try:
+        _carry_sides(
+            series, spec, port_dir, record, home, scratch, res, interpret, write, base, target
+        )
+    finally:
+        base.close()
+        target.close()
+
+
+def _carry_sides(
+    series: Series,
+    spec: str,
+    port_dir: Path,
+    record: provenance.Record,
+    home: Path,
+    scratch: Path,
+    res: Updated,
+    interpret: bool,
+    write: bool,
+    base: Pristine,
+    target: Pristine,
+) -> None:
+    old = _old_series(series, record, home, scratch)
+    port = load_series(spec, home)
+    port.use_port(port_dir)
+    names = _check_names(series, port, old)
+    plans = [plan(s, p) for s, p in ((old, base), (series, base), (port, target))]
+    for pl, what in zip(plans, ("the old series", "the series", "the port"), strict=True):
+        if not pl.report.ok:
+            raise BakeryError(f"{what} does not apply to vLLM {pl.report.version}")
+    own = [[d.name for d in s.load_diffs()] for s in (old, series, port)]
+    old_s, new_s, port_s = (
+        _aligned(names, o, _states(pl)) for o, pl in zip(own, plans, strict=True)
+    )
+    sides = _Sides(names, old_s, new_s, port_s, base, target)
+    per_diff, conflicts = _carry(sides)
+    layout = plans[1].report.layout
+    strip, root = int(layout["strip"]), str(layout["root"])  # type: ignore[call-overload]
+    if conflicts:
+        _leave_conflicts(series, port, target, scratch, names, conflicts, res)
+        return
+    texts = render_port(series, home, strip, root, per_diff)
+    new_dir = scratch / "port"
+    new_dir.mkdir()
+    for name, text in zip(names, texts, strict=True):
+        if text:
+            (new_dir / name).write_bytes(text)
+    provenance.write(new_dir, provenance.of_series(series.path, "update"))
+    res.verify = _prove(series, spec, home, new_dir, target, scratch, interpret)
+    if not res.verify.startswith("passed"):
+        res.state = "failed"
+        return
+    res.state = "carried"
+    if write:
+        _replace(port_dir, new_dir)
+        res.state = "written"
+
+
+def _prove(
+    series: Series,
+    spec: str,
+    home: Path,
+    new_dir: Path,
+    target: Pristine,
+    scratch: Path,
+    interpret: bool,
+) -> str:
+    """Bake the updated port from its own diffs, then verify that tree."""
+    s = load_series(spec, home)
+    s.use_port(new_dir)
+    report = bake(s, target, scratch / "baked")
+    if report.status != "baked":
+        return "not run: the updated diffs do not bake as written"
+    if series.tests is None:
+        return "not run: the series has no tests/ folder"
+    try:
+        r = run_verify(
+            series.tests, scratch / "baked", interpret=interpret, log=scratch / "verify.log"
+        )
+    except BakeryError as e:
+        return f"not run: {e.message}"
+    if r.exit_code == 0:
+        return f"passed ({r.passed} passed, {r.skipped} skipped)"
+    return f"failed ({r.failed} failed, {r.passed} passed)"
+
+
+def _replace(port_dir: Path, new_dir: Path) -> None:
+    """The port's diffs and record replaced as a whole; its other files (PROVENANCE.md) kept."""
+    import os
+    import tempfile
+
+    staging = Path(tempfile.mkdtemp(prefix=f".{port_dir.name}.update-", dir=port_dir.parent))
+    try:
+        for f in port_dir.iterdir():
+            if f.is_file() and f.suffix not in (".diff", ".patch") and f.name != provenance.FILE:
+                shutil.copy2(f, staging / f.name)
+        for f in new_dir.iterdir():
+            shutil.copyfile(f, staging / f.name)
+        old = port_dir.with_name(f".{port_dir.name}.old-{os.getpid()}")
+        os.replace(port_dir, old)
+        os.replace(staging, port_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _leave_conflicts(
+    series: Series,
+    port: Series,
+    target: Pristine,
+    scratch: Path,
+    names: list[str],
+    conflicts: list[tuple[int, str, bytes]],
+    res: Updated,
+) -> None:
+    """The old port baked, the files the change could not be carried into left with
+    their conflict markers: resolve them, then ``bakery refresh SERIES --tree``."""
+    import hashlib
+
+    tree = scratch / "tree"
+    report = bake(port, target, tree)
+    if report.status != "baked":
+        raise BakeryError("the port does not bake on its own release")
+    written: dict[str, str] = {}
+    for k, path, text in conflicts:
+        (tree / path).write_bytes(text)
+        written[path] = hashlib.sha256(text).hexdigest()
+        for m in _MARKER.finditer(text):
+            line = text[: m.start()].count(b"\n") + 1
+            res.conflicts.append({"diff": names[k], "path": path, "line": line})
+    manifest = json.loads((tree / MANIFEST).read_text())
+    manifest[provenance.CARRIES] = {d.name: d.sha256 for d in series.load_diffs()}
+    manifest["update_files"] = written
+    (tree / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    res.state = "conflict"
+    res.conflict_tree = display_path(tree)

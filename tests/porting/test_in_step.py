@@ -1,0 +1,274 @@
+"""Ports stay in step with the series (issue 25): a port records the series diffs it was
+made from; a fix to the series makes the port stale, loudly; ``port --update`` carries the
+fix into the port, proven by verify, or leaves a conflict tree and writes nothing.
+
+The whole story runs through the CLI on a series built here: two diffs over two files,
+two tiny releases on a local index, the project a git repository (the old series text is
+read back from its history)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from bakery.cli.app import app
+
+from ..fakeindex import Index, sdist, serve_index
+from ..helpers import git
+
+A, K = "vllm/a.py", "vllm/k.py"
+A_BASE = "A = 1\n"
+TAIL = "\n\n# --\n# helpers\n# --\n\n\ndef size(xs):\n    return len(xs)\n"
+K_BASE = "def pick(xs, k):\n    ys = sorted(xs)\n    return ys[:k]\n" + TAIL
+# diff 02 of the series: a keyword-only `rev`
+K_OURS = (
+    "def pick(xs, k, *, rev=False):\n    ys = sorted(xs, reverse=rev)\n    return ys[:k]\n" + TAIL
+)
+# release 1.1.0 changes the same line (`key`): only a syntax merge keeps both
+K_THEIRS = "def pick(xs, k, key=None):\n    ys = sorted(xs, key=key)\n    return ys[:k]\n" + TAIL
+TESTS = """\
+from bakery.testing import load_tree_module
+
+k = load_tree_module("vllm.k")
+a = load_tree_module("vllm.a")
+
+
+def test_rev():
+    assert k.pick([3, 1, 2], 2, rev=True) == [3, 2]
+
+
+def test_a():
+    assert a.A == 2
+"""
+# the fix to diff 02, made on the base release: size counts distinct items
+FIXED_TAIL = TAIL.replace("return len(xs)", "return len(set(xs))")
+FIX_TEST = "\n\ndef test_size_counts_distinct():\n    assert k.size([1, 1, 2]) == 2\n"
+
+
+def _udiff(path: str, before: str, after: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(True), after.splitlines(True), f"a/{path}", f"b/{path}", n=3
+        )
+    )
+
+
+def _sdist(version: str, k: str) -> bytes:
+    infos, data = [], {}
+    for rel, text in ((K, k), (A, A_BASE)):
+        raw = text.encode()
+        info = tarfile.TarInfo(f"vllm-{version}/{rel}")
+        info.size, info.mode, info.mtime = len(raw), 0o644, 1_000_000_000
+        infos.append(info)
+        data[info.name] = raw
+    return sdist(version, files=2, extra=infos, extra_data=data)
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Index]]:
+    home = tmp_path / "home"
+    series = home / "launcher" / "s"
+    (series / "diffs").mkdir(parents=True)
+    (series / "tests").mkdir()
+    (series / "series.toml").write_text('base = "1.0.0"\nstrip = 1\nroot = ""\n')
+    (series / "diffs" / "01-a.diff").write_text(_udiff(A, A_BASE, "A = 2\n"))
+    (series / "diffs" / "02-rev.diff").write_text(_udiff(K, K_BASE, K_OURS))
+    (series / "tests" / "test_k.py").write_text(TESTS)
+    (home / ".gitignore").write_text("build/\n*.json\n")
+    monkeypatch.setenv("BAKERY_HOME", str(home))
+    monkeypatch.chdir(home)
+    git(home, "init", "-q")
+    _commit(home, "the series")
+    with serve_index() as idx:
+        monkeypatch.setenv("BAKERY_INDEX_URL", idx.url)
+        idx.add("vllm-1.0.0.tar.gz", _sdist("1.0.0", K_BASE))
+        idx.add("vllm-1.1.0.tar.gz", _sdist("1.1.0", K_THEIRS))
+        yield home, idx
+
+
+def _commit(home: Path, message: str) -> None:
+    git(home, "add", "-A")
+    git(home, "commit", "-qm", message)
+
+
+def _cli(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"}, catch_exceptions=False)
+
+
+def _fix_02_on_the_base(home: Path, tail: str, test: str) -> str:
+    """Bake the base release, edit diff 02's file there, refresh: the series' diff 02
+    changes (as a person fixes a series). The printed next step then bakes as it is."""
+    assert _cli("apply", "s").exit_code == 0
+    tree = home / "build" / "s-1.0.0"
+    (tree / K).write_text((tree / K).read_text().replace(TAIL, tail))
+    res = _cli("refresh", "s", "--tree", str(tree))
+    assert res.exit_code == 0, res.output
+    tests = home / "launcher" / "s" / "tests" / "test_k.py"
+    tests.write_text(tests.read_text() + test)
+    # refresh's next step (apply on the base, into the refreshed tree) needs no --force
+    assert "bakery apply s --vllm 1.0.0" in res.output
+    again = _cli("apply", "s", "--vllm", "1.0.0")
+    assert again.exit_code == 0, again.output
+    diff02 = (home / "launcher" / "s" / "diffs" / "02-rev.diff").read_text()
+    assert "+    return len(set(xs))" in diff02 or "+    return len(xs) + 0" in diff02
+    return diff02
+
+
+def _port_on_b(home: Path) -> Path:
+    res = _cli("port", "s", "--vllm", "1.1.0")
+    assert res.exit_code == 0, res.output
+    port = home / "patches" / "s" / "1.1.0"
+    record = (port / "FROM.toml").read_text()
+    assert '"02-rev.diff" = { sha256 = ' in record and 'made_by = "port"' in record
+    _commit(home, "the port to 1.1.0")
+    # the review: what 1.1.0 needed beyond the series (diff 02's hunk, changed)
+    review = _cli("diff-ports", "s", "--json", "r.json")
+    assert review.exit_code == 0, review.output
+    (view,) = json.loads(Path("r.json").read_text())["ports"]
+    assert view["counts"] == {"=": 1, "!": 1, "<": 0, ">": 0}
+    assert "+def pick(xs, k, key=None, *, rev=False):" in review.output  # the interdiff
+    return port
+
+
+def test_a_fix_to_the_series_reaches_the_port(project: tuple[Path, Index]) -> None:
+    home, _ = project
+    port = _port_on_b(home)
+    _fix_02_on_the_base(home, FIXED_TAIL, FIX_TEST)
+    _commit(home, "fix 02: size counts distinct items")
+
+    # the port is stale, and every report says so
+    applied = _cli("apply", "s", "--vllm", "1.1.0", "--json", "apply.json")
+    assert applied.exit_code == 0, applied.output
+    stale = json.loads(Path("apply.json").read_text())["port_stale"]
+    assert len(stale) == 1 and stale[0].startswith("port stale: made from 02-rev.diff @ ")
+    assert ", the series now has " in stale[0]
+    assert "port stale: made from 02-rev.diff" in applied.output
+    assert "return len(set(xs))" not in (home / "build" / "s-1.1.0" / K).read_text()
+    checked = _cli("check", "s", "--vllm", "1.1.0", "--up-to-date")
+    assert checked.exit_code == 1
+    assert "port stale: made from 02-rev.diff" in checked.output
+    assert _cli("check", "s", "--vllm", "1.1.0", "--strict").exit_code == 1
+
+    # a dry run proves it and writes nothing
+    before = {p.name: p.read_bytes() for p in port.iterdir()}
+    dry = _cli("port", "s", "--update", "--dry-run", "--json", "update.json")
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(Path("update.json").read_text())["ports"][0]["state"] == "carried"
+    assert {p.name: p.read_bytes() for p in port.iterdir()} == before
+
+    res = _cli("port", "s", "--update", "--json", "update.json")
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(Path("update.json").read_text())["ports"]
+    assert row["state"] == "written" and row["verify"].startswith("passed (3 passed")
+    new02 = (port / "02-rev.diff").read_text()
+    assert "+    return len(set(xs))" in new02  # the fix, carried
+    assert "+def pick(xs, k, key=None, *, rev=False):" in new02  # the port's own merge, kept
+    assert (port / "PROVENANCE.md").is_file()
+    # the review: the port against itself at the last commit shows the fix as a new hunk
+    review = _cli("diff-ports", "s", "--vllm", "1.1.0", "--since", "HEAD", "--json", "r.json")
+    assert review.exit_code == 0, review.output
+    (view,) = json.loads(Path("r.json").read_text())["ports"]
+    marks = {(f["diff"], f["path"]): [p["mark"] for p in f["pairs"]] for f in view["files"]}
+    assert marks == {("01-a.diff", A): ["="], ("02-rev.diff", K): ["=", ">"]}
+    assert "1 only in the port" in review.output
+
+    # now in step: apply bakes the fix, check --up-to-date passes
+    baked = _cli("apply", "s", "--vllm", "1.1.0", "--json", "apply.json")
+    assert baked.exit_code == 0, baked.output
+    assert json.loads(Path("apply.json").read_text())["port_stale"] == []
+    text = (home / "build" / "s-1.1.0" / K).read_text()
+    assert "return len(set(xs))" in text and "def pick(xs, k, key=None, *, rev=False):" in text
+    assert _cli("check", "s", "--vllm", "1.1.0", "--up-to-date").exit_code == 0
+
+
+def test_a_fix_that_conflicts_with_the_port_leaves_a_tree_and_writes_nothing(
+    project: tuple[Path, Index],
+) -> None:
+    home, _ = project
+    port = _port_on_b(home)
+    before = {p.name: p.read_bytes() for p in port.iterdir()}
+    # the fix rewrites the very line the release and the port changed
+    conflicting = TAIL.replace("return len(xs)", "return len(xs) + 0")
+    diffs = home / "launcher" / "s" / "diffs" / "02-rev.diff"
+    diffs.write_text(
+        _udiff(
+            K,
+            K_BASE,
+            K_OURS.replace(
+                "ys = sorted(xs, reverse=rev)", "ys = list(reversed(xs)) if rev else xs"
+            ).replace(TAIL, conflicting),
+        )
+    )
+    _commit(home, "fix 02 differently")
+    res = _cli("port", "s", "--update", "--json", "update.json")
+    assert res.exit_code == 1, res.output
+    (row,) = json.loads(Path("update.json").read_text())["ports"]
+    assert row["state"] == "conflict", row
+    assert [(c["diff"], c["path"]) for c in row["conflicts"]] == [("02-rev.diff", K)]
+    tree = home / row["conflict_tree"]
+    assert "<<<<<<< " in (tree / K).read_text()
+    assert "02-rev.diff: vllm/k.py:" in res.output
+    assert {p.name: p.read_bytes() for p in port.iterdir()} == before  # nothing written
+    assert _cli("check", "s", "--vllm", "1.1.0", "--up-to-date").exit_code == 1
+
+
+def test_a_port_without_a_record_is_said(project: tuple[Path, Index]) -> None:
+    home, _ = project
+    port = _port_on_b(home)
+    (port / "FROM.toml").unlink()
+    res = _cli("check", "s", "--vllm", "1.1.0", "--json", "check.json")
+    assert res.exit_code == 0
+    assert json.loads(Path("check.json").read_text())["port_stale"] == [
+        "port has no provenance record"
+    ]
+    assert "port has no provenance record" in res.output
+    assert _cli("check", "s", "--vllm", "1.1.0", "--strict").exit_code == 1
+
+
+def test_where_the_series_applies_as_it_is_no_port_is_written(
+    project: tuple[Path, Index],
+) -> None:
+    home, idx = project
+    # 1.2.0 leaves the files the series changes as they were: its own diffs apply
+    idx.add("vllm-1.2.0.tar.gz", _sdist("1.2.0", K_BASE + "\n\nLATER = 1\n"))
+    res = _cli("port", "s", "--vllm", "1.2.0", "--json", "port.json")
+    assert res.exit_code == 0, res.output
+    report = json.loads(Path("port.json").read_text())
+    assert report["no_port_needed"] is True and report["port"] is None, (
+        report["candidates"],
+        report["tried"],
+    )
+    assert "no port needed" in res.output
+    assert not (home / "patches" / "s" / "1.2.0").exists()
+
+
+def test_a_stale_port_is_never_a_start(project: tuple[Path, Index]) -> None:
+    home, idx = project
+    _port_on_b(home)
+    _fix_02_on_the_base(home, FIXED_TAIL, FIX_TEST)
+    idx.add("vllm-1.2.0.tar.gz", _sdist("1.2.0", K_THEIRS + "\n\nLATER = 1\n"))
+    res = _cli("port", "s", "--vllm", "1.2.0", "--dry-run", "--json", "port.json")
+    starts = [c["start"] for c in json.loads(Path("port.json").read_text())["candidates"]]
+    assert starts == ["series"], res.output
+    assert "not starting from port 1.1.0: port stale: made from 02-rev.diff" in res.output
+
+
+def test_a_rerun_keeps_the_attempt_the_user_edited(project: tuple[Path, Index]) -> None:
+    home, idx = project
+    # 1.3.0 rewrites the line diff 02 changes: no merge keeps both, an attempt is left
+    idx.add("vllm-1.3.0.tar.gz", _sdist("1.3.0", K_BASE.replace("sorted(xs)", "sorted(set(xs))")))
+    first = _cli("port", "s", "--vllm", "1.3.0", "--json", "port.json")
+    assert first.exit_code == 1, first.output
+    attempt = home / json.loads(Path("port.json").read_text())["failed_out"]
+    notes = attempt / "NOTES.txt"
+    notes.write_text("resolved half of it\n")
+    again = _cli("port", "s", "--vllm", "1.3.0")
+    assert again.exit_code == 2, again.output
+    assert "bakery will not remove it" in again.output
+    assert notes.read_text() == "resolved half of it\n"
