@@ -760,7 +760,6 @@ def _port_update(
 
 
 @app.command("diff-ports", cls=BakeryCommand)
-@handled
 def diff_ports(
     series: SeriesArg,
     vllm: Annotated[
