@@ -443,6 +443,17 @@ def verify(
             "with --interpret, else 1).",
         ),
     ] = None,
+    env: Annotated[
+        str | None,
+        typer.Option(
+            "--env",
+            metavar="light|full",
+            click_type=Word(),
+            help="light: bakery's environment, packages' __init__.py not run; full: vLLM's "
+            "own requirements installed once into a cached environment, so tests can "
+            "import any pure-Python vllm module. Default: full on a GPU, else light.",
+        ),
+    ] = None,
 ) -> None:
     """Run the series' bundled tests against a baked tree's own code. Arguments after --
     go to pytest."""
@@ -458,6 +469,7 @@ def verify(
         pytest_args=pytest_args,
         events=_events,
         jobs=jobs,
+        env=env,
     )
     render.verify_summary(err_console, result, edited)
     raise typer.Exit(code=result.exit_code)
