@@ -239,6 +239,50 @@ NoMergeOpt = Annotated[
 
 @app.command(cls=BakeryCommand)
 @handled
+def init(
+    series: Annotated[
+        str,
+        typer.Argument(
+            metavar="SERIES", click_type=Word(), help="The new series' name (launcher/SERIES)."
+        ),
+    ],
+    vllm: Annotated[
+        str,
+        typer.Option(
+            "--vllm", metavar="VERSION", help="The release the diffs are made against (base)."
+        ),
+    ],
+    tree: Annotated[
+        Path | None,
+        typer.Option(
+            "--tree",
+            metavar="DIR",
+            help="Where the pristine working tree goes, inside the project (default work/SERIES/).",
+        ),
+    ] = None,
+    no_tree: Annotated[
+        bool, typer.Option("--no-tree", help="Write the series only, no working tree.")
+    ] = False,
+) -> None:
+    """Start a series: launcher/SERIES/ (series.toml, diffs/, an example test) and a
+    pristine git checkout of the release to edit; refresh --new-diff makes the diffs."""
+    from bakery.commands.init import init as run_init
+
+    done = run_init(
+        series, vllm, tree=tree, with_tree=not no_tree, events=_events, progress=_progress()
+    )
+    console = human()
+    console.print(f"series {_safe(series)} (base vLLM {done.base}) in {_safe(str(done.series))}")
+    if done.tree is not None:
+        console.print(f"pristine working tree: {_safe(str(done.tree))}")
+    if not _Invocation.quiet:
+        console.print("next:")
+        for step in done.next_steps:
+            console.print(f"  {_safe(step)}", soft_wrap=True)
+
+
+@app.command(cls=BakeryCommand)
+@handled
 def apply(
     series: SeriesArg,
     vllm: VllmOpt = None,
@@ -534,6 +578,7 @@ def matrix(
     _json_target(json_file)
     _preflight((json_file, "--json"), (markdown, "--markdown"), (junit, "--junit"))
     s = load_series(series)
+    s.require_diffs()
     versions = mx.asked_versions(vllm or [], since, pre)
     if not versions:
         raise BakeryError("matrix needs --vllm VERSION... or --since VERSION")

@@ -108,6 +108,7 @@ def port(
 ) -> PortResult:
     home = project_root()
     series = load_series(series_spec, home)
+    series.require_diffs()
     cache = cache or Cache()
     if not sources.is_version(vllm):
         raise UsageError(f"bakery port needs a release version, not {vllm!r}")

@@ -57,6 +57,14 @@ class Series:
             self.diffs = [read_diff(p) for p in self.diff_paths]
         return self.diffs
 
+    def require_diffs(self) -> None:
+        """A series with no diffs yet (just made by ``bakery init``) has nothing to bake."""
+        if not self.diff_paths:
+            raise SeriesError(
+                f"{self.diffs_dir}: no NN-*.diff files (make one: bakery refresh "
+                f"{self.name} --tree DIR --new-diff NAME)"
+            )
+
     def use_port(self, port_dir: Path) -> None:
         self.port = port_dir
         self.diff_paths = ordered_diffs(port_dir)
@@ -90,7 +98,9 @@ def fixes_for(series_dir: Path, version: str | None) -> list[Path]:
     return fixes
 
 
-def ordered_diffs(folder: Path) -> list[Path]:
+def ordered_diffs(folder: Path, *, allow_empty: bool = False) -> list[Path]:
+    """The folder's NN-*.diff files in numeric order. allow_empty: a series just begun
+    (``bakery init``) has none yet; what bakes it refuses that (``require_diffs``)."""
     if not folder.is_dir():
         raise SeriesError(f"{folder}: no such diffs folder")
     numbered: dict[int, Path] = {}
@@ -111,7 +121,7 @@ def ordered_diffs(folder: Path) -> list[Path]:
         if n in numbered:
             raise SeriesError(f"{p}: number {n} is also used by {numbered[n].name}")
         numbered[n] = p
-    if not numbered:
+    if not numbered and not allow_empty:
         raise SeriesError(f"{folder}: no NN-*.diff files")
     return [numbered[n] for n in sorted(numbered)]
 
@@ -130,7 +140,9 @@ def load_series(spec: str, home: Path | None = None) -> Series:
     diffs_dir = folder / "diffs"
     if not diffs_dir.is_dir():
         raise SeriesError(f"{folder}: not a series (no diffs/ folder)")
-    series = Series(name=folder.name, path=folder, diff_paths=ordered_diffs(diffs_dir))
+    series = Series(
+        name=folder.name, path=folder, diff_paths=ordered_diffs(diffs_dir, allow_empty=True)
+    )
     toml_path = folder / "series.toml"
     if toml_path.is_file() or toml_path.is_symlink() or toml_path.exists():
         try:

@@ -226,7 +226,7 @@ def _installer(python: Path, index: str, constraints: Path, reqs: Path) -> list[
 
 def _module_uv() -> str | None:
     try:
-        from uv import find_uv_bin  # type: ignore[import-not-found]
+        from uv import find_uv_bin  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         return None
     return str(find_uv_bin())
@@ -270,20 +270,28 @@ def ensure(
         meta = _load_marker(marker, prefix)
         if meta is not None:
             cache.touch(marker)
-            return FullEnv(prefix, _python(prefix), key, False, time.monotonic() - started,
-                           int(meta.get("size", 0)), meta)  # fmt: skip
+            return FullEnv(
+                prefix, _python(prefix), key, False, time.monotonic() - started,
+                _number(meta.get("size")), meta,
+            )  # fmt: skip
         marker.unlink(missing_ok=True)
         if prefix.exists():
             discard(prefix)
         if events:
             events("env", f"building the full test environment {key} (once; then cached)")
         meta = _build(prefix, reqs, pinned, key, events)
-        meta["seconds"] = round(time.monotonic() - started, 1)
+        meta["seconds"] = round(time.monotonic() - started)
         tmp = marker.with_suffix(f".json.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         os.replace(tmp, marker)
-    return FullEnv(prefix, _python(prefix), key, True, float(meta["seconds"]),  # type: ignore[arg-type]
-                   int(meta["size"]), meta)  # type: ignore[call-overload]  # fmt: skip
+    return FullEnv(
+        prefix, _python(prefix), key, True, float(_number(meta.get("seconds"))),
+        _number(meta.get("size")), meta,
+    )  # fmt: skip
+
+
+def _number(value: object) -> int:
+    return int(value) if isinstance(value, (int, float)) else 0
 
 
 def _build(
