@@ -35,7 +35,7 @@ EXAMPLE_MODULE = "vllm.sampling_params"
 
 SERIES_TOML = """\
 # The series {name}: an ordered folder of diffs against vLLM (see the README,
-# "Your own series"). Every key is optional but base; bakery detects the others.
+# "Your own series"). Every key is optional; bakery detects root and strip.
 
 # The vLLM release the diffs are made against: `bakery apply {name}` bakes it, and
 # `bakery refresh` of a tree of this release rewrites diffs/ (another release: a port
@@ -56,6 +56,13 @@ base = "{base}"
 
 # One line for `bakery list`.
 # description = ""
+
+# The environment the tests in tests/ need (`bakery verify --env`): "light" runs them
+# in bakery's own (torch, Triton; packages' __init__.py not run), "full" in one with
+# vLLM's requirements installed once (cached), so tests can import any pure-Python
+# vllm module; verify, matrix --verify and port all use it. The example test imports
+# vllm.sampling_params, which needs "full". (Unset: full on a GPU, else light.)
+env = "full"
 """
 
 EXAMPLE_TEST = '''\

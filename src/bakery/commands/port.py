@@ -207,8 +207,16 @@ def _prove(
     if report.status != "baked":
         return Tried(cand.start.label, "not run: the proposed diffs do not bake as written")
     try:
+        from bakery.commands.verify import test_environment
+
+        mode, python = test_environment(series.env, folder / "tree", interpret, events)
         res = run_verify(
-            series.path / "tests", folder / "tree", interpret=interpret, log=folder / "verify.log"
+            series.path / "tests",
+            folder / "tree",
+            interpret=interpret,
+            log=folder / "verify.log",
+            python=python,
+            env_mode=mode,
         )
     except BakeryError as e:
         return Tried(cand.start.label, f"not run: {e.message}")

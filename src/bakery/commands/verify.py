@@ -94,7 +94,8 @@ def verify(
     the bake). The tree: ``tree``, else the series' last ``bakery apply`` (never a
     matrix worker's); ``events`` hears which tree, and where the tests run. ``env``:
     "light" (bakery's environment, the light loader), "full" (vLLM's dependencies, see
-    :func:`test_environment`), None: full on a GPU, light under the interpreter."""
+    :func:`test_environment`), None: the series' ``env`` (series.toml), else full on a GPU
+    and light under the interpreter."""
     from bakery.errors import VerifyError
     from bakery.testing.runner import check_inputs, run_verify
 
@@ -116,7 +117,7 @@ def verify(
     if events:
         events("verify", f"verifying {display_path(tree)} ({why}) {where}")
     edited = edited_files(tree)
-    mode, python = test_environment(env, tree, interpret, events)
+    mode, python = test_environment(env or series.env, tree, interpret, events)
     result = run_verify(
         series.tests,
         tree,

@@ -2,7 +2,7 @@
 
 Layout (``launcher/<name>/``)::
 
-    series.toml       base release, root folder, strip count, description (all optional)
+    series.toml       base release, root folder, strip count, description, test env (optional)
     diffs/NN-*.diff   applied in numeric order of NN (2 before 10; gaps are fine)
     tests/            the bundled tests ``bakery verify`` runs
     fixes/NN-*.diff   proposed fixes, offered and never imposed: applied after the series
@@ -41,6 +41,9 @@ class Series:
     root: str | None = None  # folder (inside the vLLM tree) the diff paths are relative to
     strip: int | None = None
     description: str = ""
+    #: the environment its tests need ("light" or "full": ``bakery verify --env``);
+    #: None: verify's default (full on a GPU, light under the interpreter)
+    env: str | None = None
     tests: Path | None = None
     port: Path | None = None  # set when diffs come from patches/<name>/<release>/
     #: the proposed fixes applied after the series (``--with-fixes``), in order
@@ -161,7 +164,7 @@ def load_series(spec: str, home: Path | None = None) -> Series:
 
 
 def _apply_toml(series: Series, path: Path, data: dict[str, object]) -> None:
-    known = {"name", "base", "root", "strip", "description"}
+    known = {"name", "base", "root", "strip", "description", "env"}
     unknown = set(data) - known
     if unknown:
         raise SeriesError(f"{path}: unknown keys {', '.join(sorted(unknown))}")
@@ -171,6 +174,7 @@ def _apply_toml(series: Series, path: Path, data: dict[str, object]) -> None:
         ("root", str),
         ("strip", int),
         ("description", str),
+        ("env", str),
     ):
         if key in data and not isinstance(data[key], typ):
             raise SeriesError(f"{path}: {key} must be a {typ.__name__}")
@@ -189,6 +193,10 @@ def _apply_toml(series: Series, path: Path, data: dict[str, object]) -> None:
         raise SeriesError(f"{path}: strip must be between 0 and 16")
     series.strip = strip if isinstance(strip, int) else None
     series.description = str(data.get("description", ""))
+    env = data.get("env")
+    if env is not None and env not in ("light", "full"):
+        raise SeriesError(f'{path}: env must be "light" or "full", not {env!r}')
+    series.env = env if isinstance(env, str) else None
     root = series.root
     if root is not None and (
         root.startswith("/")
