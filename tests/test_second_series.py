@@ -219,7 +219,7 @@ def test_a_second_series_on_other_releases(cli: Cli, home: Path, tmp_path: Path)
     report = tmp_path / "matrix.json"
     r = cli("matrix", "myteam", "--vllm", OTHERS[0], BASE, OTHERS[1], "--json", report)
     assert r.exit_code == 0, r.output
-    rows = json.loads(report.read_text())["rows"]
+    rows = json.loads(report.read_text())["releases"]
     assert sorted((row["version"], row["status"]) for row in rows) == [
         (v, "baked") for v in sorted((*OTHERS, BASE))
     ]
@@ -238,7 +238,9 @@ def test_refresh_of_the_base_tree_and_its_next_command(
     assert (made.series / "diffs" / "01-budget.diff").read_bytes() == made.diffs["01-budget.diff"]
     assert b"+BUDGET_UNIT = 32" in (made.series / "diffs" / "02-myteam_ext.diff").read_bytes()
     printed = [ln.strip() for ln in r.output.splitlines() if ln.strip().startswith("bakery apply")]
-    assert printed, r.output
+    # the refreshed tree is apply's own --out: its edits are in the diffs now, so the
+    # command replaces it (--force) instead of refusing the edited tree
+    assert printed == [f"bakery apply myteam --vllm {BASE} --force"], r.output
     again = cli(*shlex.split(printed[0])[1:])
     assert again.exit_code == 0, again.output
     assert "BUDGET_UNIT = 32" in (made.baked / NEW_FILE).read_text()

@@ -759,7 +759,9 @@ def refresh(
     done = refresh_mod.refresh(series, tree, release, events=_events, into=into, new_diff=new_diff)
     for n in done.notes:
         err_console.print(f"[dim]{_safe(n)}[/]", markup=True, soft_wrap=True)
-    render.refresh_done(human(), done, hints.after_refresh(done, series), quiet=_Invocation.quiet)
+    render.refresh_done(
+        human(), done, hints.after_refresh(done, series, tree), quiet=_Invocation.quiet
+    )
 
 
 @app.command(cls=BakeryCommand)
