@@ -309,15 +309,8 @@ def _build(
         wanted = work / "bakery-requirements.txt"
         wanted.write_text("".join(line + "\n" for line in reqs.kept))
         command = _installer(_python(work), index, constraints, wanted)
-        log.info("full env %s: %s", key, " ".join(command))
-        proc = subprocess.run(
-            command, capture_output=True, text=True, timeout=_INSTALL_TIMEOUT, check=False,
-            env={**os.environ, "PIP_REQUIRE_VIRTUALENV": "0"},
-        )  # fmt: skip
-        (work / "bakery-install.log").write_text(proc.stdout + proc.stderr)
-        if proc.returncode != 0:
-            last = _last_error(proc.stdout + proc.stderr)
-            raise VerifyError(f"the full test environment could not be installed: {last}")
+        if reqs.kept:
+            _install(work, key, command)
         meta: dict[str, object] = {
             "format": FORMAT,
             "key": key,
@@ -356,3 +349,16 @@ def _freeze(prefix: Path) -> list[str]:
         if name:
             found.append(f"{canonicalize_name(name)}=={dist.version}")
     return sorted(set(found))
+
+
+def _install(work: Path, key: str, command: list[str]) -> None:
+    """Run the installer; its output goes to ``bakery-install.log`` in the environment."""
+    log.info("full env %s: %s", key, " ".join(command))
+    proc = subprocess.run(
+        command, capture_output=True, text=True, timeout=_INSTALL_TIMEOUT, check=False,
+        env={**os.environ, "PIP_REQUIRE_VIRTUALENV": "0"},
+    )  # fmt: skip
+    (work / "bakery-install.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        last = _last_error(proc.stdout + proc.stderr)
+        raise VerifyError(f"the full test environment could not be installed: {last}")
