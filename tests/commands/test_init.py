@@ -163,3 +163,15 @@ def test_a_failed_tree_leaves_no_half_series(cli: Cli, home: Path) -> None:
     assert r.exit_code != 0
     assert not (home / "launcher" / "myteam").exists()
     assert not (home / "work" / "myteam").exists()
+
+
+def test_a_bad_test_environment_is_one_line(cli: Cli, home: Path, release: str) -> None:
+    assert cli("init", "myteam", "--vllm", release, "--no-tree").exit_code == 0
+    toml = home / "launcher" / "myteam" / "series.toml"
+    r = cli("verify", "myteam", "--env", "heavy", "--tree", home)
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+    assert "--env 'heavy': use light or full" in r.output
+    toml.write_text(toml.read_text().replace('env = "full"', 'env = "heavy"'))
+    r = cli("list", "myteam")
+    assert r.exit_code == 2, r.output
+    assert 'env must be "light" or "full", not \'heavy\'' in r.output

@@ -82,11 +82,12 @@ gives every test these fixtures (session-scoped):
 What a test may import: the standard library, pytest, torch and Triton (bakery's
 own), and the baked tree's vllm modules through bakery.testing.load_tree_module,
 which imports a module of the tree under its real name and refuses a stand-in.
-Under `--env light` (the default on the CPU) vLLM's own dependencies are absent and
-packages' __init__.py do not run: kernels and modules that import little load.
-Under `--env full` (the default on a GPU) bakery installs the tree's
-requirements/common.txt once into a cached environment, so any pure-Python module
-loads, as it does here: `bakery verify {name} --env full`.
+Under `--env full` (series.toml's env = "full", as written by bakery init) bakery
+installs the tree's requirements/common.txt once into a cached environment that
+reuses its own torch and Triton, so any pure-Python vllm module loads, as
+vllm.sampling_params does here. Under `--env light` vLLM's own dependencies are
+absent and packages' __init__.py do not run: kernels and modules that import little
+load, faster. verify says which modules came from the tree and which stood in.
 """
 
 from __future__ import annotations

@@ -99,6 +99,8 @@ def verify(
     from bakery.errors import VerifyError
     from bakery.testing.runner import check_inputs, run_verify
 
+    if env is not None and env not in ENVS:
+        raise UsageError(f"--env {env!r}: use light or full")
     series = load_series(series_spec or _default_series(tree))
     if series.tests is None:
         raise VerifyError(f"series {series.name} has no tests/ folder")
