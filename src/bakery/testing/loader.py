@@ -183,6 +183,10 @@ class TreeFinder(importlib.abc.MetaPathFinder):
             return importlib.util.spec_from_file_location(fullname, source, loader=loader)
         if standin is not None:
             return importlib.util.spec_from_loader(fullname, _StandInLoader(standin))
+        if self.full:
+            # as any finder: "not here" (find_spec probes of compiled extensions such as
+            # vllm._C, which a source tree lacks, must see None, as vLLM's code expects)
+            return None
         raise ModuleNotFoundError(
             f"{fullname} is neither in the tree {self.tree} nor declared as a stand-in "
             "in bakery.testing.standins",
