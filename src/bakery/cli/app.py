@@ -171,6 +171,49 @@ NoMergeOpt = Annotated[
 
 
 @app.command(cls=BakeryCommand)
+def init(
+    series: Annotated[
+        str,
+        typer.Argument(
+            metavar="SERIES", click_type=Word(), help="The new series' name (launcher/SERIES)."
+        ),
+    ],
+    vllm: Annotated[
+        str,
+        typer.Option(
+            "--vllm", metavar="VERSION", help="The release the diffs are made against (base)."
+        ),
+    ],
+    tree: Annotated[
+        Path | None,
+        typer.Option(
+            "--tree",
+            metavar="DIR",
+            help="Where the pristine working tree goes, inside the project (default work/SERIES/).",
+        ),
+    ] = None,
+    no_tree: Annotated[
+        bool, typer.Option("--no-tree", help="Write the series only, no working tree.")
+    ] = False,
+) -> None:
+    """Start a series: launcher/SERIES/ (series.toml, diffs/, an example test) and a
+    pristine git checkout of the release to edit; refresh --new-diff makes the diffs."""
+    from bakery.commands.init import init as run_init
+
+    done = run_init(
+        series, vllm, tree=tree, with_tree=not no_tree, events=_events, progress=_progress()
+    )
+    console = human()
+    console.print(f"series {_safe(series)} (base vLLM {done.base}) in {_safe(str(done.series))}")
+    if done.tree is not None:
+        console.print(f"pristine working tree: {_safe(str(done.tree))}")
+    if not _Invocation.quiet:
+        console.print("next:")
+        for step in done.next_steps:
+            console.print(f"  {_safe(step)}", soft_wrap=True)
+
+
+@app.command(cls=BakeryCommand)
 def apply(
     series: SeriesArg,
     vllm: VllmOpt = None,
@@ -383,6 +426,17 @@ def verify(
             "with --interpret, else 1).",
         ),
     ] = None,
+    env: Annotated[
+        str | None,
+        typer.Option(
+            "--env",
+            metavar="light|full",
+            click_type=Word(),
+            help="light: bakery's environment, packages' __init__.py not run; full: vLLM's "
+            "own requirements installed once into a cached environment, so tests can "
+            "import any pure-Python vllm module. Default: full on a GPU, else light.",
+        ),
+    ] = None,
 ) -> None:
     """Run the series' bundled tests against a baked tree's own code. Arguments after --
     go to pytest."""
@@ -398,6 +452,7 @@ def verify(
         pytest_args=pytest_args,
         events=_events,
         jobs=jobs,
+        env=env,
     )
     render.verify_summary(err_console, result, edited)
     raise typer.Exit(code=result.exit_code)
@@ -461,6 +516,7 @@ def matrix(
     _json_target(json_file)
     _preflight((json_file, "--json"), (markdown, "--markdown"), (junit, "--junit"))
     s = load_series(series)
+    s.require_diffs()
     versions = mx.asked_versions(vllm or [], since, pre)
     if not versions:
         raise BakeryError("matrix needs --vllm VERSION... or --since VERSION")
@@ -641,7 +697,9 @@ def refresh(
     done = refresh_mod.refresh(series, tree, release, events=_events, into=into, new_diff=new_diff)
     for n in done.notes:
         err_console.print(f"[dim]{_safe(n)}[/]", markup=True, soft_wrap=True)
-    render.refresh_done(human(), done, hints.after_refresh(done, series), quiet=_Invocation.quiet)
+    render.refresh_done(
+        human(), done, hints.after_refresh(done, series, tree), quiet=_Invocation.quiet
+    )
 
 
 @app.command(cls=BakeryCommand)

@@ -389,6 +389,10 @@ def _verify_verdict(r: VerifyResult) -> str:
     return "[bold red]tests failed[/]" if r.failed or r.errors else "[bold red]not verified[/]"
 
 
+#: Modules from the tree listed by name after a verify (a full environment imports hundreds).
+_MODULES_SHOWN = 12
+
+
 def verify_summary(console: Console, result: VerifyResult, edited: list[str]) -> None:
     """After pytest's own output: where the code came from, edits since the bake, counts."""
     r = result  # bakery.testing.runner.VerifyResult
@@ -401,10 +405,14 @@ def verify_summary(console: Console, result: VerifyResult, edited: list[str]) ->
             console.print(f"  {_t(f)}")
     tree_mods = [m.name for m in r.from_tree]
     stood = [f"{m.name} ({m.detail})" for m in r.stood_in]
+    if r.env == "full":
+        console.print("environment: full (vLLM's own requirements, bakery's torch and Triton)")
     if tree_mods:
-        console.print(_t(f"from the tree: {', '.join(tree_mods)}"), soft_wrap=True)
-    if stood:
-        console.print(_t(f"stood in: {', '.join(stood)}"), soft_wrap=True)
+        shown = tree_mods if len(tree_mods) <= _MODULES_SHOWN else tree_mods[:_MODULES_SHOWN]
+        more = len(tree_mods) - len(shown)
+        tail = f" and {more} more (pytest's summary lists them)" if more else ""
+        console.print(_t(f"real, from the tree: {', '.join(shown)}{tail}"), soft_wrap=True)
+    console.print(_t(f"stood in: {', '.join(stood) or 'none'}"), soft_wrap=True)
     for fix in r.tool_fixes:
         console.print(_t(f"test tools: {fix}"), soft_wrap=True)
     if r.expectations:

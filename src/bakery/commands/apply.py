@@ -60,6 +60,7 @@ def _prepare(
     series = load_series(series_spec)
     cache = cache or Cache()
     try:
+        series.require_diffs()
         series.load_diffs()  # a bad diff is reported before any download
         pristine = _pristine(series, vllm, cache, allow_dirty, progress, defer_check)
         port = port_dir(series, pristine.version) if use_port else None

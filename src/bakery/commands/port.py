@@ -111,6 +111,7 @@ def port(
 ) -> PortResult:
     home = project_root()
     series = load_series(series_spec, home)
+    series.require_diffs()
     cache = cache or Cache()
     if not sources.is_version(vllm):
         raise UsageError(f"bakery port needs a release version, not {vllm!r}")
@@ -262,8 +263,16 @@ def _prove(
     if report.status != "baked":
         return Tried(cand.start.label, "not run: the proposed diffs do not bake as written")
     try:
+        from bakery.commands.verify import test_environment
+
+        mode, python = test_environment(series.env, folder / "tree", interpret, events)
         res = run_verify(
-            series.path / "tests", folder / "tree", interpret=interpret, log=folder / "verify.log"
+            series.path / "tests",
+            folder / "tree",
+            interpret=interpret,
+            log=folder / "verify.log",
+            python=python,
+            env_mode=mode,
         )
     except BakeryError as e:
         return Tried(cand.start.label, f"not run: {e.message}")

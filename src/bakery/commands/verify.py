@@ -88,13 +88,19 @@ def verify(
     log: Path | None = None,
     events: Events | None = None,
     jobs: int | None = None,
+    env: str | None = None,
 ) -> tuple[VerifyResult, list[str]]:
     """Run the series' bundled tests against a baked tree: (result, files edited since
     the bake). The tree: ``tree``, else the series' last ``bakery apply`` (never a
-    matrix worker's); ``events`` hears which tree, and where the tests run."""
+    matrix worker's); ``events`` hears which tree, and where the tests run. ``env``:
+    "light" (bakery's environment, the light loader), "full" (vLLM's dependencies, see
+    :func:`test_environment`), None: the series' ``env`` (series.toml), else full on a GPU
+    and light under the interpreter."""
     from bakery.errors import VerifyError
     from bakery.testing.runner import check_inputs, run_verify
 
+    if env is not None and env not in ENVS:
+        raise UsageError(f"--env {env!r}: use light or full")
     series = load_series(series_spec or _default_series(tree))
     if series.tests is None:
         raise VerifyError(f"series {series.name} has no tests/ folder")
@@ -113,6 +119,7 @@ def verify(
     if events:
         events("verify", f"verifying {display_path(tree)} ({why}) {where}")
     edited = edited_files(tree)
+    mode, python = test_environment(env or series.env, tree, interpret, events)
     result = run_verify(
         series.tests,
         tree,
@@ -122,8 +129,39 @@ def verify(
         log=log,
         series_dir=series.path,
         jobs=jobs,
+        python=python,
+        env_mode=mode,
     )
     return result, edited
+
+
+ENVS = ("light", "full")
+
+
+def test_environment(
+    env: str | None, tree: Path, interpret: bool, events: Events | None
+) -> tuple[str, str | None]:
+    """(mode, interpreter) of the test run. "full": the tree's requirements installed
+    once into a cached environment layered on bakery's (bakery.testing.fullenv); its
+    requirements are those of a CPU host (cpu.txt too) when torch sees no GPU."""
+    if env is None:
+        env = "light" if interpret else "full"
+    if env not in ENVS:
+        raise UsageError(f"--env {env!r}: use light or full")
+    if env == "light":
+        return "light", None
+    from bakery.testing import fullenv
+    from bakery.testing.runner import cuda_available
+
+    found = fullenv.ensure(tree, cpu=not cuda_available(), events=events)
+    if events:
+        how = f"built in {found.seconds:.0f}s" if found.built else "cached"
+        events(
+            "env",
+            f"full test environment {found.key} ({how}, {found.size / 1e6:.0f} MB): "
+            "vLLM's requirements, with bakery's torch and Triton",
+        )
+    return "full", str(found.python)
 
 
 def last_applies() -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 Layout (``launcher/<name>/``)::
 
-    series.toml       base release, root folder, strip count, description (all optional)
+    series.toml       base release, root folder, strip count, description, test env (optional)
     diffs/NN-*.diff   applied in numeric order of NN (2 before 10; gaps are fine)
     tests/            the bundled tests ``bakery verify`` runs
     fixes/NN-*.diff   proposed fixes, offered and never imposed: applied after the series
@@ -43,6 +43,9 @@ class Series:
     root: str | None = None  # folder (inside the vLLM tree) the diff paths are relative to
     strip: int | None = None
     description: str = ""
+    #: the environment its tests need ("light" or "full": ``bakery verify --env``);
+    #: None: verify's default (full on a GPU, light under the interpreter)
+    env: str | None = None
     tests: Path | None = None
     port: Path | None = None  # set when diffs come from patches/<name>/<release>/
     #: the proposed fixes applied after the series (``--with-fixes``), in order
@@ -58,6 +61,14 @@ class Series:
         if not self.diffs:
             self.diffs = [read_diff(p) for p in self.diff_paths]
         return self.diffs
+
+    def require_diffs(self) -> None:
+        """A series with no diffs yet (just made by ``bakery init``) has nothing to bake."""
+        if not self.diff_paths:
+            raise SeriesError(
+                f"{self.diffs_dir}: no NN-*.diff files (make one: bakery refresh "
+                f"{self.name} --tree DIR --new-diff NAME)"
+            )
 
     def use_port(self, port_dir: Path) -> None:
         self.port = port_dir
@@ -92,7 +103,9 @@ def fixes_for(series_dir: Path, version: str | None) -> list[Path]:
     return fixes
 
 
-def ordered_diffs(folder: Path) -> list[Path]:
+def ordered_diffs(folder: Path, *, allow_empty: bool = False) -> list[Path]:
+    """The folder's NN-*.diff files in numeric order. allow_empty: a series just begun
+    (``bakery init``) has none yet; what bakes it refuses that (``require_diffs``)."""
     if not folder.is_dir():
         raise SeriesError(f"{folder}: no such diffs folder")
     numbered: dict[int, Path] = {}
@@ -113,7 +126,7 @@ def ordered_diffs(folder: Path) -> list[Path]:
         if n in numbered:
             raise SeriesError(f"{p}: number {n} is also used by {numbered[n].name}")
         numbered[n] = p
-    if not numbered:
+    if not numbered and not allow_empty:
         raise SeriesError(f"{folder}: no NN-*.diff files")
     return [numbered[n] for n in sorted(numbered)]
 
@@ -132,7 +145,9 @@ def load_series(spec: str, home: Path | None = None) -> Series:
     diffs_dir = folder / "diffs"
     if not diffs_dir.is_dir():
         raise SeriesError(f"{folder}: not a series (no diffs/ folder)")
-    series = Series(name=folder.name, path=folder, diff_paths=ordered_diffs(diffs_dir))
+    series = Series(
+        name=folder.name, path=folder, diff_paths=ordered_diffs(diffs_dir, allow_empty=True)
+    )
     toml_path = folder / "series.toml"
     if toml_path.is_file() or toml_path.is_symlink() or toml_path.exists():
         try:
@@ -151,7 +166,14 @@ def load_series(spec: str, home: Path | None = None) -> Series:
 
 
 #: series.toml's keys and the type of each (README "series.toml").
-KEYS: dict[str, type] = {"name": str, "base": str, "root": str, "strip": int, "description": str}
+KEYS: dict[str, type] = {
+    "name": str,
+    "base": str,
+    "root": str,
+    "strip": int,
+    "description": str,
+    "env": str,
+}
 _KINDS = {str: "a string", int: "an integer"}
 
 
@@ -173,6 +195,11 @@ def _apply_toml(series: Series, path: Path, data: dict[str, object]) -> None:
     series.strip = strip if isinstance(strip, int) else None
     series.description = str(data.get("description", ""))
     series.root = _root(path, root) if isinstance(root, str) else None
+
+    env = data.get("env")
+    if env is not None and env not in ("light", "full"):
+        raise SeriesError(f'{path}: env must be "light" or "full", not {env!r}')
+    series.env = env if isinstance(env, str) else None
 
 
 def _check_keys(path: Path, data: dict[str, object]) -> None:

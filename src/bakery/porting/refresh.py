@@ -364,7 +364,7 @@ def refresh(
             continue
         own = diffs[k] if k < len(diffs) else None
         changes = {p: (p, b, a) for p, b, a in per_diff[k]}
-        prefixes = labels.get(name) or _labels(own or diffs[-1], strip, root)
+        prefixes = labels.get(name) or _labels(own or (diffs[-1] if diffs else None), strip, root)
         body = render_diff([changes[p] for p in _ordered(own, list(changes))], prefixes, root)
         if body and not is_port and own is not None:
             body = _head_text(own.path.read_bytes()) + body

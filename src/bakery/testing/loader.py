@@ -15,6 +15,14 @@ turns Triton off without a GPU driver. So a ``sys.meta_path`` finder serves ever
 
 "Loads lightly" thus means: without executing any package ``__init__.py`` and
 without reaching a module that is neither in the tree nor stood in.
+
+In the full environment (``BAKERY_ENV=full``, set by ``bakery verify --env full``, which
+runs the tests in an environment holding vLLM's own dependencies: see
+:mod:`bakery.testing.fullenv`) the tree is imported as vLLM itself imports it: every
+package's ``__init__.py`` runs, and a declared stand-in replaces the tree only where the
+host cannot run the real module (``interpreter_only`` under Triton's interpreter) or,
+for a fallback stand-in, where the tree's file fails to load. Each module's origin is
+recorded the same way, so verify says which modules were real and which stood in.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ from bakery.testing.standins import STANDINS, StandIn
 
 #: Environment variable that hands the baked tree to test processes (and ranks).
 TREE_ENV = "BAKERY_TREE"
+#: Environment variable that names the test environment: "light" (default) or "full".
+ENV_MODE = "BAKERY_ENV"
 ROOT_PACKAGE = "vllm"
 
 Kind = Literal["tree", "stand-in", "package"]
@@ -125,9 +135,21 @@ def _reset(module: ModuleType) -> None:
 class TreeFinder(importlib.abc.MetaPathFinder):
     """Serves ``vllm`` and ``vllm.*`` from one baked tree (see the module docstring)."""
 
-    def __init__(self, tree: Path, standins: Mapping[str, StandIn] = STANDINS) -> None:
+    def __init__(
+        self, tree: Path, standins: Mapping[str, StandIn] = STANDINS, *, full: bool = False
+    ) -> None:
         self.tree = tree
         self.standins = standins
+        #: the full environment: packages run their __init__.py (see the module docstring)
+        self.full = full
+
+    def _forced(self, standin: StandIn | None) -> bool:
+        """Whether ``standin`` replaces the tree's module before the tree is tried."""
+        if standin is None or standin.prefer_tree:
+            return False
+        if not self.full:
+            return True
+        return standin.interpreter_only and os.environ.get("TRITON_INTERPRET") == "1"
 
     def find_spec(
         self,
@@ -138,11 +160,19 @@ class TreeFinder(importlib.abc.MetaPathFinder):
         if not _is_ours(fullname):
             return None
         standin = self.standins.get(fullname)
-        if standin is not None and not standin.prefer_tree:
+        if standin is not None and self._forced(standin):
             return importlib.util.spec_from_loader(fullname, _StandInLoader(standin))
+        if self.full and standin is not None and not standin.prefer_tree:
+            standin = None  # the full environment runs the real module, or fails
         base = self.tree.joinpath(*fullname.split("."))
         source = base.parent / (base.name + ".py")
-        if (base / "__init__.py").is_file() or (base.is_dir() and not source.is_file()):
+        init = base / "__init__.py"
+        if self.full and init.is_file():
+            loader = _TreeSourceLoader(fullname, str(init), standin)
+            return importlib.util.spec_from_file_location(
+                fullname, init, loader=loader, submodule_search_locations=[str(base)]
+            )
+        if init.is_file() or (base.is_dir() and not source.is_file()):
             spec = importlib.machinery.ModuleSpec(
                 fullname, _LightPackageLoader(), origin=str(base), is_package=True
             )
@@ -153,6 +183,10 @@ class TreeFinder(importlib.abc.MetaPathFinder):
             return importlib.util.spec_from_file_location(fullname, source, loader=loader)
         if standin is not None:
             return importlib.util.spec_from_loader(fullname, _StandInLoader(standin))
+        if self.full:
+            # as any finder: "not here" (find_spec probes of compiled extensions such as
+            # vllm._C, which a source tree lacks, must see None, as vLLM's code expects)
+            return None
         raise ModuleNotFoundError(
             f"{fullname} is neither in the tree {self.tree} nor declared as a stand-in "
             "in bakery.testing.standins",
@@ -179,7 +213,7 @@ def install(tree: Path | str) -> TreeFinder:
                 f"{ROOT_PACKAGE} is already imported from {getattr(loaded, '__file__', '?')}; "
                 "bakery.testing must be installed before anything imports vllm"
             )
-        finder = TreeFinder(tree)
+        finder = TreeFinder(tree, full=os.environ.get(ENV_MODE) == "full")
         sys.meta_path.insert(0, finder)
         return finder
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bakery.errors import VerifyError
 from bakery.testing import expect
-from bakery.testing.loader import ROOT_PACKAGE, TREE_ENV
+from bakery.testing.loader import ENV_MODE, ROOT_PACKAGE, TREE_ENV
 
 PLUGIN = "bakery.testing.plugin"
 
@@ -67,6 +67,9 @@ class VerifyResult:
     expectations: str | None = None
     #: pytest-xdist workers (1: one process).
     jobs: int = 1
+    #: The test environment: "light" (bakery's own, the light loader) or "full"
+    #: (vLLM's dependencies installed: bakery.testing.fullenv).
+    env: str = "light"
     elapsed: float = 0.0
     junit: Path | None = None
     command: tuple[str, ...] = field(default=(), repr=False)
@@ -123,11 +126,13 @@ def pytest_command(
 
 
 def verify_environment(
-    tree: Path, *, interpret: bool, base: Mapping[str, str] | None = None
+    tree: Path, *, interpret: bool, base: Mapping[str, str] | None = None, mode: str = "light"
 ) -> dict[str, str]:
-    """The subprocess environment: the tree, and Triton's interpreter on or off."""
+    """The subprocess environment: the tree, the loader's mode (light or full), and
+    Triton's interpreter on or off."""
     env = dict(os.environ if base is None else base)
     env[TREE_ENV] = str(tree)
+    env[ENV_MODE] = mode
     if interpret:
         env["TRITON_INTERPRET"] = "1"
     else:
@@ -187,6 +192,7 @@ def run_verify(
     log: Path | None = None,
     series_dir: Path | None = None,
     jobs: int | None = None,
+    env_mode: str = "light",
 ) -> VerifyResult:
     """Run the tests in ``tests_dir`` against ``tree``; pytest prints as it goes.
 
@@ -196,7 +202,9 @@ def run_verify(
     GPU without ``interpret``) and when pytest itself cannot run (usage or internal
     error, interrupted); a test that fails, or no test at all, is ``exit_code`` 1.
     ``series_dir``: the series' data (known defects, expectations per release);
-    ``jobs``: pytest-xdist workers (default :func:`default_jobs`).
+    ``jobs``: pytest-xdist workers (default :func:`default_jobs`); ``env_mode``: "full"
+    when ``python`` is a full environment's interpreter (the loader runs packages'
+    ``__init__.py``; see :mod:`bakery.testing.loader`).
     """
     tests_dir, tree = Path(tests_dir).resolve(), Path(tree).resolve()
     check_inputs(tests_dir, tree, interpret)
@@ -230,7 +238,7 @@ def run_verify(
         )
         started = time.monotonic()
         try:
-            env = verify_environment(tree, interpret=interpret)
+            env = verify_environment(tree, interpret=interpret, mode=env_mode)
             if log is None:
                 code = subprocess.run(command, env=env, check=False).returncode
             else:
@@ -265,6 +273,7 @@ def run_verify(
         unexpected_skips=int((data or {}).get("unexpected_skips", 0)),
         expectations=(data or {}).get("expectations"),
         jobs=jobs,
+        env=env_mode,
         elapsed=elapsed,
         junit=junit,
         command=tuple(command),

@@ -25,6 +25,10 @@ class StandIn:
     reason: str
     build: Callable[[ModuleType], None]
     prefer_tree: bool = False
+    #: In the full environment (``bakery verify --env full``), replace the tree only under
+    #: Triton's interpreter (the host cannot run the real module); elsewhere the real
+    #: module loads, and a stand-in that is not ``prefer_tree`` is not used at all.
+    interpreter_only: bool = False
 
 
 def _triton_utils(module: ModuleType) -> None:
@@ -134,6 +138,7 @@ _DECLARED = (
         "vllm.triton_utils",
         "the real one turns Triton off without a GPU driver; re-exports triton, tl",
         _triton_utils,
+        interpreter_only=True,
     ),
     StandIn(
         "vllm.platforms",

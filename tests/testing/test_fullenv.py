@@ -1,0 +1,140 @@
+"""The full test environment (bakery.testing.fullenv) and the loader's full mode, on small
+synthetic trees: what is installed and what is left out, one real environment built and
+then reused from the cache, an install that fails as one line, and a package whose
+``__init__.py`` runs in the full mode only. The real vLLM environment is
+tests/test_second_series.py's (network)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bakery.errors import VerifyError
+from bakery.sources.cache import Cache
+from bakery.testing import fullenv
+from tests.helpers import write_files
+
+COMMON = """\
+regex # a comment
+msgspec
+torch == 2.13.0
+triton @ https://example.invalid/triton.whl
+protobuf == 7.36.1; platform_machine == "s390x"
+--extra-index-url https://example.invalid/simple
+"""
+CPU = """\
+-r common.txt
+numba == 0.65.0
+torchvision; platform_machine != "riscv64"
+intel-openmp==2024.2.1
+"""
+
+
+def test_requirements_keep_vllms_and_leave_out_bakerys(tmp_path: Path) -> None:
+    write_files(tmp_path, {"requirements/common.txt": COMMON, "requirements/cpu.txt": CPU})
+    gpu = fullenv.requirements(tmp_path, cpu=False)
+    assert gpu.kept == ["regex", "msgspec"]
+    assert gpu.files == ["requirements/common.txt"]
+    assert gpu.dropped == {
+        "torch == 2.13.0": "bakery's own torch serves the tests",
+        "triton @ https://example.invalid/triton.whl": "bakery's own Triton serves the tests",
+        'protobuf == 7.36.1; platform_machine == "s390x"': "not for this host (its marker)",
+    }
+    cpu = fullenv.requirements(tmp_path, cpu=True)
+    assert cpu.kept == ["regex", "msgspec", "numba == 0.65.0"]
+    assert "torchvision" in next(k for k in cpu.dropped if k.startswith("torchvision"))
+    assert cpu.dropped["intel-openmp==2024.2.1"] == "the CPU torch wheel's own runtime, not vLLM's"
+
+
+def test_the_key_follows_the_requirements(tmp_path: Path) -> None:
+    write_files(tmp_path, {"requirements/common.txt": "regex\n"})
+    one = fullenv.requirements(tmp_path, cpu=False)
+    pins = {"torch": "2.13.0+cpu"}
+    assert fullenv.env_key(one, pins) == fullenv.env_key(one, dict(pins))
+    (tmp_path / "requirements/common.txt").write_text("regex\nmsgspec\n")
+    two = fullenv.requirements(tmp_path, cpu=False)
+    assert fullenv.env_key(two, pins) != fullenv.env_key(one, pins)
+    assert fullenv.env_key(one, {"torch": "2.14.0"}) != fullenv.env_key(one, pins)
+
+
+def test_a_tree_without_requirements_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(VerifyError, match="no requirements/common.txt.*--env light"):
+        fullenv.requirements(tmp_path, cpu=True)
+
+
+def test_a_requirements_file_may_not_leave_its_folder(tmp_path: Path) -> None:
+    write_files(tmp_path, {"requirements/common.txt": "-r ../../etc/reqs.txt\n"})
+    with pytest.raises(VerifyError, match="leaves the requirements folder"):
+        fullenv.requirements(tmp_path, cpu=False)
+
+
+def test_an_environment_is_built_once_and_layered_on_bakerys(tmp_path: Path) -> None:
+    """Nothing to install (torch is bakery's): a real venv, whose Python imports bakery's
+    torch through the layer, and which the second call finds in the cache."""
+    write_files(tmp_path / "tree", {"requirements/common.txt": "torch\n"})
+    cache = Cache(tmp_path / "cache")
+    events: list[str] = []
+    first = fullenv.ensure(
+        tmp_path / "tree", cpu=False, cache=cache, events=lambda e, d: events.append(d)
+    )
+    assert first.built and events and "building the full test environment" in events[0]
+    marker = json.loads((cache.root / "envs" / f"{first.key}.json").read_text())
+    assert marker["requirements"] == [] and marker["installed"] == []
+    assert marker["left_out"] == {"torch": "bakery's own torch serves the tests"}
+    assert marker["pins"]["torch"] == fullenv.pins()["torch"]
+    out = subprocess.run(
+        [str(first.python), "-c", "import sys, torch; print(sys.prefix); print(torch.__version__)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert Path(out[0]) == first.path and out[1] == fullenv.pins()["torch"]
+    again = fullenv.ensure(tmp_path / "tree", cpu=False, cache=cache)
+    assert not again.built and again.key == first.key and again.python == first.python
+    assert not list((cache.root / "envs").glob(".build-*"))
+
+
+def test_a_failed_install_is_one_line_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # no index at all: the requirement is not found
+    write_files(tmp_path / "tree", {"requirements/common.txt": "bakery-test-no-such-dist\n"})
+    cache = Cache(tmp_path / "cache")
+    with pytest.raises(VerifyError, match="could not be installed: .*bakery-test-no-such-dist"):
+        fullenv.ensure(tmp_path / "tree", cpu=False, cache=cache)
+    assert [p.name for p in (cache.root / "envs").iterdir()] == []
+
+
+PACKAGE_INIT = "import vllm.side\nINIT_RAN = True\n"
+
+
+@pytest.mark.parametrize("mode", ["light", "full"])
+def test_the_full_mode_runs_packages_init(tmp_path: Path, mode: str) -> None:
+    tree = write_files(
+        tmp_path / "tree",
+        {"vllm/__init__.py": PACKAGE_INIT, "vllm/side.py": "", "vllm/mod.py": "X = 1\n"},
+    )
+    code = (
+        "from bakery.testing import load_tree_module, provenance\n"
+        "import sys\n"
+        "m = load_tree_module('vllm.mod')\n"
+        "print(getattr(sys.modules['vllm'], 'INIT_RAN', False), provenance()['vllm'].kind)\n"
+        "import importlib.util\n"
+        "try:\n"
+        "    print(importlib.util.find_spec('vllm._C'))\n"
+        "except ModuleNotFoundError:\n"
+        "    print('raised')\n"
+    )
+    env = {"BAKERY_TREE": str(tree), "BAKERY_ENV": mode}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        env={**os.environ, **env},
+    )  # fmt: skip
+    # full: a compiled extension the source tree lacks is "not found" (None), as vLLM's
+    # probes expect; light: bakery's own error names the tree and the stand-ins
+    want = ["True", "tree", "None"] if mode == "full" else ["False", "package", "raised"]
+    assert proc.stdout.split() == want
