@@ -191,6 +191,21 @@ def test_drift_warning_names_the_changed_function(cli: Cli, home: Path, tmp_path
     assert "warnings" not in d
 
 
+def test_drift_warning_finds_a_function_inside_an_if(cli: Cli, home: Path, tmp_path: Path) -> None:
+    """A definition inside ``if``/``try`` (a fallback, a platform branch) is found as the
+    guard finds it: the warning names it, not nothing."""
+    code = "import sys\n\nif sys.platform:\n" + "".join(
+        "    " + line if line else "" for line in CODE.splitlines(keepends=True)
+    )
+    release("1.0.0", {"vllm/mod.py": code})
+    release("1.1.0", {"vllm/mod.py": code.replace("w = 0", "w = 10")})
+    series(home, code, code.replace("        y = 2\n", "        y = 3\n"))
+    r = cli("apply", "s", "--vllm", "1.1.0", "--out", "out", "--json", "r.json")
+    assert r.exit_code == 0, r.output
+    (d,) = json.loads((tmp_path / "r.json").read_text())["diffs"]
+    assert d.get("warnings") and "function b" in d["warnings"][0], d
+
+
 def test_matrix_reports(cli: Cli, conflicting: str, tmp_path: Path) -> None:
     release("1.2.0", {"vllm/mod.py": BASE})
     r = cli(

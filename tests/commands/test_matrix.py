@@ -214,7 +214,7 @@ def test_two_jobs_run_in_spawned_workers_that_share_the_cores(
     rows come back as rows, the same as with one job."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from bakery.commands import matrix
+    import bakery.commands.matrix as matrix
 
     pools: list[dict[str, object]] = []
 

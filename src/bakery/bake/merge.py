@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bakery.checks.pyindex import Definition, definitions, span
 from bakery.git import cmd as gitutil
 from bakery.patch.engine import FileResult, HunkResult, Outcome, apply_file
 from bakery.patch.parse import Diff, FilePatch
@@ -311,30 +312,17 @@ def diagnose(res: FileResult, fp: FilePatch, target: Pristine, base: Pristine | 
 # --- drift warnings -------------------------------------------------------------------------------
 
 
-def _defs(source: bytes) -> dict[str, ast.AST]:
+def _defs(source: bytes) -> dict[str, Definition]:
     try:
-        tree = ast.parse(source)
+        return definitions(ast.parse(source))
     except (SyntaxError, ValueError):
         return {}
-    out: dict[str, ast.AST] = {}
-
-    def walk(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                name = f"{prefix}{child.name}"
-                out[name] = child
-                walk(child, name + ".")
-
-    walk(tree, "")
-    return out
 
 
-def _touched(defs: dict[str, ast.AST], ranges: list[tuple[int, int]]) -> list[str]:
+def _touched(defs: dict[str, Definition], ranges: list[tuple[int, int]]) -> list[str]:
     names = []
     for name, node in defs.items():
-        lineno: int = getattr(node, "lineno", 0)
-        start = min([lineno, *[d.lineno for d in getattr(node, "decorator_list", [])]])
-        end = getattr(node, "end_lineno", None) or start
+        start, end = span(node)
         if any(a <= end and start <= b for a, b in ranges):
             names.append(name)
     # the innermost names are the ones that say most; drop a class when a method is named

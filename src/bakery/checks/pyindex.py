@@ -118,12 +118,30 @@ def _assigned(node: ast.stmt) -> list[str]:
     return []
 
 
-def _walk_defs(node: ast.AST, prefix: str, out: dict[str, tuple[int, int]]) -> None:
+#: The nodes that define a name a hunk can sit inside.
+Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+
+
+def definitions(tree: ast.AST) -> dict[str, Definition]:
+    """Every definition in ``tree`` by dotted name (``Class.method``), those inside
+    ``if``/``try`` blocks included: the one finder of enclosing definitions (the guard's
+    spans and merge's drift warnings both use it)."""
+    out: dict[str, Definition] = {}
+    _walk_defs(tree, "", out)
+    return out
+
+
+def span(node: Definition) -> tuple[int, int]:
+    """The lines of a definition, its decorators included."""
+    start = min([node.lineno, *[d.lineno for d in node.decorator_list]])
+    return start, node.end_lineno or node.lineno
+
+
+def _walk_defs(node: ast.AST, prefix: str, out: dict[str, Definition]) -> None:
     for child in ast.iter_child_nodes(node):
         if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             name = f"{prefix}{child.name}"
-            start = min([child.lineno, *[d.lineno for d in child.decorator_list]])
-            out[name] = (start, child.end_lineno or child.lineno)
+            out[name] = child
             _walk_defs(child, name + ".", out)
         elif not isinstance(child, (ast.expr, ast.Lambda)):
             _walk_defs(child, prefix, out)  # defs inside if/try blocks
@@ -177,7 +195,7 @@ def index(source: bytes, package: str = "") -> PyIndex:
     except (SyntaxError, ValueError):
         return PyIndex()
     out = PyIndex(tree=tree)
-    _walk_defs(tree, "", out.defs)
+    out.defs = {name: span(node) for name, node in definitions(tree).items()}
     for node in _top(tree.body):
         sig = _signature(node)
         if sig is not None:

@@ -18,6 +18,7 @@ from packaging.version import Version
 from bakery.bake import treecopy
 from bakery.bake.strict import needs_review
 from bakery.errors import BakeryError, ReportedError, UsageError
+from bakery.model.results import VerifyState
 from bakery.safety import limits
 from bakery.safety.text import clean, md_cell
 
@@ -222,7 +223,7 @@ def _verify(row: Row, series: str, out: Path, interpret: bool) -> None:
     row.known_defects = dict(result.known_defects)
 
 
-def verify_state(exit_code: int, known_defects: dict[str, int]) -> str:
+def verify_state(exit_code: int, known_defects: dict[str, int]) -> VerifyState:
     """A verify run as one state: a known defect is neither a pass nor a failure."""
     if exit_code != 0:
         return "failed"

@@ -1,10 +1,11 @@
 """Reading a vLLM checkout's history (the cached mirror of a ``git+`` source): the last
 release before a commit, and the commits since then that touched given lines of a file.
 
-Through GitPython (issue 13), with the configuration policy and the clean environment of
-cmd.py, the one git door (cmd.config_args, cmd.clean_env: no user or system config, no
-program a repository configures, no prompts), so that a foreign repository's config or
-hooks never run; the mirror read is one remote.mirror_intact accepts (gitsource.git_mirror).
+Through cmd.py, the one git door (its configuration policy and clean environment: no
+user or system config, no program a repository configures, no prompts), with
+``diff.external`` forced off as well, so that a foreign repository's config or hooks never
+run; the mirror read is one remote.mirror_intact accepts (gitsource.git_mirror). GitPython
+did this once (issue 13); it only launched git, so it went.
 Lines are followed through history by ``git log -L``, which moves a range with the edits
 above it: a commit counts when it changed the range as it stood at that commit, not only
 the lines as they are now.
@@ -17,11 +18,6 @@ from pathlib import Path
 
 from bakery.git import cmd as gitutil
 
-#: cmd.py's policy (every key that would run a program forced off, protocols refused), so
-#: that GitPython runs git as the one git door does; -L diffs file versions: no external
-#: diff runs either.
-_NO_FOREIGN_CODE = ("--literal-pathspecs", *gitutil.config_args({"diff.external": ""}))
-
 
 @dataclass(frozen=True)
 class Commit:
@@ -30,21 +26,13 @@ class Commit:
 
 
 def _git(repo: Path, *args: str) -> str:
-    import git as gitpython  # GitPython, imported lazily: it is slow to import
-
-    try:
-        cmdline = ["git", *_NO_FOREIGN_CODE, *args]
-        if args[0] == "log":  # -L diffs file versions: no textconv or external diff runs
-            cmdline[len(_NO_FOREIGN_CODE) + 2 : len(_NO_FOREIGN_CODE) + 2] = [
-                "--no-textconv",
-                "--no-ext-diff",
-            ]
-        return str(gitpython.Repo(repo).git.execute(cmdline, env=gitutil.clean_env()))
-    except gitpython.GitCommandError as e:
-        lines = (e.stderr or str(e)).strip().splitlines()
-        raise gitutil.GitError(f"git {args[0]}: {lines[-1] if lines else 'failed'}") from None
-    except gitpython.exc.GitError as e:
-        raise gitutil.GitError(f"{repo}: {e}") from None
+    if args[0] == "log":  # -L diffs file versions: no textconv or external diff runs
+        args = ("log", "--no-textconv", "--no-ext-diff", *args[1:])
+    proc = gitutil.git_proc(repo, *args, extra={"diff.external": ""})
+    if proc.returncode != 0:
+        lines = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise gitutil.GitError(f"git {args[0]}: {lines[-1] if lines else 'failed'}")
+    return proc.stdout.decode("utf-8", errors="surrogateescape")
 
 
 def last_release(repo: Path, commit: str) -> str | None:

@@ -7,7 +7,7 @@ a token in it is never written to disk, and a mirror restored from another run c
 redirect the fetch (``remote.*.url``, ``uploadpack``) or run anything: a mirror whose
 configuration holds more than ``git init --bare`` writes is removed and fetched again.
 Hand-written over GitPython: GitPython starts git its own way, outside this policy
-(GitPython stays for reading history, in history.py). A failure is git's own line
+(history.py reads history through cmd.py as well). A failure is git's own line
 (its ``fatal:`` line, not the last one), with credentials hidden.
 """
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bakery import __version__
-from bakery.model.results import FileResult, Outcome, worst
+from bakery.model.results import BakeStatus, FileResult, HunkResult, Outcome, worst
 
 MANIFEST = Path(".bakery") / "manifest.json"
 
@@ -52,12 +52,38 @@ class DiffResult:
             d["notes"] = self.notes
         return d
 
+    @classmethod
+    def from_json(cls, d: dict[str, object]) -> DiffResult:
+        """A diff of a JSON report (``to_json``'s form; the files without their content);
+        TypeError, KeyError or ValueError for one of another shape."""
+        files = d.get("files", [])
+        warnings = d.get("warnings", [])
+        commit = d.get("commit")
+        if not isinstance(files, list) or not isinstance(warnings, list):
+            raise TypeError("files, warnings")
+        if not isinstance(d["name"], str) or not isinstance(d.get("sha256", ""), str):
+            raise TypeError("name, sha256")
+        if commit is not None and not isinstance(commit, str):
+            raise TypeError("commit")
+        return cls(
+            name=d["name"],
+            sha256=str(d.get("sha256", "")),
+            files=[
+                FileResult(
+                    str(f["path"]), [HunkResult.from_json(h) for h in f["hunks"]], content=None
+                )
+                for f in files
+            ],
+            commit=commit,
+            warnings=[str(w) for w in warnings],
+        )
+
 
 @dataclass
 class BakeReport:
     series_name: str
     series_path: str | None
-    status: str = "error"  # baked | conflict | error | checked
+    status: BakeStatus = "error"
     error: str | None = None
     version: str | None = None
     source: str | None = None

@@ -11,7 +11,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol
+from typing import Literal, Protocol
+
+#: What a bake (or check) came to: the report's ``status``.
+BakeStatus = Literal["baked", "conflict", "error", "checked"]
+#: What a verify of a baked tree came to (matrix): a known defect is neither a pass nor a
+#: failure; "error" is a verify asked for that could not run.
+VerifyState = Literal["passed", "known-defects", "failed", "error"]
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"not a number: {value!r}")
+    return value
+
+
+def _text(value: object) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"not text: {value!r}")
+    return value
 
 
 class RenderedHunk(Protocol):
@@ -92,6 +110,35 @@ class HunkResult:
         if self.uses:
             d["uses"] = self.uses
         return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, object]) -> HunkResult:
+        """The hunk of a JSON report (``to_json``'s form); TypeError, KeyError or
+        ValueError for one of another shape."""
+        also = d.get("also_matches", [])
+        uses = d.get("uses", [])
+        if not isinstance(also, list) or not isinstance(uses, list):
+            raise TypeError("also_matches, uses")
+        return cls(
+            index=_int(d["index"]),
+            status=Outcome(d["status"]),
+            line=_int(d["line"]),
+            offset=_int(d.get("offset", 0)),
+            fuzz=_int(d.get("fuzz", 0)),
+            reason=_text(d.get("reason")),
+            action=_text(d.get("action")),
+            also_matches=[_int(n) for n in also],
+            moved_def=_moved(d.get("moved_def")),
+            uses=[str(_text(u)) for u in uses],
+        )
+
+
+def _moved(value: object) -> tuple[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TypeError("moved_def")
+    return str(_text(value["base"])), str(_text(value["target"]))
 
 
 @dataclass
