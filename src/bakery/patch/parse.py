@@ -508,18 +508,7 @@ class _Parser:
         fp = FilePatch(old_name=old, new_name=new, diff_line=lineno, git=git_hdr is not None)
         fp.crlf_stripped = self.strip_cr
         if git_hdr is not None:
-            modes = git_hdr.modes
-            if "new_file" in modes:
-                fp.new_mode = modes["new_file"]
-            if "deleted" in modes:
-                fp.old_mode = modes["deleted"]
-            if "new_mode" in modes:
-                fp.old_mode = modes.get("old_mode")
-                fp.new_mode = modes["new_mode"]
-            if ("new_file" in modes) != (old == DEV_NULL):
-                raise self.err(lineno, "'new file mode' and the --- header disagree")
-            if ("deleted" in git_hdr.modes) != (new == DEV_NULL):
-                raise self.err(lineno, "'deleted file mode' and the +++ header disagree")
+            self._git_modes(fp, git_hdr, lineno)
         if old == DEV_NULL and new == DEV_NULL:
             raise self.err(lineno, "both sides are /dev/null")
         while self.i < len(self.lines) and self.lines[self.i].startswith("@@"):
@@ -533,6 +522,21 @@ class _Parser:
         self.hunk_end = self.i
         self._check_order(fp)
         return fp
+
+    def _git_modes(self, fp: FilePatch, git_hdr: _GitHeader, lineno: int) -> None:
+        """The modes of git's extended header, checked against the ---/+++ names."""
+        modes = git_hdr.modes
+        if "new_file" in modes:
+            fp.new_mode = modes["new_file"]
+        if "deleted" in modes:
+            fp.old_mode = modes["deleted"]
+        if "new_mode" in modes:
+            fp.old_mode = modes.get("old_mode")
+            fp.new_mode = modes["new_mode"]
+        if ("new_file" in modes) != (fp.old_name == DEV_NULL):
+            raise self.err(lineno, "'new file mode' and the --- header disagree")
+        if ("deleted" in modes) != (fp.new_name == DEV_NULL):
+            raise self.err(lineno, "'deleted file mode' and the +++ header disagree")
 
     def _check_order(self, fp: FilePatch) -> None:
         prev_end = 0
