@@ -326,6 +326,35 @@ def apply_hunks(
     return join_lines(lines, eols), results, failed
 
 
+def _create(fp: FilePatch, old: bytes | None, mode: int | None) -> FileResult:
+    """A file the diff creates: written, already there as the diff has it, or in the way."""
+    path = fp.path
+    h = fp.hunks[0] if fp.hunks else None
+    body = b"" if h is None else _new_file_content(h)
+    if old is not None:
+        if old == body:
+            return FileResult(
+                path,
+                [HunkResult(1, Outcome.ALREADY, 1, 0, 0, "the new file already exists")],
+                old,
+                mode,
+            )
+        return FileResult(
+            path,
+            [
+                HunkResult(
+                    1, Outcome.FAILED, 1, 0, 0, "the new file already exists with other content"
+                )
+            ],
+            None,
+            mode,
+            failed_hunks=[h] if h else [],
+        )
+    return FileResult(
+        path, [HunkResult(1, Outcome.APPLIED, 1)], body, mode if mode is not None else 0o644
+    )
+
+
 def apply_file(
     fp: FilePatch, old: bytes | None, fuzz: int = 0, old_mode: int | None = None
 ) -> FileResult:
@@ -333,30 +362,7 @@ def apply_file(
     path = fp.path
     mode = fp.new_mode if fp.new_mode is not None else old_mode
     if fp.is_new:
-        h = fp.hunks[0] if fp.hunks else None
-        body = b"" if h is None else _new_file_content(h)
-        if old is not None:
-            if old == body:
-                return FileResult(
-                    path,
-                    [HunkResult(1, Outcome.ALREADY, 1, 0, 0, "the new file already exists")],
-                    old,
-                    mode,
-                )
-            return FileResult(
-                path,
-                [
-                    HunkResult(
-                        1, Outcome.FAILED, 1, 0, 0, "the new file already exists with other content"
-                    )
-                ],
-                None,
-                mode,
-                failed_hunks=[h] if h else [],
-            )
-        return FileResult(
-            path, [HunkResult(1, Outcome.APPLIED, 1)], body, mode if mode is not None else 0o644
-        )
+        return _create(fp, old, mode)
     if old is None and not fp.is_delete and len(fp.hunks) == 1 and not fp.hunks[0].old_len:
         # GNU patch: a missing file whose one hunk adds to nothing (@@ -0,0 +1,N @@, without
         # diff -N's epoch date) is patched as an empty file, so it is created

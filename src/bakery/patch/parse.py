@@ -556,9 +556,9 @@ class _Parser:
                 fp.hunks[0].diff_line, "a deleted file must have one hunk ending at +0,0"
             )
 
-    def _hunk(self, fp: FilePatch, index: int) -> Hunk:
-        lineno = self.i + 1
-        header = self.lines[self.i]
+    def _hunk_header(self, lineno: int) -> tuple[int, int, int, int]:
+        """The four numbers of the ``@@ -a,b +c,d @@`` line at ``lineno``, checked."""
+        header = self.lines[lineno - 1]
         m = _HUNK_RE.match(header)
         if not m:
             raise self.err(lineno, f"malformed hunk header {header[:80]!r}")
@@ -568,6 +568,11 @@ class _Parser:
         old_start, old_len, new_start, new_len = nums
         if (old_len and not old_start) or (new_len and not new_start):
             raise self.err(lineno, "hunk header starts at line 0 but has lines")
+        return old_start, old_len, new_start, new_len
+
+    def _hunk(self, fp: FilePatch, index: int) -> Hunk:
+        lineno = self.i + 1
+        old_start, old_len, new_start, new_len = self._hunk_header(lineno)
         self.i += 1
         lines: list[tuple[str, str]] = []
         old_seen = new_seen = 0

@@ -271,6 +271,19 @@ def _target(
     return home / "patches" / series.name / version, True
 
 
+def _made_from(
+    series: Series, home: Path, port_rel: str | None, raw: dict[str, Any], tree: Path
+) -> provenance.Record | None:
+    """What the refreshed diffs are made from (FROM.toml); a tree baked from a port makes
+    the series use that port."""
+    if not (port_rel and (home / port_rel).is_dir()):
+        return provenance.of_series(series.path, "refresh")
+    series.use_port(paths.inside(home, port_rel, f"--tree {tree}: port"))
+    if provenance.carried(series.path, raw):  # a resolved `port --update` tree
+        return provenance.of_series(series.path, "update")
+    return provenance.read(series.diffs_dir)
+
+
 def refresh(
     series_spec: str,
     tree: Path,
@@ -304,12 +317,7 @@ def refresh(
     # what the refreshed port is made from: the series' diffs now, or, for a tree baked
     # from a port, what that port was made from (a stale port stays stale until the
     # series' change is carried into it: ``bakery port --update``)
-    record: provenance.Record | None = provenance.of_series(series.path, "refresh")
-    if port_rel and (home / port_rel).is_dir():
-        series.use_port(paths.inside(home, port_rel, f"--tree {tree}: port"))
-        record = provenance.read(series.diffs_dir)
-        if provenance.carried(series.path, manifest.raw):  # a resolved `port --update` tree
-            record = provenance.of_series(series.path, "update")
+    record = _made_from(series, home, port_rel, manifest.raw, tree)
     diffs = series.load_diffs()
     for d in diffs:
         d.resolve_paths(strip, root)
