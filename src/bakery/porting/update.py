@@ -144,7 +144,7 @@ class _Sides:
     target: Pristine
 
     def file(self, side: str, k: int, path: str) -> bytes | None:
-        states = getattr(self, side)
+        states: list[dict[str, bytes | None]] = getattr(self, side)
         if k >= 0 and path in states[k]:
             return states[k][path]
         tree = self.target if side == "port" else self.base
