@@ -179,6 +179,7 @@ def plan(
         source=pristine.source,
         sha256=pristine.sha256,
         commit=pristine.commit,
+        identity=pristine.identity.to_json() if pristine.identity else None,
         port=display_path(series.port) if series.port else None,
         layout={"strip": strip, "root": root, "detected": detected},
     )

@@ -299,7 +299,7 @@ def apply(
     asked = hints.Asked(series, vllm, no_port=no_port, out=out, fuzz=fuzz, no_merge=no_merge)
     _show_report(report, hints.after_bake(report, asked))
     code = 0 if report.status == "baked" else 1
-    raise typer.Exit(code=code or _strict(strict, [d.to_json() for d in report.diffs]))
+    raise typer.Exit(code=code or _strict(strict, [d.to_json() for d in report.diffs], report))
 
 
 @app.command(cls=BakeryCommand)
@@ -342,7 +342,7 @@ def check(
     asked = hints.Asked(series, vllm, no_port=no_port, fuzz=fuzz, no_merge=no_merge)
     _show_report(report, hints.after_bake(report, asked))
     code = 0 if report.ok else 1
-    code = code or _strict(strict, [d.to_json() for d in report.diffs])
+    code = code or _strict(strict, [d.to_json() for d in report.diffs], report)
     if up_to_date and code == 0:
         stale = commands.up_to_date(series, events=_events, vllm=vllm)
         for line in stale:
@@ -351,11 +351,14 @@ def check(
     raise typer.Exit(code=code)
 
 
-def _strict(strict: bool, diffs: list[dict[str, object]]) -> int:
-    """--strict: 1 (and each refused hunk on stderr) when a hunk applied but not exactly."""
-    from bakery.bake.strict import strict_problems
+def _strict(strict: bool, diffs: list[dict[str, object]], report: BakeReport | None = None) -> int:
+    """--strict: 1 (and each refused hunk on stderr) when a hunk applied but not exactly,
+    or a release's port was taken for a tree that is not that release."""
+    from bakery.bake.strict import identity_problems, strict_problems
 
     problems = strict_problems(diffs) if strict else []
+    if strict and report is not None:
+        problems += identity_problems(report.to_json())
     for line in problems:
         err_console.print(f"[red]strict:[/] {_safe(line)}", markup=True, soft_wrap=True)
     return 1 if problems else 0

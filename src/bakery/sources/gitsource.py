@@ -122,6 +122,7 @@ def git_source(spec: str, cache: Cache, defer_check: bool = False) -> Pristine:
         None,
         True,
         commit=entry.meta.get("upstream"),
+        describe=entry.meta.get("describe"),
         pending=(cache, key, entry) if entry.check else None,
         hold=hold,
     )
@@ -147,5 +148,15 @@ def _build(cache: Cache, key: str, mirror: Path, url: str, commit: str) -> Entry
             "sha256": None,
             "version": _local_version(top),
             "upstream": commit,
+            "describe": _describe(mirror, commit),
         }
         return cache.commit_tree(key, top, meta)
+
+
+def _describe(mirror: Path, commit: str) -> str | None:
+    """``git describe --tags --long`` of the commit (v0.31.0-12-g<abbrev>): the release
+    it claims to follow, for its identity (sources/identity.py); None without a tag."""
+    out = gitutil.git(
+        mirror, "describe", "--tags", "--long", "--match", "v[0-9]*", commit, check=False
+    ).strip()
+    return out or None

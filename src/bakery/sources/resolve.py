@@ -28,6 +28,7 @@ from bakery.sources import bounded, versions
 from bakery.sources.cache import Cache, Entry, Hold
 
 if TYPE_CHECKING:
+    from bakery.sources.identity import Identity
     from bakery.sources.index import IndexFile
 
 #: (bytes done, bytes total or None) while downloading.
@@ -49,6 +50,10 @@ class Pristine:
     package_dir: Path | None = None
     #: The upstream commit of a git+ source or a local checkout (the manifest records it).
     commit: str | None = None
+    #: ``git describe --tags --long`` of a git+ source's commit, where it has a release tag.
+    describe: str | None = None
+    #: What the tree is (sources/identity.py), once commands ask; None until then.
+    identity: Identity | None = field(default=None, compare=False)
     #: resolve(defer_check=True) of a cached tree: its look for changed files, running.
     pending: tuple[Cache, str, Entry] | None = field(default=None, repr=False, compare=False)
     #: A cached tree's entry, held in use until close() (cache clean leaves it alone).
