@@ -82,8 +82,8 @@ class _SessionState:
         self.worker = worker
         self.counts = dict.fromkeys(_COUNTS, 0)
         self.pools = RankPools()
-        self.bake = expect.Bake.of(tree)
         try:
+            self.bake = expect.Bake.of(tree, series)
             self.defects = expect.load_defects(series) if series else {}
             self.expected = (
                 expect.load_expectations(series, self.bake.release, interpret=interpret)
