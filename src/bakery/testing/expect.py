@@ -93,7 +93,8 @@ class Bake:
         except (OSError, ValueError):
             return cls(None)
         vllm = data.get("vllm") or {}
-        ident = vllm.get("identity") if isinstance(vllm.get("identity"), dict) else {}
+        found = vllm.get("identity")
+        ident: dict[str, Any] = found if isinstance(found, dict) else {}
         declared = vllm.get("version") or ident.get("claims")
         declared = str(declared) if declared else None
         pristine = bool(ident.get("pristine", True))
