@@ -251,6 +251,9 @@ def make_fallback(
     out. Lines are merged first, then by syntax (synmerge.py): apply, check and port use
     one engine. defer_check: see sources.resolve (the caller confirms and closes
     fallback.base)."""
+    port_release = _port_release(series)
+    if port_release is not None:
+        return _port_fallback(series, target, cache, port_release, merge, progress, defer_check)
     base = None
     if (
         merge
@@ -260,6 +263,37 @@ def make_fallback(
     ):
         base = sources.release(series.base, cache, progress, defer_check)
     return Fallback(series, target, base, merge, syntax=merge)
+
+
+def _port_release(series: Series) -> str | None:
+    """The release a port in use was made for (its folder's name), if it is one."""
+    if series.port is None or not sources.is_version(series.port.name):
+        return None
+    return series.port.name
+
+
+def _port_fallback(
+    series: Series,
+    target: Pristine,
+    cache: Cache,
+    release: str,
+    merge: bool,
+    progress: Progress | None,
+    defer_check: bool,
+) -> Fallback:
+    """A port taken for a tree that is not its release's (a checkout of main after 0.34.0
+    takes 0.34.0's port): where a hunk of the port fails, the merge's common ancestor is
+    the port's release and "ours" the port on it, as ``bakery port`` merges; never the
+    series' base with its own diffs, which would bring back code the port had left."""
+    if not merge or _is_base(target, release):
+        return Fallback(series, target, None, merge)
+    if target.sha256 is None and cache.tree_entry(f"vllm-{release}") is None:
+        return Fallback(series, target, None, merge)
+    base = sources.release(release, cache, progress, defer_check)
+    start = load_series(str(series.path))
+    if series.port is not None:
+        start.use_port(series.port)
+    return Fallback(series, target, base, merge, syntax=True, start=start)
 
 
 def _is_base(target: Pristine, base: str) -> bool:

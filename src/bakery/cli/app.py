@@ -793,6 +793,54 @@ def port(
     raise typer.Exit(code=0 if result.ok else 1)
 
 
+@app.command(cls=BakeryCommand)
+@handled
+def bisect(
+    series: SeriesArg,
+    vllm: Annotated[
+        str, typer.Option("--vllm", metavar="git+URL", help="The upstream repository.")
+    ],
+    good: Annotated[
+        str, typer.Option("--good", metavar="REF", help="A commit where the series bakes.")
+    ],
+    bad: Annotated[
+        str, typer.Option("--bad", metavar="REF", help="A later commit where it does not.")
+    ],
+    verify: Annotated[
+        bool,
+        typer.Option("--verify", help="Also run the series' tests on each commit's bake."),
+    ] = False,
+    interpret: Annotated[
+        bool,
+        typer.Option("--interpret/--gpu", help="Verify on the CPU (Triton interpreter) or a GPU."),
+    ] = True,
+    out: Annotated[
+        Path, typer.Option("--out", metavar="DIR", help="Scratch folder for the bakes.")
+    ] = Path("build/bisect"),
+    json_file: JsonOpt = None,
+) -> None:
+    """Name the first upstream commit (first-parent, from --good to --bad) that breaks
+    the series: on apply, or with --verify on apply plus the series' tests."""
+    from bakery.commands.bisect import bisect as run_bisect
+
+    _json_target(json_file)
+    _preflight((json_file, "--json"))
+    result = run_bisect(
+        series,
+        vllm=vllm,
+        good=good,
+        bad=bad,
+        verify=verify,
+        interpret=interpret,
+        out_root=out,
+        events=_events,
+    )
+    if json_file is not None:
+        write_json(json_file, result.to_json())
+    render.bisect_result(human(), result)
+    raise typer.Exit(code=0 if result.ok else 1)
+
+
 def _add_subcommands() -> None:
     from bakery.cli.cache import cache_app
 

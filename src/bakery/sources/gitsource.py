@@ -160,3 +160,11 @@ def _describe(mirror: Path, commit: str) -> str | None:
         mirror, "describe", "--tags", "--long", "--match", "v[0-9]*", commit, check=False
     ).strip()
     return out or None
+
+
+def mirror_commit(url: str, ref: str, cache: Cache) -> tuple[Path, str]:
+    """The cached mirror of url (fetched as a bake would) and the commit ref names in it:
+    for commands that walk history (bakery bisect); the mirror is only read."""
+    key = _mirror_key(url)
+    with cache.lock(key):
+        return _mirror_commit(url, ref, cache, key)
