@@ -40,6 +40,10 @@ def test_pin_newest_turns_the_pin_off(baked_tree):
     wheres = [ast.unparse(n) for n in ast.walk(fn)
               if isinstance(n, ast.Call) and ast.unparse(n.func) == "tl.where"]
     assert any(name in w for w in wheres for name in set_there), wheres
+    # ... and before the scores are stored
+    stores = [n.lineno for n in ast.walk(fn) if isinstance(n, ast.Call)
+              and ast.unparse(n).startswith("tl.store(scores")]
+    assert stores and all(g.lineno < min(stores) for g in gated)
 """
 
 FLAKY = """
@@ -89,6 +93,7 @@ def test_bisect_on_apply_names_the_commit_that_moved_the_file(cli, tmp_path, hom
     assert "first bad commit" in out
 
 
+@pytest.mark.slow
 def test_bisect_with_verify_names_the_rewrite_that_broke_the_promise(cli, tmp_path, home, upstream):
     # Every commit up to the move bakes (the syntax merge joins the rewrite), but the
     # rewrite drops what PIN_NEWEST switched: only verify sees it.
@@ -101,6 +106,7 @@ def test_bisect_with_verify_names_the_rewrite_that_broke_the_promise(cli, tmp_pa
     assert any(h["status"] == "merged-syntax" for h in rep["hunks"]), rep["hunks"]
 
 
+@pytest.mark.slow
 def test_a_verify_failure_that_does_not_reproduce_is_never_the_culprit(
     cli, tmp_path, home, upstream
 ):

@@ -29,7 +29,7 @@ from bakery.cli.parsing import (
     PytestArgsCommand,
     Word,
 )
-from bakery.errors import BakeryError, ReportedError
+from bakery.errors import BakeryError, ReportedError, UsageError
 from bakery.model.report import BakeReport
 from bakery.outputs import check as check_output
 from bakery.outputs import is_stdout, write_json
@@ -745,8 +745,23 @@ def summarize(
 def port(
     series: SeriesArg,
     vllm: Annotated[
-        str, typer.Option("--vllm", metavar="VERSION", help="The release to port the series to.")
-    ],
+        str | None,
+        typer.Option(
+            "--vllm",
+            metavar="SPEC",
+            help="The release to port the series to; or a tree or git+URL@REF that is no "
+            "release: its port goes to patches/SERIES/next/.",
+        ),
+    ] = None,
+    promote: Annotated[
+        str | None,
+        typer.Option(
+            "--promote",
+            metavar="VERSION",
+            help="Move patches/SERIES/next/ to the release's port: as it is where the "
+            "release's files are the ones it was proven on, else once re-proven on it.",
+        ),
+    ] = None,
     upstream: Annotated[
         Path | None,
         typer.Option(
@@ -777,6 +792,11 @@ def port(
     from bakery.commands.port import port as run_port
 
     _json_target(json_file)
+    if (vllm is None) == (promote is None):
+        raise UsageError("bakery port needs --vllm SPEC or --promote VERSION (one of them)")
+    if promote is not None:
+        _promote(series, promote, interpret, out, json_file)
+    assert vllm is not None
     result = run_port(
         series,
         vllm=vllm,
@@ -839,6 +859,24 @@ def bisect(
         write_json(json_file, result.to_json())
     render.bisect_result(human(), result)
     raise typer.Exit(code=0 if result.ok else 1)
+
+
+def _promote(series: str, version: str, interpret: bool, out: Path, json_file: Path | None) -> None:
+    from bakery.commands.port_next import promote
+
+    done = promote(series, version, interpret=interpret, out_root=out, events=_events)
+    if json_file is not None:
+        write_json(json_file, done.to_json())
+    console = human()
+    if done.ok:
+        console.print(f"[bold green]promoted[/] to {_safe(str(done.port))} ({done.how})")
+    else:
+        console.print(f"[bold red]not promoted[/]: {_safe(done.note or '')}", soft_wrap=True)
+        for rel in done.differs:
+            console.print(f"  differs: {_safe(rel)}", soft_wrap=True)
+        if done.verify:
+            console.print(f"  verify on the release: {_safe(done.verify)}", soft_wrap=True)
+    raise typer.Exit(code=0 if done.ok else 1)
 
 
 def _add_subcommands() -> None:

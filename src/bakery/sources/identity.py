@@ -107,7 +107,7 @@ def _is_release(version: str | None) -> bool:
     return not (v.is_devrelease or v.local is not None)
 
 
-def _sdist_only(rel: str) -> bool:
+def sdist_only(rel: str) -> bool:
     top = rel.split("/", 1)[0]
     return rel == "PKG-INFO" or top.endswith(".egg-info") or rel == "vllm/_version.py"
 
@@ -186,7 +186,7 @@ def differences(tree: Listing, release: Listing) -> list[str]:
     """Paths where the tree is not the release (sorted)."""
     out = []
     for rel, (mode, sha) in release.items():
-        if _sdist_only(rel):
+        if sdist_only(rel):
             continue
         have = tree.get(rel)
         if have is None or have[1] != sha or (have[0] == "120000") != (mode == "120000"):
