@@ -148,3 +148,18 @@ def test_a_listing_never_follows_a_link(tmp_path: Path) -> None:
     assert listing["vllm/link"][0] == "120000"
     # the blob ids are git's own
     assert listing["vllm/a.py"][1] == git(root, "hash-object", "vllm/a.py").strip()
+
+
+def test_a_local_checkout_claims_the_release_it_describes_from(cli, tmp_path, upstream) -> None:
+    up = tmp_path / "up"
+    git(up, "checkout", "-q", upstream["dsa: a note on padding"])
+    r = cli("check", "dsa", "--vllm", up, "--json", "r.json")
+    assert r.exit_code == 0, r.output
+    ident = _json("r.json")["vllm"]["identity"]  # type: ignore[index]
+    assert ident["claims"] == "0.30.0" and ident["describe"].startswith("v0.30.0-1-g")
+    assert re.fullmatch(r"0\.30\.0\+local\.[0-9a-f]{12}", ident["version"])
+    # the tag itself, checked out: the pristine release
+    git(up, "checkout", "-q", "v0.31.0")
+    r = cli("check", "dsa", "--vllm", up, "--json", "t.json", "--strict")
+    assert r.exit_code == 0, r.output
+    assert _json("t.json")["vllm"]["identity"]["version"] == "0.31.0"  # type: ignore[index]

@@ -296,6 +296,7 @@ def _local_source(path: Path, allow_dirty: bool) -> Pristine:
         return Pristine(path.parent, version, str(path), None, package_dir=path)
     paths.git_link(path, f"--vllm {path}")
     commit = None
+    describe = ""
     if (path / ".git").exists():
         gitutil.check_foreign(path, f"--vllm {path}")
         changes = gitutil.dirty(path)
@@ -306,7 +307,13 @@ def _local_source(path: Path, allow_dirty: bool) -> Pristine:
             )
         head = gitutil.git(path, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False)
         commit = head.strip() or None
-    return Pristine(path, _local_version(path), str(path), None, commit=commit)
+        if commit:  # the release it follows, for its identity (sources/identity.py)
+            describe = gitutil.git(
+                path, "describe", "--tags", "--long", "--match", "v[0-9]*", commit, check=False
+            ).strip()
+    return Pristine(
+        path, _local_version(path), str(path), None, commit=commit, describe=describe or None
+    )
 
 
 def releases(since: str | None = None, include_pre: bool = False) -> list[str]:
