@@ -102,7 +102,16 @@ def test_apply_bakes_a_git_tree(cli: Cli, tiny: Tiny, tmp_path: Path) -> None:
     assert manifest["status"] == "baked"
     assert manifest["series"]["name"] == "demo"
     assert manifest["bakery"] == __version__
-    assert manifest["vllm"] == {"version": None, "source": str(tiny.src.resolve()), "sha256": None}
+    vllm = manifest["vllm"]
+    assert {k: vllm[k] for k in ("version", "source")} == {
+        "version": None,
+        "source": str(tiny.src.resolve()),
+    }
+    # a local tree's sha256 is its file listing's; it declares no release, so it is its own
+    ident = vllm["identity"]
+    assert vllm["sha256"] == ident["tree_sha256"] and len(vllm["sha256"]) == 64
+    assert ident["pristine"] is False and ident["claims"] is None
+    assert ident["version"] == f"0+local.{vllm['sha256'][:12]}"
     assert manifest["head"] == log[-1][0] and manifest["pristine_commit"] == first
     assert [d["sha256"] for d in manifest["diffs"]] == [
         sha256(tiny.series / "diffs" / n) for n in tiny.diffs
@@ -121,7 +130,10 @@ def test_apply_json_report_has_the_contract_shape(cli: Cli, tiny: Tiny, tmp_path
     assert rep["out"] == "out"
     assert rep["series"]["name"] == "demo"
     assert Path(rep["series"]["path"]).resolve() == tiny.series.resolve()
-    assert set(rep["vllm"]) == {"version", "source", "sha256"}
+    assert set(rep["vllm"]) == {"version", "source", "sha256", "identity"}
+    assert {"version", "claims", "pristine", "compared_with", "differs", "paths"} <= set(
+        rep["vllm"]["identity"]
+    )
     assert [d["name"] for d in rep["diffs"]] == tiny.diffs
     for d in rep["diffs"]:
         assert {"name", "sha256", "status", "files"} <= set(d)

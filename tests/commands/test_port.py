@@ -101,9 +101,18 @@ def _port(*args: str) -> tuple[int, dict[str, object], str]:
 
 def test_a_proven_syntax_merge_becomes_the_port(project: tuple[Path, Index]) -> None:
     home, _ = project
-    # A line merge cannot join the two signatures:
-    check = CliRunner().invoke(app, ["check", "s", "--vllm", "1.1.0"], catch_exceptions=False)
-    assert check.exit_code == 1
+    # A line merge cannot join the two signatures; check runs apply's engine, the syntax
+    # merge included, so it says what port will find (and --strict refuses the merge):
+    check = CliRunner().invoke(
+        app, ["check", "s", "--vllm", "1.1.0", "--json", "check.json"], catch_exceptions=False
+    )
+    assert check.exit_code == 0, check.output
+    checked = json.loads(Path("check.json").read_text())
+    assert [h["status"] for d in checked["diffs"] for f in d["files"] for h in f["hunks"]] == [
+        "merged-syntax"
+    ]
+    strict = CliRunner().invoke(app, ["check", "s", "--vllm", "1.1.0", "--strict"])
+    assert strict.exit_code == 1
     code, report, out = _port()
     assert code == 0, out
     assert report["port"] == "patches/s/1.1.0"

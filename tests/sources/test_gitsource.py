@@ -68,12 +68,15 @@ def test_git_source_records_the_commit(
     r = cli("apply", "demo", "--vllm", f"git+{scheme}{upstream}@main", "--out", "out")
     assert r.exit_code == 0, r.output
     vllm = manifest(Path("out"))["vllm"]
+    ident = vllm.pop("identity")
     assert vllm == {
         "version": None,
         "source": f"{scheme}{upstream}@{head}",
-        "sha256": None,
+        "sha256": ident["tree_sha256"],  # its files' listing (sources/identity.py)
         "commit": head,
     }
+    # no release tag, no PKG-INFO: the commit is its own identity
+    assert ident["version"] == f"0+g{head[:12]}" and ident["pristine"] is False
 
 
 def test_local_checkout_records_its_commit(upstream: Path, cli: Callable[..., Result]) -> None:

@@ -213,7 +213,7 @@ class Fallback:
             self.base_version,
         )
         port = None if self.port is None else str(self.port)
-        label = self.target.version
+        label = _shown(self.target)
         if label is None:  # a git+ source or a local tree: its name, and commit if any
             where, _, commit = self.target.source.rpartition("@")
             label = f"{Path(where or commit).name}@{commit[:12]}" if where else Path(commit).name
@@ -223,7 +223,16 @@ class Fallback:
     def warnings(self, diff: Diff) -> list[str]:
         if self.base is None or self.base_version is None or not self.warn:
             return []
-        return drift_warnings(diff, self.base, self.target, self.base_version, self.target.version)
+        return drift_warnings(diff, self.base, self.target, self.base_version, _shown(self.target))
+
+
+def _shown(target: Pristine) -> str | None:
+    """The target's name in warnings: its own identity where it is not the release it
+    declares (0.30.0+local.<hash>), else its version."""
+    ident = target.identity
+    if ident is not None and not ident.pristine and ident.label and target.version:
+        return ident.label
+    return target.version
 
 
 def make_fallback(
@@ -235,19 +244,65 @@ def make_fallback(
     progress: Progress | None = None,
     defer_check: bool = False,
 ) -> Fallback:
-    """The base release takes part when the series names one and the target is another
-    release. A local tree is compared with the base only if the base is cached already: a
-    bake of a local tree never goes to the network for it. --no-merge leaves it out.
-    defer_check: see sources.resolve (the caller confirms and closes fallback.base)."""
+    """The base release takes part when the series names one and the target's files are
+    not the base's: another release, or a tree that declares the base but differs from it
+    (sources/identity.py), whatever its PKG-INFO says. A local tree is compared with the
+    base only if the base is cached already (its identity check caches the release it
+    claims): a bake of a local tree never goes to the network for it. --no-merge leaves it
+    out. Lines are merged first, then by syntax (synmerge.py): apply, check and port use
+    one engine. defer_check: see sources.resolve (the caller confirms and closes
+    fallback.base)."""
+    port_release = _port_release(series)
+    if port_release is not None:
+        return _port_fallback(series, target, cache, port_release, merge, progress, defer_check)
     base = None
     if (
         merge
         and series.base
-        and target.version != series.base
+        and not _is_base(target, series.base)
         and (target.sha256 is not None or cache.tree_entry(f"vllm-{series.base}") is not None)
     ):
         base = sources.release(series.base, cache, progress, defer_check)
-    return Fallback(series, target, base, merge)
+    return Fallback(series, target, base, merge, syntax=merge)
+
+
+def _port_release(series: Series) -> str | None:
+    """The release a port in use was made for (its folder's name), if it is one."""
+    if series.port is None or not sources.is_version(series.port.name):
+        return None
+    return series.port.name
+
+
+def _port_fallback(
+    series: Series,
+    target: Pristine,
+    cache: Cache,
+    release: str,
+    merge: bool,
+    progress: Progress | None,
+    defer_check: bool,
+) -> Fallback:
+    """A port taken for a tree that is not its release's (a checkout of main after 0.34.0
+    takes 0.34.0's port): where a hunk of the port fails, the merge's common ancestor is
+    the port's release and "ours" the port on it, as ``bakery port`` merges; never the
+    series' base with its own diffs, which would bring back code the port had left."""
+    if not merge or _is_base(target, release):
+        return Fallback(series, target, None, merge)
+    if target.sha256 is None and cache.tree_entry(f"vllm-{release}") is None:
+        return Fallback(series, target, None, merge)
+    base = sources.release(release, cache, progress, defer_check)
+    start = load_series(str(series.path))
+    if series.port is not None:
+        start.use_port(series.port)
+    return Fallback(series, target, base, merge, syntax=True, start=start)
+
+
+def _is_base(target: Pristine, base: str) -> bool:
+    """The target is the base release itself: it says so, and where its files were
+    compared (a local tree, a git source), they are the base's."""
+    if target.version != base:
+        return False
+    return target.identity is None or target.identity.pristine
 
 
 # --- why a hunk failed -------------------------------------------------------------------------

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 #: Hunk outcomes that ``--strict`` refuses.
-STRICT_OUTCOMES = ("offset", "fuzz", "merged", "ambiguous")
+STRICT_OUTCOMES = ("offset", "fuzz", "merged", "merged-syntax", "ambiguous")
 #: Outcomes that applied but ask for a look: never rendered as a plain pass.
-REVIEW_OUTCOMES = ("fuzz", "merged", "ambiguous")
+REVIEW_OUTCOMES = ("fuzz", "merged", "merged-syntax", "ambiguous")
 
 
 def _hunks(diffs: Iterable[Mapping[str, object]]) -> Iterable[tuple[str, str, dict[str, object]]]:
@@ -44,3 +44,17 @@ def strict_problems(diffs: Iterable[Mapping[str, object]]) -> list[str]:
 def needs_review(diffs: Iterable[Mapping[str, object]]) -> bool:
     """True when a hunk applied by fuzz, merge or an ambiguous match, or moved definition."""
     return any(h["status"] in REVIEW_OUTCOMES or h.get("moved_def") for _, _, h in _hunks(diffs))
+
+
+def identity_problems(report: Mapping[str, object]) -> list[str]:
+    """``--strict`` also refuses a release's port taken for a tree that is not that
+    pristine release (sources/identity.py): it was proven on another tree."""
+    vllm = report.get("vllm")
+    identity = vllm.get("identity") if isinstance(vllm, Mapping) else None
+    port = report.get("port")
+    if not port or not isinstance(identity, Mapping) or identity.get("pristine"):
+        return []
+    return [
+        f"{port}: a port of the pristine {identity.get('claims')} taken for "
+        f"{identity.get('version')}, a tree that is not that release"
+    ]

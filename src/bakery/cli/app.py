@@ -274,7 +274,7 @@ def apply(
     asked = hints.Asked(series, vllm, no_port=no_port, out=out, fuzz=fuzz, no_merge=no_merge)
     _show_report(report, hints.after_bake(report, asked))
     code = 0 if report.status == "baked" else 1
-    code = code or _strict(strict, [d.to_json() for d in report.diffs])
+    code = code or _strict(strict, [d.to_json() for d in report.diffs], report)
     raise typer.Exit(code=code or _strict_port(strict, report))
 
 
@@ -317,7 +317,7 @@ def check(
     asked = hints.Asked(series, vllm, no_port=no_port, fuzz=fuzz, no_merge=no_merge)
     _show_report(report, hints.after_bake(report, asked))
     code = 0 if report.ok else 1
-    code = code or _strict(strict, [d.to_json() for d in report.diffs])
+    code = code or _strict(strict, [d.to_json() for d in report.diffs], report)
     code = code or _strict_port(strict, report)
     if up_to_date and code == 0:
         stale = commands.up_to_date(series, events=_events, vllm=vllm)
@@ -327,11 +327,14 @@ def check(
     raise typer.Exit(code=code)
 
 
-def _strict(strict: bool, diffs: list[dict[str, object]]) -> int:
-    """--strict: 1 (and each refused hunk on stderr) when a hunk applied but not exactly."""
-    from bakery.bake.strict import strict_problems
+def _strict(strict: bool, diffs: list[dict[str, object]], report: BakeReport | None = None) -> int:
+    """--strict: 1 (and each refused hunk on stderr) when a hunk applied but not exactly,
+    or a release's port was taken for a tree that is not that release."""
+    from bakery.bake.strict import identity_problems, strict_problems
 
     problems = strict_problems(diffs) if strict else []
+    if strict and report is not None:
+        problems += identity_problems(report.to_json())
     for line in problems:
         err_console.print(f"[red]strict:[/] {_safe(line)}", markup=True, soft_wrap=True)
     return 1 if problems else 0
@@ -738,7 +741,12 @@ def port(
     series: SeriesArg,
     vllm: Annotated[
         str | None,
-        typer.Option("--vllm", metavar="VERSION", help="The release to port the series to."),
+        typer.Option(
+            "--vllm",
+            metavar="SPEC",
+            help="The release to port the series to; or a tree or git+URL@REF that is no "
+            "release: its port goes to patches/SERIES/next/.",
+        ),
     ] = None,
     update: Annotated[
         bool,
@@ -748,6 +756,15 @@ def port(
             "(every port, or --vllm's), merged and proven by verify.",
         ),
     ] = False,
+    promote: Annotated[
+        str | None,
+        typer.Option(
+            "--promote",
+            metavar="VERSION",
+            help="Move patches/SERIES/next/ to the release's port: as it is where the "
+            "release's files are the ones it was proven on, else once re-proven on it.",
+        ),
+    ] = None,
     upstream: Annotated[
         Path | None,
         typer.Option(
@@ -780,8 +797,12 @@ def port(
     _json_target(json_file)
     if update:
         _port_update(series, vllm, out, interpret, dry_run, json_file)
+    if promote is not None:
+        if vllm is not None:
+            raise UsageError("bakery port: --vllm SPEC or --promote VERSION, not both")
+        _promote(series, promote, interpret, out, json_file)
     if vllm is None:
-        raise UsageError("bakery port needs --vllm VERSION (or --update)")
+        raise UsageError("bakery port needs --vllm SPEC (or --update, or --promote VERSION)")
     result = run_port(
         series,
         vllm=vllm,
@@ -844,6 +865,71 @@ def diff_ports(
     if json_file is not None:
         write_json(json_file, {"series": series, "ports": [v.to_json() for v in views]})
     render.port_review(human(), views)
+
+
+@app.command(cls=BakeryCommand)
+def bisect(
+    series: SeriesArg,
+    vllm: Annotated[
+        str, typer.Option("--vllm", metavar="git+URL", help="The upstream repository.")
+    ],
+    good: Annotated[
+        str, typer.Option("--good", metavar="REF", help="A commit where the series bakes.")
+    ],
+    bad: Annotated[
+        str, typer.Option("--bad", metavar="REF", help="A later commit where it does not.")
+    ],
+    verify: Annotated[
+        bool,
+        typer.Option("--verify", help="Also run the series' tests on each commit's bake."),
+    ] = False,
+    interpret: Annotated[
+        bool,
+        typer.Option("--interpret/--gpu", help="Verify on the CPU (Triton interpreter) or a GPU."),
+    ] = True,
+    out: Annotated[
+        Path, typer.Option("--out", metavar="DIR", help="Scratch folder for the bakes.")
+    ] = Path("build/bisect"),
+    json_file: JsonOpt = None,
+) -> None:
+    """Name the first upstream commit (first-parent, from --good to --bad) that breaks
+    the series: on apply, or with --verify on apply plus the series' tests."""
+    from bakery.commands.bisect import bisect as run_bisect
+
+    _json_target(json_file)
+    _preflight((json_file, "--json"))
+    result = run_bisect(
+        series,
+        vllm=vllm,
+        good=good,
+        bad=bad,
+        verify=verify,
+        interpret=interpret,
+        out_root=out,
+        events=_events,
+    )
+    if json_file is not None:
+        write_json(json_file, result.to_json())
+    render.bisect_result(human(), result)
+    raise typer.Exit(code=0 if result.ok else 1)
+
+
+def _promote(series: str, version: str, interpret: bool, out: Path, json_file: Path | None) -> None:
+    from bakery.commands.port_next import promote
+
+    done = promote(series, version, interpret=interpret, out_root=out, events=_events)
+    if json_file is not None:
+        write_json(json_file, done.to_json())
+    console = human()
+    if done.ok:
+        console.print(f"[bold green]promoted[/] to {_safe(str(done.port))} ({done.how})")
+    else:
+        console.print(f"[bold red]not promoted[/]: {_safe(done.note or '')}", soft_wrap=True)
+        for rel in done.differs:
+            console.print(f"  differs: {_safe(rel)}", soft_wrap=True)
+        if done.verify:
+            console.print(f"  verify on the release: {_safe(done.verify)}", soft_wrap=True)
+    raise typer.Exit(code=0 if done.ok else 1)
 
 
 def _add_subcommands() -> None:

@@ -16,6 +16,7 @@ from bakery.safety.text import clean
 from bakery.safety.urls import redact_text
 
 if TYPE_CHECKING:
+    from bakery.commands.bisect import BisectResult
     from bakery.commands.matrix import Row
     from bakery.commands.port import PortResult
     from bakery.commands.upstream import UpstreamReport
@@ -87,6 +88,15 @@ def _hunk_tables(console: Console, report: BakeReport, verbose: bool) -> None:
     src = f"vLLM {report.version}" if report.version else report.source
     port = f"  [cyan](port {_t(report.port)})[/]" if report.port else ""
     console.print(f"[bold]{_t(report.series_name)}[/] on {_t(str(src))}{port}", soft_wrap=True)
+    ident = report.identity
+    if ident and not ident.get("pristine"):
+        why = ident.get("note") or (
+            f"{ident.get('differs')} file(s) differ from the pristine {ident.get('compared_with')}"
+        )
+        console.print(
+            f"  [yellow]identity[/] {_t(str(ident.get('version')))} ({_t(str(why))})",
+            soft_wrap=True,
+        )
     if verbose:
         console.print(
             f"  [dim]source {_t(str(report.source))} sha256 {report.sha256 or '-'}[/]",
@@ -474,6 +484,41 @@ def port_result(console: Console, result: PortResult) -> None:
     else:
         where = f"; best attempt in {result.failed_out}" if result.failed_out else ""
         console.print(f"[bold red]no proposal proven[/]{_t(where)}")
+
+
+def bisect_result(console: Console, result: BisectResult) -> None:
+    """The steps, then the culprit with its hunks and warnings, or why there is none."""
+    console.print(
+        _t(
+            f"{result.series} bisected on {result.mode} over {result.commits} commits of "
+            f"{result.source}"
+        ),
+        soft_wrap=True,
+    )
+    for s in result.steps:
+        mark = {"good": "[green]good[/]", "bad": "[red]bad[/]"}.get(s.verdict, "[yellow]flaky[/]")
+        why = f"  {_t(s.why)}" if s.why else ""
+        console.print(f"  {s.commit[:12]} {mark} {_t(s.subject)}{why}", soft_wrap=True)
+    if result.culprit is None:
+        console.print(f"[bold]no culprit[/]: {_t(result.note or '')}", soft_wrap=True)
+        return
+    c = result.culprit
+    console.print(
+        f"[bold red]first bad commit[/] {c.commit} {_t(c.subject)}: {_t(c.why)}", soft_wrap=True
+    )
+    for h in result.hunks:
+        why = f" ({h['reason']})" if h.get("reason") else ""
+        console.print(
+            _t(f"  {h['diff']}: {h['path']} hunk {h['hunk']}: {h['status']}{why}"), soft_wrap=True
+        )
+    for w in result.warnings:
+        console.print(f"  [yellow]warning:[/] {_t(w)}", soft_wrap=True)
+    for u in result.unsure:
+        console.print(
+            f"  [yellow]unsure:[/] {u.commit[:12]} {_t(u.subject)} ({_t(u.why)}): the culprit "
+            "may be this commit",
+            soft_wrap=True,
+        )
 
 
 def upstream_commits(console: Console, result: UpstreamReport) -> None:

@@ -17,6 +17,7 @@ from bakery.patch.series import Series, load_series
 from bakery.project import project_root
 from bakery.sources import resolve as sources
 from bakery.sources.cache import Cache, CacheChanged
+from bakery.sources.identity import Identity, identify
 from bakery.sources.resolve import Pristine, Progress
 
 if TYPE_CHECKING:
@@ -39,6 +40,14 @@ def _pristine(
     )
 
 
+def foreign_port_line(identity: Identity, port: Path) -> str:
+    """What is said when a release's port is taken for a tree that is not that release."""
+    return (
+        f"warning: {identity.line()}; the port {display_path(port)} was proven on the "
+        f"pristine {identity.claims}, not on this tree (--strict fails on it)"
+    )
+
+
 def port_dir(series: Series, version: str | None, home: Path | None = None) -> Path | None:
     if not version:
         return None
@@ -56,6 +65,7 @@ def _prepare(
     cache: Cache | None = None,
     defer_check: bool = False,
     with_fixes: bool = False,
+    events: Events | None = None,
 ) -> tuple[Series, Pristine, Cache]:
     series = load_series(series_spec)
     cache = cache or Cache()
@@ -63,9 +73,13 @@ def _prepare(
         series.require_diffs()
         series.load_diffs()  # a bad diff is reported before any download
         pristine = _pristine(series, vllm, cache, allow_dirty, progress, defer_check)
-        port = port_dir(series, pristine.version) if use_port else None
+        pristine.identity = identify(pristine, cache)
+        claimed = pristine.version or pristine.identity.claims
+        port = port_dir(series, claimed) if use_port else None
         if port is not None:
             series.use_port(port)
+            if not pristine.identity.pristine and events:
+                events("identity", foreign_port_line(pristine.identity, port))
         if with_fixes:
             series.use_fixes(pristine.version)
         series.load_diffs()
@@ -122,6 +136,7 @@ def apply(
             cache=cache,
             defer_check=not again,
             with_fixes=with_fixes,
+            events=events,
         )
         if events:
             for note in cache.notes:
@@ -196,6 +211,7 @@ def _apply(
                 source=pristine.source,
                 sha256=pristine.sha256,
                 commit=pristine.commit,
+                identity=pristine.identity.to_json() if pristine.identity else None,
             ),
         ) from None
     finally:
@@ -235,6 +251,7 @@ def check(
         use_port=use_port,
         progress=progress,
         cache=cache,
+        events=events,
     )
     try:
         return plan(

@@ -113,8 +113,19 @@ def port(
     series = load_series(series_spec, home)
     series.require_diffs()
     cache = cache or Cache()
-    if not sources.is_version(vllm):
-        raise UsageError(f"bakery port needs a release version, not {vllm!r}")
+    if not sources.is_version(vllm):  # a tree that is no release: patches/SERIES/next/
+        from bakery.commands.port_next import port_next
+
+        return port_next(
+            series_spec,
+            vllm=vllm,
+            out_root=out_root,
+            interpret=interpret,
+            write=write,
+            syntax=syntax,
+            events=events,
+            cache=cache,
+        )
     target = sources.resolve(vllm, cache)
     version = target.version or vllm
     _check_portable(series, version)

@@ -100,10 +100,17 @@ class BakeReport:
     pristine_commit: str | None = None
     head: str | None = None
     files_sha256: dict[str, str] = field(default_factory=dict)
+    #: What the tree is (sources/identity.py Identity.to_json()); None when not known
+    identity: dict[str, object] | None = None
 
     @property
     def ok(self) -> bool:
         return all(d.ok for d in self.diffs)
+
+    @property
+    def foreign_port(self) -> bool:
+        """A release's port taken for a tree that is not that pristine release."""
+        return bool(self.port and self.identity and not self.identity.get("pristine"))
 
     def failed_hunks(self) -> list[tuple[str, str, int, int, str]]:
         """(diff, path, hunk index, line, status) of each hunk that did not apply."""
@@ -131,13 +138,19 @@ class BakeReport:
         }
 
     def _vllm(self) -> dict[str, object]:
+        sha = self.sha256
+        if sha is None and self.identity:  # a local tree or git source: its files' hash
+            tree_sha = self.identity.get("tree_sha256")
+            sha = tree_sha if isinstance(tree_sha, str) else None
         vllm: dict[str, object] = {
             "version": self.version,
             "source": self.source,
-            "sha256": self.sha256,
+            "sha256": sha,
         }
         if self.commit:  # a git+ source or a local checkout
             vllm["commit"] = self.commit
+        if self.identity is not None:
+            vllm["identity"] = self.identity
         return vllm
 
     def manifest(self) -> dict[str, object]:

@@ -122,6 +122,7 @@ def git_source(spec: str, cache: Cache, defer_check: bool = False) -> Pristine:
         None,
         True,
         commit=entry.meta.get("upstream"),
+        describe=entry.meta.get("describe"),
         pending=(cache, key, entry) if entry.check else None,
         hold=hold,
     )
@@ -147,5 +148,23 @@ def _build(cache: Cache, key: str, mirror: Path, url: str, commit: str) -> Entry
             "sha256": None,
             "version": _local_version(top),
             "upstream": commit,
+            "describe": _describe(mirror, commit),
         }
         return cache.commit_tree(key, top, meta)
+
+
+def _describe(mirror: Path, commit: str) -> str | None:
+    """``git describe --tags --long`` of the commit (v0.31.0-12-g<abbrev>): the release
+    it claims to follow, for its identity (sources/identity.py); None without a tag."""
+    out = gitutil.git(
+        mirror, "describe", "--tags", "--long", "--match", "v[0-9]*", commit, check=False
+    ).strip()
+    return out or None
+
+
+def mirror_commit(url: str, ref: str, cache: Cache) -> tuple[Path, str]:
+    """The cached mirror of url (fetched as a bake would) and the commit ref names in it:
+    for commands that walk history (bakery bisect); the mirror is only read."""
+    key = _mirror_key(url)
+    with cache.lock(key):
+        return _mirror_commit(url, ref, cache, key)

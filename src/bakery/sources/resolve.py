@@ -29,6 +29,7 @@ from bakery.sources.cache import Cache, Entry, Hold
 
 if TYPE_CHECKING:
     from bakery.sources.bounded import IndexFile
+    from bakery.sources.identity import Identity
 
 #: (bytes done, bytes total or None) while downloading.
 Progress = Callable[[int, int | None], None]
@@ -49,6 +50,10 @@ class Pristine:
     package_dir: Path | None = None
     #: The upstream commit of a git+ source or a local checkout (the manifest records it).
     commit: str | None = None
+    #: ``git describe --tags --long`` of a git+ source's commit, where it has a release tag.
+    describe: str | None = None
+    #: What the tree is (sources/identity.py), once commands ask; None until then.
+    identity: Identity | None = field(default=None, compare=False)
     #: resolve(defer_check=True) of a cached tree: its look for changed files, running.
     pending: tuple[Cache, str, Entry] | None = field(default=None, repr=False, compare=False)
     #: A cached tree's entry, held in use until close() (cache clean leaves it alone).
@@ -295,6 +300,7 @@ def _local_source(path: Path, allow_dirty: bool) -> Pristine:
         return Pristine(path.parent, version, str(path), None, package_dir=path)
     paths.git_link(path, f"--vllm {path}")
     commit = None
+    describe = ""
     if (path / ".git").exists():
         gitutil.check_foreign(path, f"--vllm {path}")
         changes = gitutil.dirty(path)
@@ -305,7 +311,13 @@ def _local_source(path: Path, allow_dirty: bool) -> Pristine:
             )
         head = gitutil.git(path, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False)
         commit = head.strip() or None
-    return Pristine(path, _local_version(path), str(path), None, commit=commit)
+        if commit:  # the release it follows, for its identity (sources/identity.py)
+            describe = gitutil.git(
+                path, "describe", "--tags", "--long", "--match", "v[0-9]*", commit, check=False
+            ).strip()
+    return Pristine(
+        path, _local_version(path), str(path), None, commit=commit, describe=describe or None
+    )
 
 
 def releases(since: str | None = None, include_pre: bool = False) -> list[str]:

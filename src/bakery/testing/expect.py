@@ -32,8 +32,13 @@ bake's manifest records, never on what the tree under test happens to hold::
     skips_interpret = [...]
     features = ["valid_blocks"]          # anything else: handed to the tests as is
 
-A release not listed takes the newest listed release below it (upstream features carry
-forward). Both files are read with tomllib; this module checks their shape.
+A release not listed takes a range that holds it (a key that is a ``packaging`` specifier,
+``[release.">=0.35.0.dev0"]``), else the newest listed release below it (upstream features
+carry forward). A tree that is no pristine release (a dev tree, a checkout of main) takes
+the listed release whose ``features`` its pristine files show, where the series names
+``[probe.FEATURE]`` tables (testing/probes.py): a 0.31.0.dev0 tree with 0.31.0's ROCm top-k
+takes 0.31.0's rules, not 0.30.0's. A defect's ``releases`` may hold ranges too. Both
+files are read with tomllib; this module checks their shape.
 """
 
 from __future__ import annotations
@@ -42,11 +47,12 @@ import fnmatch
 import json
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 if sys.version_info >= (3, 11):
@@ -93,20 +99,39 @@ class Defect:
 
 @dataclass(frozen=True)
 class Bake:
-    """What the baked tree's manifest says: its release and the diffs applied."""
+    """What the baked tree's manifest says: its release and the diffs applied.
+
+    ``release`` is the release whose rules the tree takes: the one it is, for a pristine
+    release; for a tree that is not one (sources/identity.py: a dev tree, a checkout of
+    main), the listed release its code calls for (:func:`rules_for`), when the series
+    probes features; else the release it declares. ``declared``: what it declares."""
 
     release: str | None
     diffs: tuple[str, ...] = ()
+    declared: str | None = None
+    pristine: bool = True
 
     @classmethod
-    def of(cls, tree: Path) -> Bake:
+    def of(cls, tree: Path, series_dir: Path | None = None) -> Bake:
         try:
             data = json.loads((tree / MANIFEST).read_text())
         except (OSError, ValueError):
             return cls(None)
-        release = (data.get("vllm") or {}).get("version")
+        vllm = data.get("vllm") or {}
+        found = vllm.get("identity")
+        ident: dict[str, Any] = found if isinstance(found, dict) else {}
+        declared = vllm.get("version") or ident.get("claims")
+        declared = str(declared) if declared else None
+        pristine = bool(ident.get("pristine", True))
         names = tuple(str(d.get("name")) for d in data.get("diffs") or [] if isinstance(d, dict))
-        return cls(str(release) if release else None, names)
+        release = declared
+        if series_dir is not None and not pristine:
+            from bakery.testing.probes import pristine_reader
+
+            commit = data.get("pristine_commit")
+            read = pristine_reader(tree, commit if isinstance(commit, str) else None)
+            release = rules_for(series_dir, declared, read) or declared
+        return cls(release, names, declared, pristine)
 
 
 @dataclass(frozen=True)
@@ -200,7 +225,73 @@ def active(defect: Defect, bake: Bake) -> bool:
     defect's fix is not among the bake's diffs."""
     if defect.fix_name is not None and defect.fix_name in bake.diffs:
         return False
-    return bake.release is None or bake.release in defect.releases
+    return bake.release is None or listed(bake.release, defect.releases)
+
+
+def _spec(text: str) -> SpecifierSet | None:
+    if _version(text) is not None:
+        return None
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        return None
+
+
+def listed(release: str, keys: Iterable[str]) -> bool:
+    """A release is listed by its own name or by a range (a ``packaging`` specifier such as
+    ``">=0.31.0.dev0,<0.33"``; pre- and dev releases included)."""
+    v = _version(release)
+    for key in keys:
+        if key == release:
+            return True
+        spec = _spec(key)
+        if spec is not None and v is not None and spec.contains(v, prereleases=True):
+            return True
+    return False
+
+
+def _probes(path: Path, data: Mapping[str, Any]) -> dict[str, tuple[str, str, str]]:
+    from bakery.testing.probes import check_probe
+
+    table = data.get("probe", {})
+    if not isinstance(table, dict):
+        raise SeriesDataError(f"{path}: [probe.NAME] tables expected")
+    try:
+        return {name: check_probe(name, entry, str(path)) for name, entry in table.items()}
+    except ValueError as e:
+        raise SeriesDataError(str(e)) from None
+
+
+def rules_for(series_dir: Path, version: str | None, read: Any) -> str | None:
+    """The listed release whose rules a tree that is no pristine release takes: the one
+    whose ``features`` are the features probed from the tree's pristine files (nearest to
+    the tree's version: the newest at or below it, else the oldest above). None when the
+    series probes nothing, or no listed release has those features."""
+    from bakery.testing.probes import probe
+
+    path = series_dir / EXPECTATIONS_FILE
+    if not path.is_file():
+        return None
+    data = _read(path)
+    probes = _probes(path, data)
+    table = data.get("release", {})
+    if not probes or not isinstance(table, dict):
+        return None
+    found = probe(probes, read)
+    matching = sorted(
+        (v, key)
+        for key, entry in table.items()
+        if (v := _version(key)) is not None
+        and isinstance(entry, dict)
+        and frozenset(entry.get("features", [])) & frozenset(probes) == found
+    )
+    if not matching:
+        return None
+    wanted = _version(version) if version else None
+    if wanted is None:
+        return matching[-1][1]
+    below = [key for v, key in matching if v <= wanted]
+    return below[-1] if below else matching[0][1]
 
 
 def _version(text: str) -> Version | None:
@@ -221,16 +312,9 @@ def load_expectations(
     table = _read(path).get("release", {})
     if not isinstance(table, dict):
         raise SeriesDataError(f'{path}: [release."X.Y.Z"] tables expected')
-    wanted = _version(release)
-    if wanted is None:
+    key = _entry_key(table, release)
+    if key is None:
         return None
-    listed = sorted(
-        ((v, key) for key in table if (v := _version(key)) is not None and v <= wanted),
-        reverse=True,
-    )
-    if not listed:
-        return None
-    key = listed[0][1]
     entry = dict(table[key])
     skips = _strings(path, f"release {key}: skips", entry.pop("skips", []))
     by_mode = {
@@ -251,7 +335,7 @@ def no_rules(series_dir: Path, tree: Path, rules: str | None = None) -> str | No
     has_rules = (series_dir / EXPECTATIONS_FILE).is_file()
     if not has_rules and not (series_dir / DEFECTS_FILE).is_file():
         return None
-    release = rules or Bake.of(tree).release
+    release = rules or Bake.of(tree, series_dir).release
     if release is None:
         why = f"{tree} records no vLLM release (no readable {MANIFEST})"
     elif _version(release) is None:
@@ -264,3 +348,22 @@ def no_rules(series_dir: Path, tree: Path, rules: str | None = None) -> str | No
         f"{why}; the series' tests would check the tree against itself: "
         "name the release whose rules apply (--bakery-rules RELEASE)"
     )
+
+
+def _entry_key(table: Mapping[str, Any], release: str) -> str | None:
+    """The entry a release takes: its own; else a range (specifier key) that holds it;
+    else the newest listed release below it."""
+    if release in table:
+        return release
+    wanted = _version(release)
+    if wanted is None:
+        return None
+    for key in table:
+        spec = _spec(key)
+        if spec is not None and spec.contains(wanted, prereleases=True):
+            return key
+    below = sorted(
+        ((v, key) for key in table if (v := _version(key)) is not None and v <= wanted),
+        reverse=True,
+    )
+    return below[0][1] if below else None

@@ -98,10 +98,10 @@ class _SessionState:
         self.worker = worker
         self.counts = dict.fromkeys(_COUNTS, 0)
         self.pools = RankPools()
-        self.bake = expect.Bake.of(tree)
-        #: the release whose rules apply: the bake's, or the one the user named
-        self.rules = rules or self.bake.release
         try:
+            self.bake = expect.Bake.of(tree, series)
+            #: the release whose rules apply: the bake's, or the one the user named
+            self.rules = rules or self.bake.release
             self.defects = expect.load_defects(series) if series else {}
             self.expected = (
                 expect.load_expectations(series, self.rules, interpret=interpret)

@@ -1,0 +1,254 @@
+"""``bakery bisect SERIES --vllm git+URL --good REF --bad REF [--verify]``: the first
+upstream commit that breaks the series.
+
+A binary search over ``git rev-list --first-parent GOOD..BAD`` of the source's cached
+mirror (read through the one git door, git/cmd.py: no hook, no configuration of the
+repository runs). Each commit it tests is baked as ``bakery apply SERIES --vllm
+git+URL@COMMIT`` would bake it (the same engine: ports, three-way and syntax merge,
+contract warnings); with ``--verify`` the baked tree also runs the series' tests. A verify
+that fails is run once more: one that passes the second time does not reproduce, and
+that commit is set aside (as ``git bisect skip`` would), never named the culprit.
+
+Hand-written rather than ``git bisect run``: ``git bisect`` writes its state into the
+repository (the mirror is shared by every bake) and runs a command *from* it; here the
+mirror is only read and each step is a bake in bakery's own scratch folder.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bakery.errors import BakeryError, ReportedError, UsageError
+from bakery.git import cmd as gitutil
+from bakery.model.report import BakeReport
+from bakery.patch.series import load_series
+from bakery.safety.urls import redact_url
+from bakery.sources.cache import Cache
+
+Events = Callable[[str, str], None]
+
+
+@dataclass
+class Step:
+    commit: str
+    subject: str
+    #: "good", "bad" (does not bake, or verify fails twice) or "flaky" (verify failed,
+    #: then passed)
+    verdict: str
+    why: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class BisectResult:
+    series: str
+    source: str
+    good: str
+    bad: str
+    mode: str  # "apply" or "verify"
+    commits: int
+    steps: list[Step] = field(default_factory=list)
+    culprit: Step | None = None
+    #: commits set aside between the last good and the culprit (flaky verify)
+    unsure: list[Step] = field(default_factory=list)
+    #: the culprit's bake: hunks that did not apply as written, and contract warnings
+    hunks: list[dict[str, object]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    note: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.culprit is not None and not self.unsure
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "series": self.series,
+            "vllm": self.source,
+            "good": self.good,
+            "bad": self.bad,
+            "mode": self.mode,
+            "commits": self.commits,
+            "culprit": self.culprit.to_json() if self.culprit else None,
+            "unsure": [s.to_json() for s in self.unsure],
+            "hunks": self.hunks,
+            "warnings": self.warnings,
+            "steps": [s.to_json() for s in self.steps],
+            "note": self.note,
+        }
+
+
+@dataclass
+class _Run:
+    series: str
+    url: str
+    scratch: Path
+    verify: bool
+    interpret: bool
+    cache: Cache
+    events: Events | None
+    reports: dict[str, BakeReport] = field(default_factory=dict)
+
+    def bake(self, commit: str) -> tuple[BakeReport, Path]:
+        from bakery.commands.apply import apply
+
+        out = self.scratch / commit[:12]
+        shutil.rmtree(out, ignore_errors=True)
+        try:
+            report = apply(
+                self.series,
+                vllm=f"git+{self.url}@{commit}",
+                out=out,
+                force=True,
+                cache=self.cache,
+                remember=False,
+            )
+        except ReportedError as e:
+            report = e.report
+        self.reports[commit] = report
+        return report, out
+
+    def judge(self, commit: str, subject: str) -> Step:
+        if self.events:
+            self.events("bisect", f"Testing {commit[:12]} {subject}")
+        report, out = self.bake(commit)
+        if report.status != "baked":
+            why = report.error or f"{len(report.failed_hunks())} hunk(s) do not apply"
+            return Step(commit, subject, "bad", f"apply: {why}")
+        if not self.verify:
+            return Step(commit, subject, "good")
+        first = self._verify(out, commit, 1)
+        if first is None:
+            return Step(commit, subject, "good")
+        again = self._verify(out, commit, 2)
+        if again is None:
+            return Step(commit, subject, "flaky", f"verify: {first}; passed when run again")
+        return Step(commit, subject, "bad", f"verify: {again} (twice)")
+
+    def _verify(self, tree: Path, commit: str, n: int) -> str | None:
+        """None when the series' tests pass on the tree; else what failed."""
+        from bakery.testing.runner import run_verify
+
+        spath = load_series(self.series).path
+        try:
+            res = run_verify(
+                spath / "tests",
+                tree,
+                interpret=self.interpret,
+                log=self.scratch / f"{commit[:12]}.verify-{n}.log",
+                series_dir=spath,
+                jobs=1,
+            )
+        except BakeryError as e:
+            return f"did not run: {e.message}"
+        if res.exit_code == 0:
+            return None
+        return f"{res.failed} failed, {res.errors} errors, {res.passed} passed"
+
+
+def _first_parent(mirror: Path, good: str, bad: str) -> list[tuple[str, str]]:
+    out = gitutil.git(
+        mirror, "log", "--first-parent", "--reverse", "--format=%H%x09%s", f"{good}..{bad}"
+    )
+    rows = []
+    for line in out.splitlines():
+        sha, _, subject = line.partition("\t")
+        if len(sha) == 40:
+            rows.append((sha, subject))
+    return rows
+
+
+def bisect(
+    series_spec: str,
+    *,
+    vllm: str,
+    good: str,
+    bad: str,
+    verify: bool = False,
+    interpret: bool = True,
+    out_root: Path = Path("build/bisect"),
+    events: Events | None = None,
+    cache: Cache | None = None,
+) -> BisectResult:
+    from bakery.sources.gitsource import mirror_commit, split_spec
+
+    series = load_series(series_spec)
+    if not vllm.startswith("git+"):
+        raise UsageError(f"bakery bisect needs --vllm git+URL, not {vllm!r}")
+    url, ref = split_spec(vllm[4:])
+    if ref != "HEAD":
+        raise UsageError("bakery bisect: give the refs as --good and --bad, not in --vllm")
+    if verify and not (series.path / "tests").is_dir():
+        raise UsageError(f"{series.path}: no tests/ folder: --verify has nothing to run")
+    cache = cache or Cache()
+    mirror, good_c = mirror_commit(url, good, cache)
+    _, bad_c = mirror_commit(url, bad, cache)
+    commits = _first_parent(mirror, good_c, bad_c)
+    if not commits or commits[-1][0] != bad_c:
+        raise UsageError(f"--bad {bad} is not a first-parent descendant of --good {good}")
+    scratch = (out_root / series.name).absolute()
+    scratch.mkdir(parents=True, exist_ok=True)
+    run = _Run(series_spec, url, scratch, verify, interpret, cache, events)
+    result = BisectResult(
+        series.name,
+        f"git+{redact_url(url)}",
+        good_c,
+        bad_c,
+        "verify" if verify else "apply",
+        len(commits),
+    )
+    start = run.judge(good_c, f"--good {good}")
+    result.steps.append(start)
+    if start.verdict != "good":
+        raise UsageError(f"--good {good} ({good_c[:12]}) is not good: {start.why}")
+    _search(run, commits, result)
+    return result
+
+
+def _search(run: _Run, commits: list[tuple[str, str]], result: BisectResult) -> None:
+    """The binary search; commits[-1] is --bad."""
+    end = run.judge(*commits[-1])
+    result.steps.append(end)
+    if end.verdict != "bad":
+        result.note = f"--bad {end.commit[:12]} is not bad ({end.verdict}): nothing to bisect"
+        return
+    lo, hi = -1, len(commits) - 1  # lo: the last good (-1: --good), hi: the first bad known
+    set_aside: set[int] = set()
+    while True:
+        open_ = [i for i in range(lo + 1, hi) if i not in set_aside]
+        if not open_:
+            break
+        mid = open_[len(open_) // 2]
+        step = run.judge(*commits[mid])
+        result.steps.append(step)
+        if step.verdict == "good":
+            lo = mid
+        elif step.verdict == "bad":
+            hi = mid
+        else:
+            set_aside.add(mid)
+    by_commit = {s.commit: s for s in result.steps}
+    result.culprit = by_commit[commits[hi][0]]
+    result.unsure = [by_commit[commits[i][0]] for i in sorted(set_aside) if lo < i < hi]
+    _explain(run.reports[commits[hi][0]], result)
+
+
+def _explain(report: BakeReport, result: BisectResult) -> None:
+    for d in report.diffs:
+        result.warnings += [f"{d.name}: {w}" for w in d.warnings]
+        for f in d.files:
+            for h in f.hunks:
+                if h.status.value not in ("applied", "offset"):
+                    result.hunks.append(
+                        {
+                            "diff": d.name,
+                            "path": f.path,
+                            "hunk": h.index,
+                            "status": h.status.value,
+                            "reason": h.reason,
+                        }
+                    )

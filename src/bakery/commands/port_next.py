@@ -1,0 +1,276 @@
+"""Ports for what is not released yet: ``bakery port SERIES --vllm PATH|git+URL@REF`` and
+``bakery port SERIES --promote VERSION``.
+
+A tree that is no pristine release (sources/identity.py: a checkout of main, a dev tree)
+gets its port proposed and proven as a release's is (commands/port.py: every start, merged
+by lines then syntax, baked from the port's own diffs, verified), and written only when
+proven, to ``patches/SERIES/next/``: never under a release's name, since it was proven on
+another tree. Beside its diffs and PROVENANCE.md, ``PROVEN-ON.json`` records the tree it
+was proven on: its identity, upstream commit, source, and the git blob id of every file of
+its ``vllm/`` package.
+
+At the release, ``--promote VERSION`` compares the release's files with that record. Equal
+(the release is the commit the port was proven on): ``next/`` becomes
+``patches/SERIES/VERSION/`` as it is. Not equal: the port is baked from its own diffs on
+the release and verified again; only a port proven on the release itself moves, its
+provenance saying so. Nothing is written otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bakery.bake.staging import display_path
+from bakery.bake.tree import bake
+from bakery.errors import BakeryError, UsageError
+from bakery.patch.series import Series, load_series
+from bakery.project import project_root
+from bakery.sources import identity as identities
+from bakery.sources import resolve as sources
+from bakery.sources.cache import Cache
+from bakery.sources.resolve import Pristine
+
+if TYPE_CHECKING:
+    from bakery.commands.port import PortResult
+
+Events = Callable[[str, str], None]
+
+#: The folder a port of an unreleased tree is written to.
+NEXT = "next"
+PROVEN_ON = "PROVEN-ON.json"
+
+
+def next_dir(series: Series, home: Path) -> Path:
+    return home / "patches" / series.name / NEXT
+
+
+def package_listing(listing: identities.Listing) -> dict[str, str]:
+    """The blob ids of the package's files (what runs), sdist-only files left out."""
+    return {
+        rel: sha
+        for rel, (_, sha) in sorted(listing.items())
+        if rel.startswith("vllm/") and not identities.sdist_only(rel)
+    }
+
+
+def _listing(target: Pristine) -> identities.Listing:
+    if target.repo:
+        return identities.committed_listing(target.tree)
+    return identities.worktree_listing(target.tree)
+
+
+def port_next(
+    series_spec: str,
+    *,
+    vllm: str,
+    out_root: Path,
+    interpret: bool,
+    write: bool,
+    syntax: bool,
+    events: Events | None,
+    cache: Cache | None = None,
+) -> PortResult:
+    """The port of a tree that is no release, to patches/SERIES/next/ (a PortResult)."""
+    from bakery.commands import port as ports
+    from bakery.porting.propose import candidates, provenance, write_port
+
+    home = project_root()
+    series = load_series(series_spec, home)
+    cache = cache or Cache()
+    target = sources.resolve(vllm, cache)
+    ident = identities.identify(target, cache)
+    target.identity = ident
+    if ident.pristine:
+        raise UsageError(
+            f"--vllm {vllm}: the pristine release {ident.label}: "
+            f"run bakery port {series.name} --vllm {ident.label}"
+        )
+    if not (series.path / "tests").is_dir():
+        raise UsageError(f"{series.path}: no tests/ folder: a port cannot be proven")
+    label = ident.label or NEXT
+    result = ports.PortResult(
+        series.name,
+        label,
+        candidates(series_spec, target, cache, home, syntax=syntax, events=events),
+    )
+    scratch = (out_root / f"{series.name}-{NEXT}").absolute()
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    for n, cand in enumerate(c for c in result.candidates if c.failed == 0):
+        tried = ports._prove(
+            series, cand, target, scratch / f"candidate-{n + 1}", interpret, events
+        )
+        result.tried.append(tried)
+        if not tried.verify.startswith("passed"):
+            continue
+        tried.accepted = True
+        dest = next_dir(series, home)
+        if write:
+            note = provenance(cand, label, tried.verify, tried.differences)
+            note += _proven_on_lines(ident, target)
+            write_port(dest, series, cand.texts, note)
+            _write_record(dest, ident, target)
+        result.written = display_path(dest)
+        result.hunks = ports._attention(cand, label, None)
+        return result
+    if result.candidates:
+        result.hunks = ports._attention(result.candidates[0], label, None)
+    return result
+
+
+def _proven_on_lines(ident: identities.Identity, target: Pristine) -> str:
+    return "\n".join(
+        [
+            "## Proven on",
+            "",
+            f"- tree: vLLM {ident.label} (declares {ident.claims or 'no version'})",
+            f"- source: {target.source}",
+            f"- upstream commit: {target.commit or 'none (a local tree)'}",
+            f"- tree sha256: {ident.tree_sha256}",
+            f"- `bakery port {NEXT}` wrote it to {NEXT}/: at the release, "
+            "`bakery port SERIES --promote VERSION` moves it",
+            "",
+        ]
+    )
+
+
+def _write_record(dest: Path, ident: identities.Identity, target: Pristine) -> None:
+    record = {
+        "identity": ident.label,
+        "claims": ident.claims,
+        "commit": target.commit,
+        "source": target.source,
+        "tree_sha256": ident.tree_sha256,
+        "package": package_listing(_listing(target)),
+    }
+    (dest / PROVEN_ON).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+@dataclass
+class Promoted:
+    series: str
+    version: str
+    #: "same files" (moved as it is) or "re-proven" (baked and verified on the release)
+    how: str | None
+    port: str | None
+    verify: str | None = None
+    differs: tuple[str, ...] = ()
+    note: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.port is not None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "series": self.series,
+            "vllm": self.version,
+            "ok": self.ok,
+            "how": self.how,
+            "port": self.port,
+            "verify": self.verify,
+            "differs": list(self.differs),
+            "note": self.note,
+        }
+
+
+def _read_record(nxt: Path) -> dict[str, object]:
+    try:
+        record = json.loads((nxt / PROVEN_ON).read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{nxt / PROVEN_ON}: not a record of bakery port ({e})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("package"), dict):
+        raise UsageError(f"{nxt / PROVEN_ON}: not a record of bakery port")
+    return record
+
+
+def promote(
+    series_spec: str,
+    version: str,
+    *,
+    interpret: bool = True,
+    out_root: Path = Path("build/port"),
+    events: Events | None = None,
+    cache: Cache | None = None,
+) -> Promoted:
+    """next/ to the release's own port: as it is where the release's package files are the
+    ones it was proven on, else only once baked and verified on the release."""
+    home = project_root()
+    series = load_series(series_spec, home)
+    if not sources.is_version(version):
+        raise UsageError(f"--promote {version!r}: not a release version")
+    nxt = next_dir(series, home)
+    if not (nxt / PROVEN_ON).is_file():
+        raise UsageError(f"{display_path(nxt)}: no port of an unreleased tree to promote")
+    dest = home / "patches" / series.name / version
+    if dest.exists():
+        raise UsageError(f"{display_path(dest)} exists: a release's port is never replaced")
+    record = _read_record(nxt)
+    cache = cache or Cache()
+    release = sources.release(version, cache)
+    try:
+        have = package_listing(identities.committed_listing(release.tree))
+        proven = record["package"]
+        assert isinstance(proven, dict)
+        differs = tuple(sorted(k for k in set(have) | set(proven) if have.get(k) != proven.get(k)))
+        if not differs:
+            _move(nxt, dest, f"- promoted to {version}: its package files are the ones proven on\n")
+            return Promoted(series.name, version, "same files", display_path(dest))
+        line = _reprove(series, nxt, release, out_root, interpret, events)
+    finally:
+        release.close()
+    if not line.startswith("passed"):
+        return Promoted(
+            series.name,
+            version,
+            None,
+            None,
+            line,
+            differs[:20],
+            f"{len(differs)} file(s) differ from the tree it was proven on, and it does not "
+            "prove on the release: run bakery port for the release",
+        )
+    _move(nxt, dest, f"- promoted to {version}: re-proven on it (verify {line})\n")
+    return Promoted(series.name, version, "re-proven", display_path(dest), line, differs[:20])
+
+
+def _reprove(
+    series: Series,
+    nxt: Path,
+    release: Pristine,
+    out_root: Path,
+    interpret: bool,
+    events: Events | None,
+) -> str:
+    from bakery.commands.port import _verify_line
+    from bakery.testing.runner import run_verify
+
+    if events:
+        events("port", f"Proving {display_path(nxt)} on vLLM {release.version}")
+    folder = (out_root / f"{series.name}-promote-{release.version}").absolute()
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    s = load_series(str(series.path))
+    s.use_port(nxt)
+    report = bake(s, release, folder / "tree")
+    if report.status != "baked":
+        return "not run: the port does not bake on the release as written"
+    try:
+        res = run_verify(
+            series.path / "tests", folder / "tree", interpret=interpret, log=folder / "verify.log"
+        )
+    except BakeryError as e:
+        return f"not run: {e.message}"
+    return _verify_line(res.exit_code, res.passed, res.failed, res.skipped)
+
+
+def _move(nxt: Path, dest: Path, line: str) -> None:
+    note = nxt / "PROVENANCE.md"
+    if note.is_file():
+        note.write_text(note.read_text() + line)
+    nxt.rename(dest)

@@ -1,0 +1,152 @@
+"""Ports for what is not released yet (issue 26): `bakery port SERIES --vllm git+URL@REF`
+writes patches/SERIES/next/ only when verify proves it, with the upstream commit it was
+proven on; `--promote VERSION` moves it at the release, as it is where the release is that
+commit, else only once re-proven on the release. On the local upstream history of real
+shapes (tests/helpers.py dsa_history) with the real dcp2 diff and ports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import (
+    DSA,
+    DSA_BREAK,
+    cache_dsa_releases,
+    cache_release,
+    dsa_file,
+    dsa_history,
+    dsa_series,
+    dsa_tree,
+)
+
+#: each port proves its candidates with the series' tests: long
+pytestmark = pytest.mark.slow
+
+PROMISE = """
+import ast
+
+DSA = "vllm/model_executor/kernels/attention/dsa/candidate_blocks.py"
+
+
+def test_pin_newest_turns_the_pin_off(baked_tree):
+    mod = ast.parse((baked_tree / DSA).read_text())
+    fn = next(n for n in mod.body if getattr(n, "name", "") == "_block_scores_kernel")
+    gated = [
+        n for n in ast.walk(fn) if isinstance(n, ast.If) and "PIN_NEWEST" in ast.unparse(n.test)
+    ]
+    set_there = {
+        t.id for g in gated for s in g.body for t in ast.walk(s)
+        if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
+    }
+    wheres = [ast.unparse(n) for n in ast.walk(fn)
+              if isinstance(n, ast.Call) and ast.unparse(n.func) == "tl.where"]
+    assert any(name in w for w in wheres for name in set_there), wheres
+    # ... and before the scores are stored
+    stores = [n.lineno for n in ast.walk(fn) if isinstance(n, ast.Call)
+              and ast.unparse(n).startswith("tl.store(scores")]
+    assert stores and all(g.lineno < min(stores) for g in gated)
+"""
+
+
+@pytest.fixture
+def upstream(tmp_path: Path, home: Path) -> dict[str, str]:
+    hist = dsa_history(tmp_path / "up")
+    cache_dsa_releases()
+    dsa_series(home, tests=PROMISE)
+    return {subject: commit for commit, subject in hist}
+
+
+def _port(cli, *args: str) -> tuple[int, dict[str, object], str]:
+    r = cli("port", "dsa", "--json", "p.json", *args)
+    return r.exit_code, json.loads(Path("p.json").read_text()), r.output
+
+
+def test_a_ref_gets_next_only_when_proven_and_promote_moves_it(
+    cli, tmp_path: Path, home: Path, upstream: dict[str, str]
+) -> None:
+    nxt = home / "patches" / "dsa" / "next"
+    # the rewrite of the pinning: every start bakes, none proves -> nothing written
+    bad = upstream["dsa: rewrite _block_scores_kernel's pinning"]
+    code, rep, out = _port(cli, "--vllm", f"git+file://{tmp_path}/up@{bad}")
+    assert code == 1, out
+    assert rep["port"] is None and not nxt.exists()
+    assert rep["tried"] and all(not t["accepted"] for t in rep["tried"])  # type: ignore[union-attr]
+    # the commit before it: proven, written to next/ with the commit it was proven on
+    good = upstream["dsa: a note after 0.34.0"]
+    code, rep, out = _port(cli, "--vllm", f"git+file://{tmp_path}/up@{good}")
+    assert code == 0, out
+    assert rep["vllm"] == f"0.34.0+g{good[:12]}"
+    assert rep["port"] == "home/patches/dsa/next"
+    record = json.loads((nxt / "PROVEN-ON.json").read_text())
+    assert record["commit"] == good and record["identity"] == rep["vllm"]
+    assert DSA in record["package"]
+    assert f"upstream commit: {good}" in (nxt / "PROVENANCE.md").read_text()
+    # no release's port was written or replaced
+    assert sorted(p.name for p in (home / "patches" / "dsa").iterdir()) == [
+        "0.31.0",
+        "0.33.0",
+        "0.34.0",
+        "next",
+    ]
+    # 0.35.0 ships exactly that commit's files: next/ moves as it is
+    cache_release("0.35.0", _release_files(dsa_file("0.34.0") + "\n# main.\n", "0.35.0"))
+    code, done, out = _port(cli, "--promote", "0.35.0")
+    assert code == 0, out
+    assert done["how"] == "same files" and done["port"] == "home/patches/dsa/0.35.0"
+    assert not nxt.exists() and (home / "patches" / "dsa" / "0.35.0" / "PROVEN-ON.json").exists()
+    # and apply now takes it for the pristine 0.35.0, silently
+    r = cli("check", "dsa", "--vllm", "0.35.0", "--strict")
+    assert r.exit_code == 0, r.output
+
+
+def _release_files(content: str, version: str) -> dict[str, str]:
+    files = dsa_tree(content, version)
+    files.pop("setup.py")
+    return files
+
+
+def _proven_next(cli, tmp_path: Path, upstream: dict[str, str]) -> None:
+    good = upstream["dsa: a note after 0.34.0"]
+    code, _, out = _port(cli, "--vllm", f"git+file://{tmp_path}/up@{good}")
+    assert code == 0, out
+
+
+def test_promote_re_proves_a_port_on_a_release_that_is_another_tree(
+    cli, tmp_path: Path, home: Path, upstream: dict[str, str]
+) -> None:
+    _proven_next(cli, tmp_path, upstream)
+    # 0.35.0 is not the commit next/ was proven on, but next/ proves on it
+    cache_release("0.35.0", _release_files(dsa_file("0.34.0") + "\n# 0.35.0\n", "0.35.0"))
+    code, done, out = _port(cli, "--promote", "0.35.0")
+    assert code == 0, out
+    assert done["how"] == "re-proven" and done["differs"] == [DSA]
+    assert str(done["verify"]).startswith("passed")
+    note = (home / "patches" / "dsa" / "0.35.0" / "PROVENANCE.md").read_text()
+    assert "re-proven on it" in note
+
+
+def test_promote_refuses_a_port_that_does_not_prove_on_the_release(
+    cli, tmp_path: Path, home: Path, upstream: dict[str, str]
+) -> None:
+    _proven_next(cli, tmp_path, upstream)
+    cache_release("0.35.0", _release_files(DSA_BREAK(dsa_file("0.34.0")), "0.35.0"))
+    code, done, out = _port(cli, "--promote", "0.35.0")
+    assert code == 1, out
+    assert done["port"] is None and not (home / "patches" / "dsa" / "0.35.0").exists()
+    assert (home / "patches" / "dsa" / "next").is_dir()
+    assert "does not prove on the release" in str(done["note"])
+
+
+def test_port_refuses_what_it_cannot_do(
+    cli, tmp_path: Path, home: Path, upstream: dict[str, str]
+) -> None:
+    r = cli("port", "dsa")
+    assert r.exit_code == 2 and "--vllm SPEC or --promote VERSION" in r.output
+    r = cli("port", "dsa", "--promote", "0.35.0")
+    assert r.exit_code == 2 and "no port of an unreleased tree to promote" in r.output
+    tag = upstream["vLLM 0.34.0"]
+    r = cli("port", "dsa", "--vllm", f"git+file://{tmp_path}/up@{tag}")
+    assert r.exit_code == 2 and "the pristine release 0.34.0" in r.output

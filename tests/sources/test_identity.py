@@ -1,0 +1,165 @@
+"""What a tree is (issue 26): a local tree or git commit is compared with the pristine
+release it claims, and one that differs is named by its own identity; it never takes the
+release's port silently, and the three-way merge runs whenever its files differ from the
+base, whatever it declares. On a local upstream history of real shapes (the DSA kernel
+file of five releases, tests/fixtures/dsa/, with made-up commits between them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from bakery.sources import identity
+from tests.helpers import (
+    DSA,
+    cache_dsa_releases,
+    dsa_file,
+    dsa_history,
+    dsa_series,
+    dsa_tree,
+    git,
+    write_files,
+)
+
+
+@pytest.fixture
+def upstream(tmp_path: Path, home: Path) -> dict[str, str]:
+    """subject -> commit of the history; the releases cached; launcher/dsa with ports."""
+    hist = dsa_history(tmp_path / "up")
+    cache_dsa_releases()
+    dsa_series(home)
+    return {subject: commit for commit, subject in hist}
+
+
+def _json(path: str) -> dict[str, object]:
+    data = json.loads(Path(path).read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def _statuses(rep: dict[str, object]) -> list[str]:
+    return [h["status"] for d in rep["diffs"] for f in d["files"] for h in f["hunks"]]  # type: ignore[attr-defined,index]
+
+
+def test_a_release_tag_is_the_release_and_takes_its_port(cli, tmp_path, upstream) -> None:
+    spec = f"git+file://{tmp_path}/up@{upstream['vLLM 0.31.0']}"
+    r = cli("check", "dsa", "--vllm", spec, "--strict", "--json", "r.json")
+    assert r.exit_code == 0, r.output
+    rep = _json("r.json")
+    ident = rep["vllm"]["identity"]  # type: ignore[index]
+    assert ident["version"] == "0.31.0" and ident["pristine"] is True
+    assert ident["describe"].startswith("v0.31.0-0-g")
+    assert rep["port"] == "home/patches/dsa/0.31.0"
+    assert "not the pristine" not in r.output
+
+
+def test_a_tree_that_claims_a_release_but_differs_is_named_and_strict_fails(
+    cli, tmp_path, upstream
+) -> None:
+    # Tree A of the issue: 0.31.0 without its `tile = max(_TILE, k_pad)` fix.
+    before = dsa_file("0.31.0").replace("tile = max(_TILE, k_pad)", "tile = _TILE")
+    tree = write_files(tmp_path / "a", dsa_tree(before, "0.31.0"))
+    r = cli("check", "dsa", "--vllm", tree, "--json", "r.json")
+    assert r.exit_code == 0, r.output
+    rep = _json("r.json")
+    ident = rep["vllm"]["identity"]  # type: ignore[index]
+    assert ident["pristine"] is False and ident["claims"] == "0.31.0"
+    assert ident["paths"] == [DSA] and ident["differs"] == 1
+    assert re.fullmatch(r"0\.31\.0\+local\.[0-9a-f]{12}", ident["version"])
+    assert rep["vllm"]["sha256"] == ident["tree_sha256"]  # type: ignore[index]
+    # the port is taken, but said: it was proven on the pristine 0.31.0
+    assert rep["port"] == "home/patches/dsa/0.31.0"
+    assert "not the pristine 0.31.0" in r.output and "--strict fails" in r.output
+    strict = cli("check", "dsa", "--vllm", tree, "--strict")
+    assert strict.exit_code == 1
+    line = "strict: home/patches/dsa/0.31.0: a port of the pristine 0.31.0 taken for"
+    assert line in strict.output
+    # the manifest of a bake carries the identity too
+    baked = cli("apply", "dsa", "--vllm", tree, "--out", "out")
+    assert baked.exit_code == 0, baked.output
+    manifest = _json("out/.bakery/manifest.json")
+    assert manifest["vllm"]["identity"]["version"] == ident["version"]  # type: ignore[index]
+    assert manifest["vllm"]["sha256"] == ident["tree_sha256"]  # type: ignore[index]
+
+
+def test_the_same_tree_unchanged_is_the_release(cli, tmp_path, upstream) -> None:
+    tree = write_files(tmp_path / "a", dsa_tree(dsa_file("0.31.0"), "0.31.0"))
+    os.mkfifo(tree / "vllm" / "fifo")  # never opened, never part of the identity
+    (tree / "vllm" / "__pycache__").mkdir()
+    (tree / "vllm" / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    r = cli("check", "dsa", "--vllm", tree, "--strict", "--json", "r.json")
+    assert r.exit_code == 0, r.output
+    assert _json("r.json")["vllm"]["identity"]["pristine"] is True  # type: ignore[index]
+
+
+def test_a_commit_after_a_release_is_described_with_its_commit(cli, tmp_path, upstream) -> None:
+    commit = upstream["dsa: a note on padding"]
+    r = cli("check", "dsa", "--vllm", f"git+file://{tmp_path}/up@{commit}", "--json", "r.json")
+    assert r.exit_code == 0, r.output
+    ident = _json("r.json")["vllm"]["identity"]  # type: ignore[index]
+    assert ident["version"] == f"0.30.0+g{commit[:12]}" and ident["claims"] == "0.30.0"
+    assert ident["describe"] == f"v0.30.0-1-g{commit[:7]}" or ident["describe"].startswith(
+        "v0.30.0-1-g"
+    )
+    assert ident["paths"] == [DSA]
+
+
+def test_the_merge_runs_on_a_tree_that_declares_the_base_but_differs(
+    cli, tmp_path, upstream
+) -> None:
+    # Tree B's shape: it says 0.30.0 (the series' base) and is not 0.30.0.
+    git(tmp_path / "up", "checkout", "-q", upstream["dsa: rename _max_with_nan's arguments"])
+    content = (tmp_path / "up" / DSA).read_text()
+    tree = write_files(tmp_path / "b", dsa_tree(content, "0.30.0"))
+    merged = cli("check", "dsa", "--vllm", tree, "--json", "m.json")
+    assert merged.exit_code == 0, merged.output
+    rep = _json("m.json")
+    assert "merged" in _statuses(rep)
+    warnings = [w for d in rep["diffs"] for w in d.get("warnings", [])]  # type: ignore[attr-defined]
+    assert any("_max_with_nan" in w for w in warnings), warnings
+    # the same tree without the merge: the hunk that the rename touched does not apply
+    plain = cli("check", "dsa", "--vllm", tree, "--no-merge", "--json", "p.json")
+    assert plain.exit_code == 1
+    assert "failed" in _statuses(_json("p.json"))
+
+
+def test_a_release_that_cannot_be_compared_is_not_called_pristine(
+    cli, tmp_path, home: Path
+) -> None:
+    # 0.31.0 is not cached and the index cannot be reached (conftest): no comparison
+    dsa_series(home, ports=False)
+    tree = write_files(tmp_path / "a", dsa_tree(dsa_file("0.31.0"), "0.31.0"))
+    r = cli("check", "dsa", "--vllm", tree, "--json", "r.json")
+    assert "identity 0.31.0+local." in r.output and "could not compare" in r.output
+    ident = _json("r.json")["vllm"]["identity"]  # type: ignore[index]
+    assert ident["pristine"] is False and ident["compared_with"] is None
+    assert ident["note"].startswith("could not compare with the release 0.31.0")
+
+
+def test_a_listing_never_follows_a_link(tmp_path: Path) -> None:
+    root = write_files(tmp_path / "t", {"vllm/a.py": "A = 1\n"})
+    (tmp_path / "secret").write_text("x")
+    (root / "vllm" / "link").symlink_to(tmp_path / "secret")
+    listing = identity.worktree_listing(root)
+    assert listing["vllm/link"][0] == "120000"
+    # the blob ids are git's own
+    assert listing["vllm/a.py"][1] == git(root, "hash-object", "vllm/a.py").strip()
+
+
+def test_a_local_checkout_claims_the_release_it_describes_from(cli, tmp_path, upstream) -> None:
+    up = tmp_path / "up"
+    git(up, "checkout", "-q", upstream["dsa: a note on padding"])
+    r = cli("check", "dsa", "--vllm", up, "--json", "r.json")
+    assert r.exit_code == 0, r.output
+    ident = _json("r.json")["vllm"]["identity"]  # type: ignore[index]
+    assert ident["claims"] == "0.30.0" and ident["describe"].startswith("v0.30.0-1-g")
+    assert re.fullmatch(r"0\.30\.0\+local\.[0-9a-f]{12}", ident["version"])
+    # the tag itself, checked out: the pristine release
+    git(up, "checkout", "-q", "v0.31.0")
+    r = cli("check", "dsa", "--vllm", up, "--json", "t.json", "--strict")
+    assert r.exit_code == 0, r.output
+    assert _json("t.json")["vllm"]["identity"]["version"] == "0.31.0"  # type: ignore[index]

@@ -1,0 +1,121 @@
+"""Which rules a tree takes (issue 26): a pristine release its own; a tree that is none (a
+dev tree, a checkout of main) the listed release its pristine code calls for, by the
+series' probes; ranges of versions as keys of expectations and known defects. On the real
+DSA kernel file of five releases (tests/fixtures/dsa/) and the real dcp2 data files."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from bakery.testing import expect, probes
+from tests.helpers import (
+    DSA,
+    DSA_RELEASES,
+    PROJECT,
+    cache_dsa_releases,
+    dsa_file,
+    dsa_series,
+    dsa_tree,
+    write_files,
+)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DCP2 = PROJECT / "launcher" / "dcp2"
+
+
+@pytest.mark.parametrize("version", DSA_RELEASES)
+def test_the_probes_find_each_releases_listed_features(version: str) -> None:
+    data = tomllib.loads((DCP2 / expect.EXPECTATIONS_FILE).read_text())
+    found = probes.probe(
+        expect._probes(DCP2, data),
+        lambda rel: dsa_file(version).encode() if rel == DSA else None,
+    )
+    assert found == frozenset(data["release"][version]["features"])
+
+
+def _bake_dev(cli, tmp_path: Path, home: Path, content: str, version: str) -> Path:
+    cache_dsa_releases("0.30.0")
+    dsa_series(home, ports=False)
+    tree = write_files(tmp_path / "dev", dsa_tree(content, version))
+    r = cli("apply", "dsa", "--vllm", tree, "--out", "out")
+    assert r.exit_code == 0, r.output
+    return tmp_path / "out"
+
+
+def test_a_dev_tree_takes_the_rules_its_code_calls_for(cli, tmp_path: Path, home: Path) -> None:
+    # 0.31.0.dev0 with 0.31.0's ROCm top-k: 0.31.0's rules (NaN selected, the ROCm path),
+    # not 0.30.0's, the newest release below its version
+    out = _bake_dev(cli, tmp_path, home, dsa_file("0.31.0"), "0.31.0.dev0")
+    bake = expect.Bake.of(out, DCP2)
+    assert (bake.declared, bake.pristine, bake.release) == ("0.31.0.dev0", False, "0.31.0")
+    rules = expect.load_expectations(DCP2, bake.release, interpret=True)
+    assert rules is not None and rules.release == "0.31.0"
+    assert rules.data["nan_rule"] == "select" and rules.data["features"] == ["rocm_topk"]
+    # the known defects of 0.31.0 are this tree's too
+    for defect in expect.load_defects(DCP2).values():
+        assert expect.active(defect, bake) == expect.listed("0.31.0", defect.releases)
+    # without probes, the version alone would give 0.30.0's rules: the wrong ones
+    assert expect.load_expectations(DCP2, "0.31.0.dev0", interpret=True).release == "0.30.0"
+
+
+def test_a_dev_tree_of_the_next_series_takes_the_newest_rules_it_matches(
+    cli, tmp_path: Path, home: Path
+) -> None:
+    out = _bake_dev(cli, tmp_path, home, dsa_file("0.34.0") + "\n# main\n", "0.35.0.dev0")
+    assert expect.Bake.of(out, DCP2).release == "0.34.0"
+    # 0.33.0's code under a 0.34.0.dev0 label: 0.33.0's rules, not 0.34.0's
+    out2 = tmp_path / "other"
+    tree = write_files(tmp_path / "dev2", dsa_tree(dsa_file("0.33.0"), "0.34.0.dev0"))
+    assert cli("apply", "dsa", "--vllm", tree, "--out", out2).exit_code == 0
+    assert expect.Bake.of(out2, DCP2).release == "0.33.0"
+
+
+def test_the_probes_read_the_pristine_files_not_the_baked_ones(
+    cli, tmp_path: Path, home: Path
+) -> None:
+    out = _bake_dev(cli, tmp_path, home, dsa_file("0.34.0"), "0.35.0.dev0")
+    baked = out / DSA
+    baked.write_text(baked.read_text().replace("score_dtype", "scoredtype"))
+    assert expect.Bake.of(out, DCP2).release == "0.34.0"
+
+
+def test_a_pristine_release_keeps_its_own_rules(tmp_path: Path) -> None:
+    bake = expect.Bake("0.32.0")
+    assert bake.pristine and expect.load_expectations(DCP2, "0.32.0", interpret=True).release == (
+        "0.32.0"
+    )
+
+
+def test_ranges_key_expectations_and_defects(tmp_path: Path) -> None:
+    write_files(
+        tmp_path,
+        {
+            "expectations.toml": '[release."0.34.0"]\nnan_rule = "select"\n'
+            '[release.">=0.35.0.dev0,<0.36"]\nnan_rule = "next"\n',
+            "known-defects.toml": '[[defect]]\nid = "d"\nsummary = "s"\ninput = "i"\n'
+            'releases = [">=0.35.0.dev0"]\n',
+        },
+    )
+    assert expect.load_expectations(tmp_path, "0.35.0.dev3", interpret=True).data == {
+        "nan_rule": "next"
+    }
+    assert expect.load_expectations(tmp_path, "0.36.1", interpret=True).release == "0.34.0"
+    (defect,) = expect.load_defects(tmp_path).values()
+    assert expect.active(defect, expect.Bake("0.35.0rc1"))
+    assert not expect.active(defect, expect.Bake("0.34.0"))
+
+
+def test_a_bad_probe_is_one_line(tmp_path: Path) -> None:
+    write_files(
+        tmp_path,
+        {"expectations.toml": '[probe.x]\nfile = "a.py"\n[release."1.0"]\nfeatures = []\n'},
+    )
+    with pytest.raises(expect.SeriesDataError, match="probe x needs one of defines"):
+        expect.rules_for(tmp_path, "1.0.dev0", lambda rel: None)
