@@ -365,8 +365,8 @@ def dsa_series(home: Path, *, ports: bool = True, tests: str | None = None) -> P
             if port.is_dir():
                 dest = home / "patches" / "dsa" / port.name
                 dest.mkdir(parents=True)
-                for f in port.glob("*.diff"):
-                    shutil.copyfile(f, dest / f.name)
+                for f in [*port.glob("*.diff"), *port.glob("FROM.toml")]:
+                    shutil.copyfile(f, dest / f.name)  # FROM.toml: made from the same diff
     if tests is not None:
         write_files(folder / "tests", {"test_dsa.py": tests})
     return folder

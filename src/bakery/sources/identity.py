@@ -119,7 +119,8 @@ Listing = dict[str, tuple[str, str]]
 
 def committed_listing(tree: Path) -> Listing:
     """A cached tree's files as its own commit records them (no file is read)."""
-    out = gitutil.git_out(tree, "ls-tree", "-r", "-z", "--full-tree", "HEAD")
+    text = gitutil.git(tree, "ls-tree", "-r", "-z", "--full-tree", "HEAD")
+    out = text.encode("utf-8", "surrogateescape")
     listing: Listing = {}
     for rec in out.split(b"\0"):
         if not rec:
