@@ -46,7 +46,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from bakery import __version__
+from bakery import __version__, outputs
 from bakery.errors import BakeryError, SourceError
 from bakery.formats import zipraw
 from bakery.formats.zipraw import Entry
@@ -377,27 +377,12 @@ def _new(name: str, content: bytes, external_attr: int = 0o100644 << 16) -> _Out
 
 @contextmanager
 def _atomic(target: Path) -> Iterator[int]:
-    """An unbuffered file beside target, renamed over it when complete, removed if not."""
+    """An unbuffered file beside target, renamed over it when complete, removed if not:
+    the one temp-file writer (outputs.replacing: O_EXCL | O_NOFOLLOW, a random name)."""
     if target.is_symlink() or target.is_dir():
         raise BakeryError(f"{target}: exists and is not a file")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    except OSError as e:
-        raise BakeryError(f"cannot write {target}: {e.strerror}") from None
-    try:
-        try:
-            yield fd
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise BakeryError(f"cannot write {target}: {e.strerror}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with outputs.replacing(target) as fh:
+        yield fh.fileno()
 
 
 def _write(sfd: int, dfd: int, members: list[_Out], label: str) -> None:

@@ -22,7 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
-from bakery.safety import limits, paths
+from bakery.safety import cachepolicy, limits, paths
 from bakery.safety.urls import redact, redact_url
 from bakery.sources import bounded, versions
 from bakery.sources.cache import Cache, Entry, Hold
@@ -154,12 +154,18 @@ def _sdist_entry(version: str) -> IndexFile:
     raise SourceError(f"vLLM {version} has no source distribution on {session.shown}")
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def cached_sha256(path: Path) -> str | None:
+    """The sha256 of a cached download, or None where there is none to trust: missing,
+    or not a regular file of at most MAX_ARCHIVE bytes (a link to ``/dev/zero``, a FIFO:
+    never opened; removed, the link itself, so that it is downloaded again)."""
+    if cachepolicy.regular(path) is None:
+        cachepolicy.remove(path)
+        return None
+    try:
+        return cachepolicy.sha256(path, limits.MAX_ARCHIVE)
+    except (OSError, cachepolicy.CacheRefused):
+        cachepolicy.remove(path)
+        return None
 
 
 def _download(f: IndexFile, dest: Path, progress: Progress | None) -> None:
@@ -219,9 +225,7 @@ def _unpack(archive: Path | bytes, dest: Path, label: str, *, strip_top: bool = 
     if isinstance(archive, Path):
         name = archive.name
         try:
-            if archive.stat().st_size > limits.MAX_ARCHIVE:
-                raise SourceError(f"{name}: larger than {limits.MAX_ARCHIVE} bytes")
-            data = archive.read_bytes()
+            data = cachepolicy.read_bytes(archive, limits.MAX_ARCHIVE, "archive")
         except OSError as e:
             raise SourceError(f"{name}: {e.strerror}") from None
     else:
@@ -249,7 +253,7 @@ def release(
         found = _sdist_entry(version)
         sha, url = str(found.sha256), redact(found.url)
         sdist = cache.path("sdists") / f"vllm-{version}.tar.gz"
-        if not sdist.exists() or _sha256_file(sdist) != sha:
+        if cached_sha256(sdist) != sha:
             _download(found, sdist, progress)
         with cache.building(key) as tmp:
             top = tmp / "tree"
