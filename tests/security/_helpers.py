@@ -136,3 +136,22 @@ def files_under(root: Path) -> Iterator[Path]:
     for dirpath, _dirs, names in os.walk(root):
         for n in names:
             yield Path(dirpath, n)
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every path under root with what it is (a file's sha256, a link's target, a
+    folder): two snapshots are equal only when nothing under root changed."""
+    out: dict[str, str] = {}
+    for dirpath, dirs, names in os.walk(root):
+        for n in dirs + names:
+            p = Path(dirpath, n)
+            rel = str(p.relative_to(root))
+            if p.is_symlink():
+                out[rel] = "link " + os.readlink(p)
+            elif p.is_dir():
+                out[rel] = "dir"
+            elif p.is_file():
+                out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+            else:
+                out[rel] = "special"
+    return out

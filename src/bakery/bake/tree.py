@@ -13,6 +13,7 @@ import hashlib
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from bakery.bake.merge import Fallback
@@ -304,6 +305,24 @@ def _check_out(out: Path, pristine: Pristine) -> None:
         raise UsageError(f"--out {out}: cannot write in {out.parent} (permission denied)")
 
 
+def _plan_confirmed(
+    series: Series,
+    pristine: Pristine,
+    fuzz: int,
+    fallback: Fallback | None,
+    events: Events | None,
+    confirm: Callable[[], None],
+) -> Plan:
+    """plan(); where it fails, the cached trees are confirmed first: a changed cached
+    tree (a file replaced by a link) is the cause, not the series, so CacheChanged wins
+    and the entry is extracted again (commands.apply)."""
+    try:
+        return plan(series, pristine, fuzz=fuzz, fallback=fallback, events=events)
+    except BakeryError:
+        confirm()
+        raise
+
+
 def bake(
     series: Series,
     pristine: Pristine,
@@ -320,10 +339,6 @@ def bake(
     _check_out(out, pristine)
     clean_stale(out)
     refuse_unless_replaceable(out, force)
-    pl = plan(series, pristine, fuzz=fuzz, fallback=fallback, events=events)
-    report = pl.report
-    failed_out = out.with_name(out.name + ".failed")
-    failed = failed_state(failed_out)
     base = fallback.base if fallback is not None else None
 
     def confirm() -> None:
@@ -331,6 +346,11 @@ def bake(
         pristine.confirm()
         if base is not None:
             base.confirm()
+
+    pl = _plan_confirmed(series, pristine, fuzz, fallback, events, confirm)
+    report = pl.report
+    failed_out = out.with_name(out.name + ".failed")
+    failed = failed_state(failed_out)
 
     if not report.ok:
         confirm()

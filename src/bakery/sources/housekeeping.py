@@ -175,6 +175,10 @@ def clean(
     cache: Cache, *, keep: int | None = None, older_than: float | None = None, dry_run: bool = False
 ) -> Cleaned:
     all_items = items(cache)
+    if not dry_run:  # a top folder that is a link or a file: the link goes, never its target
+        for name in cachepolicy.TOPS:
+            if os.path.lexists(cache.root / name):
+                cachepolicy.top(cache.root, name, repair=True)
     doomed = select(all_items, keep, older_than)
     result = Cleaned(kept=[i for i in all_items if i not in doomed])
     for item in doomed:
