@@ -21,7 +21,7 @@ from typing import Any
 from packaging.version import Version
 
 from bakery.bake.merge import Fallback
-from bakery.bake.staging import display_path
+from bakery.bake.staging import display_path, refuse_to_discard_attempts
 from bakery.bake.tree import bake
 from bakery.errors import BakeryError, UsageError
 from bakery.patch.series import Series, load_series
@@ -120,6 +120,7 @@ def port(
         candidates(series_spec, target, cache, home, syntax=syntax, events=events),
     )
     scratch = (out_root / f"{series.name}-{version}").absolute()
+    refuse_to_discard_attempts(scratch, "bakery port:")  # the user's attempt is kept
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     prev_record = None
