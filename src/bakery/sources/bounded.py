@@ -78,7 +78,12 @@ def checked_sha256(f: IndexFile, where: str) -> str:
     """The sha256 the index gives for the file bakery is about to download (a file's hash is
     checked when it is used: a bad entry for another file does not stop a bake)."""
     if not f.sha256:
-        raise SourceError(f"{f.filename[:100]}: the index {where} gives no sha256")
+        raise SourceError(f"{f.filename[:100]!r}: the index {where} gives no sha256")
+    if any(ord(c) < 33 or ord(c) == 127 for c in f.url):  # a URL never holds these
+        raise SourceError(
+            f"{redact(where)}: {f.filename[:100]!r}: the index gives a URL with a control "
+            "character or space"
+        )
     if not _SHA256.fullmatch(f.sha256):
         raise SourceError(f"{redact(where)}: {f.filename[:100]!r}: a malformed sha256")
     return f.sha256

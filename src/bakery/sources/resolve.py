@@ -169,6 +169,7 @@ def cached_sha256(path: Path) -> str | None:
 
 
 def _download(f: IndexFile, dest: Path, progress: Progress | None) -> None:
+    import http.client
     import urllib.error  # here, not above: urllib and tarfile slow every start
 
     from bakery.sources.index import Session
@@ -183,7 +184,11 @@ def _download(f: IndexFile, dest: Path, progress: Progress | None) -> None:
     done = 0
     most = bounded.download_limit(f.size)
     try:
-        with session.open(f.url, timeout=limits.NET_TIMEOUT) as resp, part.open("wb") as out:
+        new = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW  # never through a link
+        with (
+            session.open(f.url, timeout=limits.NET_TIMEOUT) as resp,
+            os.fdopen(os.open(part, new, 0o644), "wb") as out,
+        ):
             total = f.size or _content_length(resp) or None
             while chunk := resp.read(1 << 20):
                 done += len(chunk)
@@ -205,7 +210,7 @@ def _download(f: IndexFile, dest: Path, progress: Progress | None) -> None:
                 f"{redact(f.url)}: sha256 {h.hexdigest()} does not match the index's {f.sha256}"
             )
         os.replace(part, dest)
-    except (urllib.error.URLError, OSError, ValueError) as e:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
         raise session.error(f.url, e) from None
     finally:
         part.unlink(missing_ok=True)

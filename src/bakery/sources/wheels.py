@@ -36,7 +36,7 @@ from bakery.errors import SourceError
 from bakery.outputs import replace_bytes
 from bakery.safety import cachepolicy, limits
 from bakery.safety.urls import MASK, redact, redact_url
-from bakery.sources import resolve
+from bakery.sources import bounded, resolve
 from bakery.sources.cache import Cache
 from bakery.sources.index import IndexFile
 from bakery.sources.pipconf import configured_index
@@ -139,8 +139,10 @@ def release_wheels(version: str, cache: Cache, *, fresh: bool = False) -> list[W
             continue
         if ver != Version(version):
             continue
-        if not f.sha256:
-            raise SourceError(f"{name}: the index gives no sha256")
+        bounded.checked_sha256(
+            f, redact_url(configured_index().url)
+        )  # its URL and hash, before anything is fetched
+        assert f.sha256 is not None
         found.append(WheelFile(name, f.url, f.sha256, f.size))
     found.sort(key=lambda w: w.filename)
     if found:  # an empty answer is not kept: the wheels may be uploaded later
