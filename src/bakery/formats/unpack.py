@@ -182,8 +182,9 @@ class _Tree:
         self.entries: dict[str, gitindex.IndexEntry] = {}
         self.dirs: set[str] = {""}
         self.links: dict[str, str] = {}
-        #: file -> (content, executable, its write)
-        self.files: dict[str, tuple[bytes, bool, Future[gitindex.IndexEntry]]] = {}
+        #: file -> (executable, its write); the content is not kept (read back from the
+        #: file for a hard link): the tree is never held in memory
+        self.files: dict[str, tuple[bool, Future[gitindex.IndexEntry]]] = {}
         self._pool = ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="bakery-write")
 
     def mkdir(self, rel: str) -> None:
@@ -202,10 +203,20 @@ class _Tree:
         self.mkdir(rel.rpartition("/")[0])
         earlier = self.files.get(rel)
         if earlier is not None:  # a later member of the same name wins, as with tar
-            earlier[2].result()
+            earlier[1].result()
             os.unlink(self.root / rel)
         job = self._pool.submit(self._write, rel, data, executable, mtime)
-        self.files[rel] = (data, executable, job)
+        self.files[rel] = (executable, job)
+
+    def content(self, rel: str) -> tuple[bytes, bool] | None:
+        """An earlier file's bytes and executable bit (a hard link's), read back."""
+        found = self.files.get(rel)
+        if found is None:
+            return None
+        found[1].result()
+        fd = os.open(self.root / rel, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as fh:
+            return fh.read(limits.MAX_FILE + 1), found[0]
 
     def _write(self, rel: str, data: bytes, executable: bool, mtime: int) -> gitindex.IndexEntry:
         path = self.root / rel
@@ -230,7 +241,7 @@ class _Tree:
 
     def finish_files(self) -> None:
         """Wait for every write; the first failure is raised (OSError)."""
-        for rel, (_, _, job) in self.files.items():
+        for rel, (_, job) in self.files.items():
             self.entries[rel] = job.result()
 
     def close(self) -> None:
@@ -288,7 +299,7 @@ def unpack(archive: bytes, dest: Path, *, name: str, message: str, strip_top: bo
                     raise ValueError("a link where the archive has a file or folder")
                 tree.links[rel] = m.linkname
             elif m.kind == tarstream.HARDLINK:
-                first = tree.files.get(_member_path(m.linkname, strip_top, top))
+                first = tree.content(_member_path(m.linkname, strip_top, top))
                 if first is None:
                     raise ValueError("a hard link to no earlier file of the archive")
                 tree.write(rel, first[0], first[1], m.mtime)
@@ -307,6 +318,8 @@ def unpack(archive: bytes, dest: Path, *, name: str, message: str, strip_top: bo
         ) from None
     except OSError as e:
         raise SourceError(f"{name}: cannot extract {member!r}: {e.strerror}") from None
+    except MemoryError:
+        raise SourceError(f"{name}: cannot extract {member!r}: out of memory") from None
     finally:
         stream.close()
         tree.close()

@@ -12,6 +12,8 @@ MiB = 1 << 20
 MAX_ARCHIVE = 512 * MiB
 #: The tar stream inside it, once inflated (a gzip bomb stops here).
 MAX_UNPACKED = 1024 * MiB
+#: One file of an archive, held in memory while it is written (vLLM's largest is a few MB).
+MAX_FILE = 128 * MiB
 #: Members of one archive.
 MAX_MEMBERS = 200_000
 #: Symlinks followed while resolving one path of an archive (the kernel's 40).
