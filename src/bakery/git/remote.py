@@ -213,6 +213,28 @@ def resolve(mirror: Path, ref: str) -> str | None:
     return commit if re.fullmatch(r"[0-9a-f]{40}", commit) else None
 
 
+def commit_by_id(mirror: Path, prefix: str) -> str | None:
+    """The one commit whose id starts with prefix (4 to 40 hex digits), or None: never a
+    branch or tag that happens to have that name (``rev-parse`` would prefer one)."""
+    prefix = prefix.lower()
+    if not re.fullmatch(r"[0-9a-f]{4,40}", prefix):
+        return None
+    out = cmd.git(mirror, *in_mirror(mirror), "rev-parse", f"--disambiguate={prefix}", check=False)
+    ids = [i for i in out.split() if re.fullmatch(r"[0-9a-f]{40}", i) and i.startswith(prefix)]
+    if not ids:
+        return None
+    kinds = cmd.git(
+        mirror,
+        *in_mirror(mirror),
+        "cat-file",
+        "--batch-check=%(objectname) %(objecttype)",
+        input="\n".join(ids).encode() + b"\n",
+        check=False,
+    )
+    commits = [ln.split()[0] for ln in kinds.splitlines() if ln.endswith(" commit")]
+    return commits[0] if len(commits) == 1 else None
+
+
 def commit_of(mirror: Path, ref: str) -> str:
     commit = resolve(mirror, ref)
     if commit is None:

@@ -60,7 +60,11 @@ the N used last (without a bake in progress losing its tree).
 def discard(folder: Path) -> None:
     """Remove a folder being abandoned (a staging folder, a killed build). A child process
     of a bake that was interrupted or killed (cp, git) may write into it a moment longer:
-    remove again until it is gone, for up to two seconds."""
+    remove again until it is gone, for up to two seconds. A link is unlinked, never
+    followed."""
+    if os.path.islink(folder):
+        cachepolicy.remove(folder)
+        return
     for _ in range(100):
         shutil.rmtree(folder, ignore_errors=True)
         if not os.path.lexists(folder):
