@@ -144,7 +144,7 @@ def port(
         result.written = display_path(dest)
         result.hunks = _attention(cand, result.target, upstream)
         return result
-    _leave_best(series_spec, result, target, scratch, cache)
+    _leave_best(series_spec, result, target, scratch, cache, syntax=syntax)
     if result.candidates:
         result.hunks = _attention(result.candidates[0], result.target, upstream)
     return result
@@ -216,9 +216,10 @@ def _prove(
 
 
 def _leave_best(
-    spec: str, result: PortResult, target: Pristine, scratch: Path, cache: Cache
+    spec: str, result: PortResult, target: Pristine, scratch: Path, cache: Cache, *, syntax: bool
 ) -> None:
-    """The best attempt as a conflict tree, for a person to finish."""
+    """The best attempt as a conflict tree, for a person to finish (merged by lines only
+    with --lines-only)."""
     from bakery.porting.propose import _series_for
     from bakery.sources.resolve import release
 
@@ -229,7 +230,7 @@ def _leave_best(
     s = _series_for(spec, best.start, home)
     start = _series_for(spec, best.start, home)
     base = release(best.start.release, cache)
-    fallback = Fallback(s, target, base, True, syntax=True, start=start)
+    fallback = Fallback(s, target, base, True, syntax=syntax, start=start)
     report = bake(s, target, scratch / "attempt", keep_failed=True, fallback=fallback)
     result.failed_out = report.failed_out
 
