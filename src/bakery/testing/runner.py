@@ -189,6 +189,13 @@ def run_verify(
     """
     tests_dir, tree = Path(tests_dir).resolve(), Path(tree).resolve()
     check_inputs(tests_dir, tree, interpret)
+    if series_dir is not None:  # a malformed data file: one line, before pytest starts
+        from bakery.testing import expect
+
+        try:
+            expect.check_files(series_dir)
+        except expect.SeriesDataError as e:
+            raise VerifyError(str(e)) from None
     if jobs is None:
         # -x / --maxfail stop the run at a failure: one worker, so that the stop is a
         # failed run (exit 1), not an interrupted one (pytest-xdist's stop exits 2)
