@@ -115,5 +115,7 @@ def test_lines_only_leaves_a_line_merged_attempt(home: Path) -> None:
     attempt = home / str(report["failed_out"])
     text = (attempt / MOD).read_text()
     assert "key=None, *, rev=False" not in text  # not merged by syntax
-    statuses = {h["status"] for h in report["hunks"]}  # type: ignore[union-attr]
+    hunks = report["hunks"]
+    assert isinstance(hunks, list)
+    statuses = {h["status"] for h in hunks}
     assert "merged-syntax" not in statuses
