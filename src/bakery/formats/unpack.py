@@ -19,6 +19,7 @@ import os
 import queue
 import threading
 import zlib
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -33,6 +34,8 @@ from bakery.safety import limits
 
 _CHUNK = 1 << 20  # compressed bytes inflated at a time
 _OUT_CHUNK = 16 << 20  # inflated bytes handed on at a time (a bomb never lands whole)
+#: Bytes of files read from the archive and waiting for a writer thread.
+_PENDING = 64 << 20
 _WRITERS = min(os.cpu_count() or 1, 4)  # threads writing files
 
 
@@ -41,7 +44,8 @@ class _TarStream:
     (zlib releases the GIL) while the caller parses what came before."""
 
     def __init__(self, data: bytes) -> None:
-        self._chunks: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=64)
+        # at most 8 x _OUT_CHUNK inflated bytes wait for the reader (a bomb never piles up)
+        self._chunks: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=8)
         self._pos = 0
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -185,6 +189,8 @@ class _Tree:
         #: file -> (executable, its write); the content is not kept (read back from the
         #: file for a hard link): the tree is never held in memory
         self.files: dict[str, tuple[bool, Future[gitindex.IndexEntry]]] = {}
+        self._pending: deque[tuple[Future[gitindex.IndexEntry], int]] = deque()
+        self._pending_bytes = 0
         self._pool = ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="bakery-write")
 
     def mkdir(self, rel: str) -> None:
@@ -207,6 +213,13 @@ class _Tree:
             os.unlink(self.root / rel)
         job = self._pool.submit(self._write, rel, data, executable, mtime)
         self.files[rel] = (executable, job)
+        # at most _PENDING bytes wait for a writer: the archive is never held whole
+        self._pending.append((job, len(data)))
+        self._pending_bytes += len(data)
+        while self._pending_bytes > _PENDING and self._pending:
+            done, size = self._pending.popleft()
+            done.result()
+            self._pending_bytes -= size
 
     def content(self, rel: str) -> tuple[bytes, bool] | None:
         """An earlier file's bytes and executable bit (a hard link's), read back."""
@@ -318,8 +331,6 @@ def unpack(archive: bytes, dest: Path, *, name: str, message: str, strip_top: bo
         ) from None
     except OSError as e:
         raise SourceError(f"{name}: cannot extract {member!r}: {e.strerror}") from None
-    except MemoryError:
-        raise SourceError(f"{name}: cannot extract {member!r}: out of memory") from None
     finally:
         stream.close()
         tree.close()

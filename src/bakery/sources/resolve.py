@@ -235,7 +235,12 @@ def _unpack(archive: Path | bytes, dest: Path, label: str, *, strip_top: bool = 
             raise SourceError(f"{name}: {e.strerror}") from None
     else:
         name, data = "git archive", archive
-    return unpack.unpack(data, dest, name=name, message=f"pristine {label}\n", strip_top=strip_top)
+    try:
+        return unpack.unpack(
+            data, dest, name=name, message=f"pristine {label}\n", strip_top=strip_top
+        )
+    except MemoryError:  # one line, never a traceback (the limits should stop it first)
+        raise SourceError(f"{name}: cannot extract: out of memory") from None
 
 
 def release(
