@@ -11,6 +11,12 @@ It writes to what the user named, and never replaces it with something else:
 - a regular file, or a new one, is written beside itself and renamed over it (a reader
   never sees half a report), keeping an existing file's mode.
 
+Files bakery makes itself (wheels, sdists, manifests and reports in a tree, ports, cache
+markers and listings) go through :func:`replacing`, the one temp-file writer: a new file
+in the target's own folder, opened ``O_CREAT | O_EXCL | O_NOFOLLOW`` under a random name
+(a link or file planted at any name is never written through), renamed over the target
+when complete (a link at the target is replaced, not followed), removed if not.
+
 ``check()`` is called before the work starts, so a report path that cannot be written
 (an empty name, a folder, a parent that is a file, a read-only folder) fails at once with
 one line instead of after a whole matrix has run.
@@ -21,10 +27,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import stat
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import BinaryIO
 
 from bakery.errors import UsageError
 
@@ -177,3 +187,53 @@ def write_json(target: Path | str, data: object, what: str = "--json") -> None:
 
 def write_text(target: Path | str, text: str, what: str) -> None:
     write(target, text.encode(), what)
+
+
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _new_temp(target: Path, mode: int) -> tuple[int, Path]:
+    """A new file beside target that nobody else made (O_EXCL) and no link leads to."""
+    for _ in range(100):
+        tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, _NEW, mode), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{target}: no free temporary name")
+
+
+@contextmanager
+def replacing(target: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
+    """The one temp-file writer of files bakery makes (see the module docstring): yields
+    a file beside target, renamed over target once the block ends, removed if it raises.
+    OutputError (one line) where it cannot be written; a folder at target is refused."""
+    if os.path.isdir(target) and not os.path.islink(target):
+        raise OutputError(f"{target}: exists and is a folder, not a file")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = _new_temp(target, mode)
+    except OSError as e:
+        raise OutputError(f"cannot write {target}: {e.strerror or e}") from None
+    fh = os.fdopen(fd, "wb")
+    try:
+        with fh:
+            yield fh
+        os.replace(tmp, target)
+    except OSError as e:
+        _unlink(tmp)
+        raise OutputError(f"cannot write {target}: {e.strerror or e}") from None
+    except BaseException:
+        _unlink(tmp)
+        raise
+
+
+def _unlink(path: Path) -> None:
+    with suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def replace_bytes(target: Path, data: bytes, mode: int = 0o644) -> None:
+    """data as the whole of target, through :func:`replacing`."""
+    with replacing(target, mode) as fh:
+        fh.write(data)

@@ -15,6 +15,8 @@ import json
 import os
 from pathlib import Path
 
+from bakery.safety import cachepolicy
+
 __all__ = ["LAST_BAKES", "last_applies", "project_root", "remember", "where_series_are"]
 
 #: The record's file name in the cache folder.
@@ -48,6 +50,12 @@ def where_series_are(home: Path) -> str:
     )
 
 
+def _read(record: Path) -> str:
+    """The record's text: a regular file of the cache only (a FIFO is never opened, a link
+    never followed: safety.cachepolicy), bounded."""
+    return cachepolicy.read_text(record, 16 << 20, "last-bake record")
+
+
 def remember(record: Path, series: str, out: Path) -> None:
     """Note ``out`` as the tree of the series' last ``bakery apply`` in ``record`` (the last
     key of the project's: the last apply of all). Only a convenience for verify: an
@@ -55,8 +63,8 @@ def remember(record: Path, series: str, out: Path) -> None:
     from bakery.model.report import write_json
 
     try:
-        data = json.loads(record.read_text()) if record.is_file() else {}
-    except (OSError, ValueError, RecursionError):
+        data = json.loads(_read(record)) if os.path.lexists(record) else {}
+    except (OSError, ValueError, RecursionError, cachepolicy.CacheRefused):
         data = {}
     if not isinstance(data, dict):
         data = {}
@@ -73,9 +81,9 @@ def remember(record: Path, series: str, out: Path) -> None:
 def last_applies(record: Path) -> dict[str, str]:
     """The project's series and the trees of their last applies, oldest first."""
     try:
-        data = json.loads(record.read_text())
+        data = json.loads(_read(record))
         mine = data[str(project_root().absolute())]
-    except (OSError, ValueError, RecursionError, KeyError, TypeError):
+    except (OSError, ValueError, RecursionError, KeyError, TypeError, cachepolicy.CacheRefused):
         return {}
     if not isinstance(mine, dict):
         return {}

@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import os
+import struct
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -136,3 +137,42 @@ def files_under(root: Path) -> Iterator[Path]:
     for dirpath, _dirs, names in os.walk(root):
         for n in names:
             yield Path(dirpath, n)
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every path under root with what it is (a file's sha256, a link's target, a
+    folder): two snapshots are equal only when nothing under root changed."""
+    out: dict[str, str] = {}
+    for dirpath, dirs, names in os.walk(root):
+        for n in dirs + names:
+            p = Path(dirpath, n)
+            rel = str(p.relative_to(root))
+            if p.is_symlink():
+                out[rel] = "link " + os.readlink(p)
+            elif p.is_dir():
+                out[rel] = "dir"
+            elif p.is_file():
+                out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+            else:
+                out[rel] = "special"
+    return out
+
+
+def raw_zip(members: list[tuple[str, bytes, int, int, int]]) -> bytes:
+    """A zip by hand: (name, stored bytes, method, crc, stated size) per member, so that
+    a member's sizes may lie as a hostile archive's do."""
+    body, central = b"", b""
+    for name, data, method, crc, usize in members:
+        raw = name.encode()
+        local = struct.pack(
+            "<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0x21, crc, len(data), usize, len(raw), 0
+        )
+        central += struct.pack(
+            "<IBBBBHHHHIIIHHHHHII",
+            0x02014B50, 20, 3, 20, 0, 0, method, 0, 0x21, crc, len(data), usize,
+            len(raw), 0, 0, 0, 0, 0o100644 << 16, len(body),
+        ) + raw  # fmt: skip
+        body += local + raw + data
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(members), len(members),
+                      len(central), len(body), 0)  # fmt: skip
+    return body + central + end

@@ -99,7 +99,8 @@ def test_ranges_key_expectations_and_defects(tmp_path: Path) -> None:
         {
             "expectations.toml": '[release."0.34.0"]\nnan_rule = "select"\n'
             '[release.">=0.35.0.dev0,<0.36"]\nnan_rule = "next"\n',
-            "known-defects.toml": '[[defect]]\nid = "d"\nsummary = "s"\ninput = "i"\nmatch = "^d shows"\n'
+            "known-defects.toml": '[[defect]]\nid = "d"\nsummary = "s"\ninput = "i"\n'
+            'match = "^d shows"\n'
             'releases = [">=0.35.0.dev0"]\n',
         },
     )

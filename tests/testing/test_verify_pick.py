@@ -73,14 +73,16 @@ def test_verify_without_a_series_takes_the_trees_own(
     assert "verifying t (--tree) on the CPU with Triton's interpreter (--interpret)" in r.output
 
 
-def test_verify_without_a_series_or_tree_takes_the_last_apply(
+def test_verify_without_a_series_or_tree_never_takes_the_series_from_the_cache(
     series: Path, home: Path, cli: Callable[..., Result]
 ) -> None:
+    """The last-bake record is the cache's, which chooses nothing that runs (SECURITY.md,
+    issue 28): with two series and neither SERIES nor --tree, verify asks."""
     write_files(home / "launcher" / "other", {"diffs/01-y.diff": DIFF})
     assert cli("apply", "x", "--vllm", "1.0.0", "--out", "t").exit_code == 0
     r = cli("verify")
-    assert r.exit_code == 0, r.output
-    assert "verifying t (the last `bakery apply x`)" in r.output
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == "error: verify: name the series (the project has 2) or pass --tree"
 
 
 def test_verify_names_what_to_do_when_nothing_says_the_series(
@@ -89,9 +91,7 @@ def test_verify_names_what_to_do_when_nothing_says_the_series(
     write_files(home / "launcher" / "other", {"diffs/01-y.diff": DIFF})
     r = cli("verify")
     assert r.exit_code == 2
-    assert r.output.strip() == (
-        "error: verify: name the series (the project has 2) or run `bakery apply` first"
-    )
+    assert r.output.strip() == "error: verify: name the series (the project has 2) or pass --tree"
 
 
 def test_gpu_asked_without_one_is_refused(series: Path, cli: Callable[..., Result]) -> None:

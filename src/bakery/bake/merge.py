@@ -134,14 +134,16 @@ class Fallback:
         if ours_before is None or ours_after is None:
             return None
         merged, conflicts = merge_file(current, ours_before, ours_after)
+        note = ""
         if conflicts and self.syntax and fp.path.endswith(".py"):
             by_syntax = self._merge_syntax(res, current, ours_before, ours_after)
-            if by_syntax is not None:
+            if isinstance(by_syntax, FileResult):
                 return by_syntax
+            note = f" ({by_syntax})"  # why the syntax merge did not do it
         if conflicts:
             for h in res.hunks:
                 if h.status is Outcome.FAILED:
-                    h.reason = f"merge: {conflicts} conflict(s)"
+                    h.reason = f"merge: {conflicts} conflict(s){note}"
             res.conflict = merged
             res.sides = (ours_before, current, ours_after)
             return res
@@ -162,16 +164,17 @@ class Fallback:
 
     def _merge_syntax(
         self, res: FileResult, current: bytes, ours_before: bytes, ours_after: bytes
-    ) -> FileResult | None:
-        from bakery.bake.synmerge import SyntaxConflict, merge_python
+    ) -> FileResult | str:
+        """The file merged by syntax, or why not (the line merge's note)."""
+        from bakery.bake.synchild import Bounded, merge_bounded
+        from bakery.bake.synmerge import SyntaxConflict
 
-        try:
-            merged = merge_python(ours_before, ours_after, current)
+        try:  # release content: parsed in a child with a time and memory bound
+            merged = merge_bounded(ours_before, ours_after, current)
         except SyntaxConflict as e:
-            for h in res.hunks:
-                if h.status is Outcome.FAILED:
-                    h.reason = f"syntax merge: conflict at {e.where}"
-            return None
+            return f"syntax merge: conflict at {e.where}"
+        except Bounded as e:
+            return f"syntax merge stopped: {e}; merged by lines"
         joined = ", ".join(merged.joined) or "no shared item"
         hunks = [
             HunkResult(

@@ -13,6 +13,7 @@ import hashlib
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from bakery.bake.merge import Fallback
@@ -295,6 +296,7 @@ def _plan_over(
     fuzz: int,
     fallback: Fallback | None,
     events: Events | None,
+    confirm: Callable[[], None],
 ) -> Plan:
     """The plan, once out is known replaceable (staging.refuse_unless_replaceable)."""
     try:
@@ -302,11 +304,11 @@ def _plan_over(
     except LocalChanges:
         # a tree whose changes were refreshed into the diffs being baked holds nothing
         # that this bake loses: it is replaced without --force
-        pl = plan(series, pristine, fuzz=fuzz, fallback=fallback)
+        pl = _plan_confirmed(series, pristine, fuzz, fallback, None, confirm)
         if not _equals_plan(out, pl, pristine):
             raise
         return pl
-    return plan(series, pristine, fuzz=fuzz, fallback=fallback, events=events)
+    return _plan_confirmed(series, pristine, fuzz, fallback, events, confirm)
 
 
 def _equals_plan(out: Path, pl: Plan, pristine: Pristine) -> bool:
@@ -353,6 +355,24 @@ def _check_out(out: Path, pristine: Pristine) -> None:
         raise UsageError(f"--out {out}: cannot write in {out.parent} (permission denied)")
 
 
+def _plan_confirmed(
+    series: Series,
+    pristine: Pristine,
+    fuzz: int,
+    fallback: Fallback | None,
+    events: Events | None,
+    confirm: Callable[[], None],
+) -> Plan:
+    """plan(); where it fails, the cached trees are confirmed first: a changed cached
+    tree (a file replaced by a link) is the cause, not the series, so CacheChanged wins
+    and the entry is extracted again (commands.apply)."""
+    try:
+        return plan(series, pristine, fuzz=fuzz, fallback=fallback, events=events)
+    except BakeryError:
+        confirm()
+        raise
+
+
 def bake(
     series: Series,
     pristine: Pristine,
@@ -368,10 +388,6 @@ def bake(
     out = out.absolute()
     _check_out(out, pristine)
     clean_stale(out)
-    pl = _plan_over(out, force, series, pristine, fuzz, fallback, events)
-    report = pl.report
-    failed_out = out.with_name(out.name + ".failed")
-    failed = failed_state(failed_out)
     base = fallback.base if fallback is not None else None
 
     def confirm() -> None:
@@ -379,6 +395,11 @@ def bake(
         pristine.confirm()
         if base is not None:
             base.confirm()
+
+    pl = _plan_over(out, force, series, pristine, fuzz, fallback, events, confirm)
+    report = pl.report
+    failed_out = out.with_name(out.name + ".failed")
+    failed = failed_state(failed_out)
 
     if not report.ok:
         confirm()

@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 
 from bakery.cli.console import err_console, out_console
+from bakery.safety.text import clean as printable
 
 cache_app = typer.Typer(
     name="cache",
@@ -77,11 +78,15 @@ def list_(
         elif not r.complete:
             what += " (incomplete)"
         out_console.print(
-            escape(f"{r.key:<38} {r.kind:<8} {size(r.size):>9}  {_ago(r.used):<13} {what}"),
+            escape(
+                printable(f"{r.key:<38} {r.kind:<8} {size(r.size):>9}  {_ago(r.used):<13} {what}")
+            ),
             soft_wrap=True,
         )
     out_console.print(
-        escape(f"{_entries(len(rows))}, {size(sum(r.size for r in rows))} in {cache.root}"),
+        escape(
+            printable(f"{_entries(len(rows))}, {size(sum(r.size for r in rows))} in {cache.root}")
+        ),
         soft_wrap=True,
     )
 

@@ -63,6 +63,12 @@ def _why(h: HunkResult) -> str:
     return "; ".join(p for p in parts if p)
 
 
+#: Hunk rows shown per file, and failed hunks named on its problem line: a series of
+#: 100,000 failing hunks is reported in bounded time (the JSON report has them all).
+_MAX_ROWS = 200
+_MAX_LISTED = 20
+
+
 def bake_report(
     console: Console,
     report: BakeReport,
@@ -116,7 +122,7 @@ def _hunk_tables(console: Console, report: BakeReport, verbose: bool) -> None:
                 table.add_column(
                     col, justify="right" if col in ("hunk", "line", "offset", "fuzz") else "left"
                 )
-            for h in f.hunks:
+            for h in f.hunks[:_MAX_ROWS]:
                 table.add_row(
                     str(h.index),
                     _status(h.status.value),
@@ -126,6 +132,9 @@ def _hunk_tables(console: Console, report: BakeReport, verbose: bool) -> None:
                     _t(_why(h)),
                 )
             console.print(table)
+            if len(f.hunks) > _MAX_ROWS:  # a table is laid out whole: bounded time
+                more = len(f.hunks) - _MAX_ROWS
+                console.print(f"  [dim]... and {more} more hunks (--json lists them all)[/]")
 
 
 def _problems(console: Console, report: BakeReport, quiet: bool = False) -> None:
@@ -148,7 +157,11 @@ def _problems(console: Console, report: BakeReport, quiet: bool = False) -> None
             if not bad:
                 continue
             # line 0: a new file's hunk, which has no line in the file before it
-            where = ", ".join(f"{h.index}" + (f" (line {h.line})" if h.line else "") for h in bad)
+            where = ", ".join(
+                f"{h.index}" + (f" (line {h.line})" if h.line else "") for h in bad[:_MAX_LISTED]
+            )
+            if len(bad) > _MAX_LISTED:
+                where += f" and {len(bad) - _MAX_LISTED} more"
             actions = sorted({h.action for h in bad if h.action})
             many = len(bad) > 1
             console.print(

@@ -21,7 +21,7 @@ from typing import Any
 from packaging.version import Version
 
 from bakery.bake.merge import Fallback
-from bakery.bake.staging import display_path
+from bakery.bake.staging import display_path, refuse_to_discard_attempts
 from bakery.bake.tree import bake
 from bakery.errors import BakeryError, UsageError
 from bakery.patch.series import Series, load_series
@@ -159,7 +159,7 @@ def port(
         result.written = display_path(dest)
         result.hunks = _attention(cand, result.target, upstream)
         return result
-    _leave_best(series_spec, result, target, scratch, cache)
+    _leave_best(series_spec, result, target, scratch, cache, syntax=syntax)
     if result.candidates:
         result.hunks = _attention(result.candidates[0], result.target, upstream)
     return result
@@ -168,15 +168,7 @@ def port(
 def _clear_scratch(scratch: Path) -> None:
     """The scratch folder of an earlier run, unless the attempt it left was edited since
     (the same rule as ``apply --keep-failed``: the user's work is never removed)."""
-    from bakery.bake.tree import failed_state
-
-    attempt = scratch / "attempt.failed"
-    state = failed_state(attempt)
-    if state not in (None, "unchanged"):
-        raise UsageError(
-            f"{attempt}: {state}; bakery will not remove it (refresh it into a port, "
-            "or move it away, then run bakery port again)"
-        )
+    refuse_to_discard_attempts(scratch, "bakery port:")
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
 
@@ -291,9 +283,10 @@ def _prove(
 
 
 def _leave_best(
-    spec: str, result: PortResult, target: Pristine, scratch: Path, cache: Cache
+    spec: str, result: PortResult, target: Pristine, scratch: Path, cache: Cache, *, syntax: bool
 ) -> None:
-    """The best attempt as a conflict tree, for a person to finish."""
+    """The best attempt as a conflict tree, for a person to finish (merged by lines only
+    with --lines-only)."""
     from bakery.porting.propose import _series_for
     from bakery.sources.resolve import release
 
@@ -304,7 +297,7 @@ def _leave_best(
     s = _series_for(spec, best.start, home)
     start = _series_for(spec, best.start, home)
     base = release(best.start.release, cache)
-    fallback = Fallback(s, target, base, True, syntax=True, start=start)
+    fallback = Fallback(s, target, base, True, syntax=syntax, start=start)
     report = bake(s, target, scratch / "attempt", keep_failed=True, fallback=fallback)
     result.failed_out = report.failed_out
 

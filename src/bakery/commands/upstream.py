@@ -65,17 +65,42 @@ class UpstreamReport:
 Region = tuple[str, tuple[int, int] | None, str]
 
 
+#: One landed hunk of an earlier diff: (its first line in that diff's output, lines it
+#: wrote, lines it replaced, its first line in that diff's input).
+_Edit = tuple[int, int, int, int]
+
+
+def _back(line: int, edits: list[list[_Edit]]) -> int:
+    """line of the file as the later diffs see it, mapped back through the earlier diffs'
+    landed hunks (newest first) to the line of the pristine file at REF."""
+    for hunks in reversed(edits):
+        shift = 0
+        for out_start, new_len, old_len, in_start in hunks:
+            if line >= out_start + new_len:
+                shift += new_len - old_len
+            elif line >= out_start:  # inside what the hunk wrote: its own old lines
+                line = in_start + min(line - out_start, max(old_len - 1, 0)) + shift
+                break
+        line -= shift
+    return max(line, 1)
+
+
 def _hunk_regions(diffs: list[Diff], report: BakeReport) -> list[Region]:
-    """Each hunk's lines in the pristine tree at REF (where it landed, less the shift of the
-    hunks before it in the file), or its whole file where it did not land."""
+    """Each hunk's lines in the pristine tree at REF: where it landed, less the shift of
+    the hunks before it in the file, mapped back through the earlier diffs that changed
+    the same file (a second diff's line numbers are those after the first); its whole
+    file where it did not land."""
     out: list[Region] = []
+    history: dict[str, list[list[_Edit]]] = {}
     for d, dres in zip(diffs, report.diffs, strict=False):
         for fp, fres in zip(d.files, dres.files, strict=False):
+            path = fp.old_path or fp.path
+            earlier = history.setdefault(fp.path, history.pop(path, []))
             if fp.is_new:
                 continue
-            path = fp.old_path or fp.path
             by = {r.index: r for r in fres.hunks}
             shift = 0
+            landed: list[_Edit] = []
             for h in fp.hunks:
                 r = by.get(h.index)
                 why = f"hunk {h.index} of {d.name}"
@@ -84,8 +109,12 @@ def _hunk_regions(diffs: list[Diff], report: BakeReport) -> list[Region]:
                     out.append((path, None, f"{why} ({status})"))
                     continue
                 start = r.line - shift
-                out.append((path, (max(start, 1), max(start + h.old_len - 1, start, 1)), why))
+                end = max(start + h.old_len - 1, start)
+                first, last = _back(start, earlier), _back(end, earlier)
+                out.append((path, (first, max(last, first)), why))
+                landed.append((r.line, h.new_len, h.old_len, start))
                 shift += h.new_len - h.old_len
+            earlier.append(landed)
     return out
 
 

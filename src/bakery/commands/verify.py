@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from bakery import project
 from bakery.bake.plan import Events
 from bakery.bake.staging import display_path
-from bakery.errors import UsageError
+from bakery.errors import BakeryError, UsageError
 from bakery.patch.series import load_series
 from bakery.project import project_root
 
@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 def _default_series(tree: Path | None) -> str:
     """verify's series when none is named: the one the tree was baked from, else the
-    project's only series, else the series of the last ``bakery apply``."""
+    project's only series. Never the cache's record (SECURITY.md: the cache chooses
+    nothing that runs)."""
     from bakery.model.report import read_manifest
 
     if tree is not None:
@@ -36,12 +37,7 @@ def _default_series(tree: Path | None) -> str:
     names = sorted(p.name for p in launcher.glob("*") if (p / "diffs").is_dir())
     if len(names) == 1:
         return names[0]
-    applied = list(last_applies())
-    if applied:
-        return applied[-1]
-    raise UsageError(
-        f"verify: name the series (the project has {len(names)}) or run `bakery apply` first"
-    )
+    raise UsageError(f"verify: name the series (the project has {len(names)}) or pass --tree")
 
 
 def edited_files(tree: Path) -> list[str]:
@@ -107,11 +103,12 @@ def verify(
     why = "--tree"
     if tree is None:
         tree, why = last_tree(series.name), f"the last `bakery apply {series.name}`"
-    if tree is None:
-        raise VerifyError(
-            f"no baked tree for {series.name}: run `bakery apply "
-            f"{series.name}` first, or pass --tree"
-        )
+        if tree is None:
+            raise VerifyError(
+                f"no baked tree for {series.name}: run `bakery apply "
+                f"{series.name}` first, or pass --tree"
+            )
+        refuse_untrusted_default(tree, series.name)
     if not tree.is_dir():
         raise VerifyError(f"--tree {tree}: no such folder")
     interpret, where = choose_device(interpret)
@@ -162,6 +159,32 @@ def test_environment(
             "vLLM's requirements, with bakery's torch and Triton",
         )
     return "full", str(found.python)
+
+
+def refuse_untrusted_default(tree: Path, series: str) -> None:
+    """The last-bake record lives in the cache, which is data (SECURITY.md): the tree it
+    names is verified (its code run) only when it is one bakery made for this project and
+    series: a baked tree of that series inside the project's ``build/`` (where the user
+    edits and verifies fixes), or elsewhere one whose manifest names that series and
+    whose files are all as the bake wrote them. Anything else: one line, exit 2."""
+    from bakery.errors import VerifyError
+    from bakery.model import manifest as manifests
+
+    shown = f"the recorded last bake of {series} ({tree})"
+    try:
+        found = manifests.read(tree)
+    except BakeryError:
+        found = None
+    name = (found.raw.get("series") or {}).get("name") if found is not None else None
+    if found is None or found.status != "baked" or name != series:
+        raise VerifyError(f"{shown} is not a tree bakery baked for {series}; pass --tree")
+    build = (project_root() / "build").resolve()
+    if tree.resolve().is_relative_to(build) and not any(
+        p.is_symlink() for p in (tree, *tree.parents) if p.resolve().is_relative_to(build)
+    ):
+        return
+    if not found.files or edited_files(tree):
+        raise VerifyError(f"{shown} is outside {display_path(build)} and not as baked; pass --tree")
 
 
 def last_applies() -> dict[str, str]:

@@ -15,6 +15,11 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from bakery.safety import limits
+
+#: The most bytes of one pax or GNU long-name header (their text is read whole).
+_MAX_HEADER = 1 << 20
+
 FILE, DIR, SYMLINK, HARDLINK, OTHER = "file", "dir", "symlink", "hardlink", "other"
 _KINDS = {b"0": FILE, b"\0": FILE, b"7": FILE, b"5": DIR, b"2": SYMLINK, b"1": HARDLINK}
 _BLOCK = 512
@@ -96,6 +101,8 @@ def _size(fields: dict[str, str], size: int) -> int:
         size = _pax_int(fields["size"], "size")
     if size < 0:
         raise TarError("a negative member size")
+    if size > limits.MAX_FILE:  # refused at its header, before any of it is read
+        raise TarError(f"a member larger than {limits.MAX_FILE} bytes")
     return size
 
 
@@ -133,6 +140,8 @@ def members(read: Callable[[int], bytes]) -> Iterator[Member]:
         kind = block[156:157]
         size = _number(block[124:136])
         if kind in (b"x", b"g", b"L", b"K"):
+            if size > _MAX_HEADER:
+                raise TarError(f"an extended header larger than {_MAX_HEADER} bytes")
             data = exactly(size)
             exactly(-size % _BLOCK)
             if kind == b"x":

@@ -19,6 +19,7 @@ import os
 import queue
 import threading
 import zlib
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -33,6 +34,8 @@ from bakery.safety import limits
 
 _CHUNK = 1 << 20  # compressed bytes inflated at a time
 _OUT_CHUNK = 16 << 20  # inflated bytes handed on at a time (a bomb never lands whole)
+#: Bytes of files read from the archive and waiting for a writer thread.
+_PENDING = 64 << 20
 _WRITERS = min(os.cpu_count() or 1, 4)  # threads writing files
 
 
@@ -41,7 +44,8 @@ class _TarStream:
     (zlib releases the GIL) while the caller parses what came before."""
 
     def __init__(self, data: bytes) -> None:
-        self._chunks: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=64)
+        # at most 8 x _OUT_CHUNK inflated bytes wait for the reader (a bomb never piles up)
+        self._chunks: queue.Queue[bytes | BaseException | None] = queue.Queue(maxsize=8)
         self._pos = 0
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -182,8 +186,11 @@ class _Tree:
         self.entries: dict[str, gitindex.IndexEntry] = {}
         self.dirs: set[str] = {""}
         self.links: dict[str, str] = {}
-        #: file -> (content, executable, its write)
-        self.files: dict[str, tuple[bytes, bool, Future[gitindex.IndexEntry]]] = {}
+        #: file -> (executable, its write); the content is not kept (read back from the
+        #: file for a hard link): the tree is never held in memory
+        self.files: dict[str, tuple[bool, Future[gitindex.IndexEntry]]] = {}
+        self._pending: deque[tuple[Future[gitindex.IndexEntry], int]] = deque()
+        self._pending_bytes = 0
         self._pool = ThreadPoolExecutor(max_workers=_WRITERS, thread_name_prefix="bakery-write")
 
     def mkdir(self, rel: str) -> None:
@@ -202,10 +209,27 @@ class _Tree:
         self.mkdir(rel.rpartition("/")[0])
         earlier = self.files.get(rel)
         if earlier is not None:  # a later member of the same name wins, as with tar
-            earlier[2].result()
+            earlier[1].result()
             os.unlink(self.root / rel)
         job = self._pool.submit(self._write, rel, data, executable, mtime)
-        self.files[rel] = (data, executable, job)
+        self.files[rel] = (executable, job)
+        # at most _PENDING bytes wait for a writer: the archive is never held whole
+        self._pending.append((job, len(data)))
+        self._pending_bytes += len(data)
+        while self._pending_bytes > _PENDING and self._pending:
+            done, size = self._pending.popleft()
+            done.result()
+            self._pending_bytes -= size
+
+    def content(self, rel: str) -> tuple[bytes, bool] | None:
+        """An earlier file's bytes and executable bit (a hard link's), read back."""
+        found = self.files.get(rel)
+        if found is None:
+            return None
+        found[1].result()
+        fd = os.open(self.root / rel, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as fh:
+            return fh.read(limits.MAX_FILE + 1), found[0]
 
     def _write(self, rel: str, data: bytes, executable: bool, mtime: int) -> gitindex.IndexEntry:
         path = self.root / rel
@@ -230,7 +254,7 @@ class _Tree:
 
     def finish_files(self) -> None:
         """Wait for every write; the first failure is raised (OSError)."""
-        for rel, (_, _, job) in self.files.items():
+        for rel, (_, job) in self.files.items():
             self.entries[rel] = job.result()
 
     def close(self) -> None:
@@ -288,7 +312,7 @@ def unpack(archive: bytes, dest: Path, *, name: str, message: str, strip_top: bo
                     raise ValueError("a link where the archive has a file or folder")
                 tree.links[rel] = m.linkname
             elif m.kind == tarstream.HARDLINK:
-                first = tree.files.get(_member_path(m.linkname, strip_top, top))
+                first = tree.content(_member_path(m.linkname, strip_top, top))
                 if first is None:
                     raise ValueError("a hard link to no earlier file of the archive")
                 tree.write(rel, first[0], first[1], m.mtime)

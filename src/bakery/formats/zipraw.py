@@ -7,6 +7,14 @@ as they are (wheel.py): it needs each central directory entry's own bytes, which
 into ZipInfo objects costs about as much as ``cp`` takes to copy the whole 239 MB wheel,
 this reader a tenth of that. Members are decompressed here only for the two small text
 files the writer reads (METADATA, RECORD), with their CRC and size checked.
+
+The archive is data (the index's): every entry is checked as an installer will see it.
+A name must decode (UTF-8 where the entry says so) and be a normalised relative path
+(no ``.``, ``..``, empty part, backslash, leading ``/`` or control character), so that
+``vllm/./x.py`` cannot stand beside ``vllm/x.py`` and be the one pip installs; members
+must not overlap or lie past the central directory (zip64 fields included); a member is
+inflated in a stream, stopped at its stated size and at ``MAX_MEMBER`` (a deflate bomb in
+RECORD never asks for more memory than that).
 """
 
 from __future__ import annotations
@@ -17,6 +25,9 @@ import zlib
 from typing import NamedTuple
 
 from bakery.errors import SourceError
+
+#: The most bytes one member read whole (METADATA, RECORD) may inflate to.
+MAX_MEMBER = 64 << 20
 
 CENTRAL = struct.Struct("<IBBBBHHHHIIIHHHHHII")
 LOCAL = struct.Struct("<IHHHHHIIIHH")
@@ -74,14 +85,37 @@ def read_directory(fd: int, label: str) -> Directory:
     if disk or cd_disk or cd_offset + cd_size > end_at:
         raise SourceError(f"{label}: a damaged or multi-part zip archive")
     buf = os.pread(fd, cd_size, cd_offset)
+    if count > len(buf) // CENTRAL.size + 1:
+        raise SourceError(f"{label}: the central directory is cut short")
     entries = _entries(buf, count, label)
     entries.sort(key=lambda e: e.offset)
-    for a, b in zip(entries, entries[1:], strict=False):
-        if a.offset == b.offset:
-            raise SourceError(f"{label}: {a.name} and {b.name} share their bytes")
-    if entries and entries[-1].offset >= cd_offset:
-        raise SourceError(f"{label}: {entries[-1].name} lies past the central directory")
+    ends = [e.offset for e in entries[1:]] + [cd_offset]
+    for a, end in zip(entries, ends, strict=True):
+        # its local header (at least) and its compressed bytes, before the next member
+        if a.offset + LOCAL.size + len(a.raw_name) + a.csize > end:
+            raise SourceError(
+                f"{label}: {a.name!r} overlaps the next member or the central directory "
+                "(its sizes or offset lie)"
+            )
     return Directory(entries, cd_offset)
+
+
+def _name(raw: bytes, flags: int, label: str) -> str:
+    """A member's name, decoded and checked as an installer would use it (see above)."""
+    try:
+        text = raw.decode("utf-8" if flags & UTF8 else "cp437")
+    except UnicodeDecodeError:
+        raise SourceError(f"{label}: a member name is not valid UTF-8 ({raw[:60]!r})") from None
+    body = text[:-1] if text.endswith("/") else text
+    parts = body.split("/")
+    if (
+        not body
+        or "\\" in text
+        or any(ord(c) < 32 or ord(c) == 127 for c in text)
+        or any(p in ("", ".", "..") for p in parts)
+    ):
+        raise SourceError(f"{label}: the member name {text[:100]!r} is not a normalised path")
+    return text
 
 
 def _zip64_end(fd: int, end_at: int, label: str) -> tuple[int, int, int]:
@@ -113,7 +147,7 @@ def _entries(buf: bytes, count: int, label: str) -> list[Entry]:
         if zip64:
             extra = raw[size + nlen : size + nlen + xlen]
             usize, csize, offset = _zip64_fields(extra, usize, csize, offset, label)
-        text = name.decode("utf-8" if flags & UTF8 else "cp437")
+        text = _name(name, flags, label)
         entries.append(
             Entry(
                 raw,
@@ -170,12 +204,16 @@ def data_offset(fd: int, entry: Entry, label: str) -> int:
     return int(entry.offset + LOCAL.size + nlen + xlen)
 
 
-def read_member(fd: int, entry: Entry, label: str) -> bytes:
-    """A (small) member's bytes, decompressed, CRC and size checked."""
+def read_member(fd: int, entry: Entry, label: str, limit: int = MAX_MEMBER) -> bytes:
+    """A (small) member's bytes, decompressed in a stream, CRC and size checked: never
+    more than its stated size, nor than limit, is inflated."""
+    if entry.usize > limit or (entry.method == 0 and entry.csize > limit):
+        raise SourceError(f"{label}: {entry.name}: larger than {limit} bytes")
     data = os.pread(fd, entry.csize, data_offset(fd, entry, label))
     if entry.method == 8:
         try:
-            data = zlib.decompress(data, -15)
+            inflate = zlib.decompressobj(-15)
+            data = inflate.decompress(data, entry.usize + 1)  # one byte more: a lie shows
         except zlib.error as e:
             raise SourceError(f"{label}: {entry.name}: {e}") from None
     elif entry.method != 0:

@@ -290,6 +290,35 @@ def git_proc(
     return _run_git(cwd, list(args), extra=extra)
 
 
+def git_capped(cwd: Path, *args: str, limit: int) -> bytes | None:
+    """Run git; its standard output as bytes, read in chunks and stopped (the child killed)
+    once it passes limit bytes: ``git archive`` of a commit holding a bomb never fills
+    memory. None when git fails; GitError when the output passes limit."""
+    cmdline = ["git", *_BASE, *args]
+    total = 0
+    chunks: list[bytes] = []
+    with signals_held():
+        proc = subprocess.Popen(
+            cmdline, cwd=cwd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+    try:
+        assert proc.stdout is not None
+        while chunk := proc.stdout.read(1 << 20):
+            total += len(chunk)
+            if total > limit:
+                verb = next((a for a in args if not a.startswith("-")), "")
+                raise GitError(f"git {verb}: its output is larger than {limit} bytes")
+            chunks.append(chunk)
+        code = proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    return b"".join(chunks) if code == 0 else None
+
+
 def _failed(
     args: tuple[str, ...] | list[str], proc: subprocess.CompletedProcess[bytes], cwd: Path
 ) -> GitError:

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from bakery.git import cmd
+from bakery.safety import cachepolicy, limits
 from bakery.safety.urls import redact, redact_text
 
 #: What a mirror's config may hold: what `git init --bare` writes.
@@ -80,10 +81,55 @@ def _rules(url: str) -> dict[str, str]:
     return rules
 
 
+#: Files that make git read another repository than the mirror (its config, its objects):
+#: a gitfile or repository in it (discovery looks for ``.git`` first), ``commondir``
+#: (``$GIT_COMMON_DIR/config`` is read), alternates, grafts, a worktree's admin files.
+_REDIRECTS = (
+    ".git",
+    "commondir",
+    "gitdir",
+    "config.worktree",
+    "objects/info/alternates",
+    "objects/info/http-alternates",
+    "info/grafts",
+    "worktrees",
+)
+
+
+def _layout_intact(mirror: Path) -> bool:
+    """The mirror is a bare repository of real folders and files that sends git nowhere
+    else: as git reads it (git/repo.intact is the same for a cache entry's .git)."""
+    if not cachepolicy.is_real_dir(mirror):
+        return False
+    if any(os.path.lexists(mirror / name) for name in _REDIRECTS):
+        return False
+    if (
+        cachepolicy.regular(mirror / "config") is None
+        or cachepolicy.regular(mirror / "HEAD") is None
+    ):
+        return False
+    for sub in ("objects", "refs"):
+        if not cachepolicy.real_dir(mirror, mirror / sub):
+            return False
+    hooks = mirror / "hooks"
+    if os.path.lexists(hooks):
+        if not cachepolicy.is_real_dir(hooks):
+            return False
+        if any(not p.name.endswith(".sample") for p in hooks.iterdir()):
+            return False
+    return True
+
+
 def mirror_intact(mirror: Path) -> bool:
-    """The mirror holds only what bakery wrote: no configuration beyond `init --bare`'s,
-    no hook, no alternates."""
-    if not (mirror / "config").is_file():
+    """The mirror holds only what bakery wrote, as git will read it: no configuration
+    beyond `init --bare`'s (an include is a key too, never followed), no hook, nothing
+    that sends git to another repository (``commondir``, a ``.git`` gitfile, alternates),
+    no link or special file where git reads (safety.cachepolicy)."""
+    try:
+        if not _layout_intact(mirror):
+            return False
+        cachepolicy.read_bytes(mirror / "config", 1 << 20, "mirror config")
+    except (OSError, cachepolicy.CacheRefused):
         return False
     proc = cmd.git_bytes(
         Path("/"),
@@ -97,12 +143,13 @@ def mirror_intact(mirror: Path) -> bool:
     if proc is None:
         return False
     keys = {k.strip().lower() for k in proc.decode(errors="replace").splitlines() if k.strip()}
-    if not keys <= _MIRROR_KEYS:
-        return False
-    hooks = mirror / "hooks"
-    if hooks.is_dir() and any(not p.name.endswith(".sample") for p in hooks.iterdir()):
-        return False
-    return not (mirror / "objects" / "info" / "alternates").exists()
+    return keys <= _MIRROR_KEYS
+
+
+def in_mirror(mirror: Path) -> list[str]:
+    """git's options to use exactly the mirror as its repository (no discovery: a
+    missing or broken mirror never makes git look in the folders above it)."""
+    return [f"--git-dir={mirror}"]
 
 
 def _local_path(url: str) -> str | None:
@@ -120,8 +167,8 @@ def fetch(url: str, mirror: Path) -> None:
     if local is not None and (not local or not Path(local).exists()):
         # a path (never an option: it goes after "--"); said the way git clone says it
         raise RemoteError(f"repository '{redact(local)}' does not exist")
-    if mirror.exists() and not mirror_intact(mirror):
-        shutil.rmtree(mirror, ignore_errors=True)
+    if os.path.lexists(mirror) and not mirror_intact(mirror):
+        cachepolicy.remove(mirror)  # a link is unlinked, never followed
     made = None
     if not mirror.exists():
         made = Path(tempfile.mkdtemp(dir=mirror.parent, prefix=".clone-"))
@@ -129,6 +176,7 @@ def fetch(url: str, mirror: Path) -> None:
     try:
         proc = cmd.git_proc(
             made or mirror,
+            *in_mirror(made or mirror),
             "fetch",
             "--quiet",
             "--tags",
@@ -153,6 +201,7 @@ def resolve(mirror: Path, ref: str) -> str | None:
         return None
     out = cmd.git(
         mirror,
+        *in_mirror(mirror),
         "rev-parse",
         "--verify",
         "--quiet",
@@ -164,10 +213,34 @@ def resolve(mirror: Path, ref: str) -> str | None:
     return commit if re.fullmatch(r"[0-9a-f]{40}", commit) else None
 
 
+def commit_by_id(mirror: Path, prefix: str) -> str | None:
+    """The one commit whose id starts with prefix (4 to 40 hex digits), or None: never a
+    branch or tag that happens to have that name (``rev-parse`` would prefer one)."""
+    prefix = prefix.lower()
+    if not re.fullmatch(r"[0-9a-f]{4,40}", prefix):
+        return None
+    out = cmd.git(mirror, *in_mirror(mirror), "rev-parse", f"--disambiguate={prefix}", check=False)
+    ids = [i for i in out.split() if re.fullmatch(r"[0-9a-f]{40}", i) and i.startswith(prefix)]
+    if not ids:
+        return None
+    kinds = cmd.git(
+        mirror,
+        *in_mirror(mirror),
+        "cat-file",
+        "--batch-check=%(objectname) %(objecttype)",
+        input="\n".join(ids).encode() + b"\n",
+        check=False,
+    )
+    commits = [ln.split()[0] for ln in kinds.splitlines() if ln.endswith(" commit")]
+    return commits[0] if len(commits) == 1 else None
+
+
 def archive(mirror: Path, commit: str) -> bytes:
     if not re.fullmatch(r"[0-9a-f]{40}", commit):
         raise RemoteError(f"{commit!r} is not a commit id")
-    data = cmd.git_bytes(mirror, "archive", "--format=tar", commit)
+    data = cmd.git_capped(
+        mirror, *in_mirror(mirror), "archive", "--format=tar", commit, limit=limits.MAX_ARCHIVE
+    )
     if data is None:
         raise RemoteError(f"git archive of {commit} failed")
     return data

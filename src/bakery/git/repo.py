@@ -13,6 +13,7 @@ from bakery.errors import BakeryError
 from bakery.git import cmd
 from bakery.git.conflicts import stage
 from bakery.git.index import restat_index
+from bakery.safety import cachepolicy
 
 #: A new repository's config, as git init writes it on Linux.
 NEW_CONFIG = (
@@ -27,19 +28,45 @@ def write_new_config(git_dir: Path) -> None:
     (git_dir / "config").write_text(NEW_CONFIG)
 
 
+#: What would send git from a cache entry's .git to another repository or program.
+_FOREIGN = (
+    "config.worktree",
+    "commondir",
+    "gitdir",
+    "objects/info/alternates",
+    "objects/info/http-alternates",
+    "info/grafts",
+    "worktrees",
+    "modules",
+)
+
+
 def intact(git_dir: Path) -> bool:
-    """A repository bakery made is still only what it made: its config is NEW_CONFIG,
-    no worktree config, no hook but git's samples, no ``commondir``. A cache entry that
-    fails this was changed by someone else (a poisoned CI cache) and is built again."""
+    """A repository bakery made is still only what it made, as git will read it: a real
+    folder (not a link, not a ``gitdir:`` file), its config NEW_CONFIG (a regular file,
+    byte for byte: no include), no hook but git's samples, nothing that sends git to
+    another repository (``commondir``, alternates, a worktree config), no link where git
+    reads. A cache entry that fails this was changed by someone else (a poisoned CI
+    cache) and is built again."""
     try:
-        if (git_dir / "config").read_text() != NEW_CONFIG:
+        if not cachepolicy.is_real_dir(git_dir):
             return False
+        if cachepolicy.read_bytes(git_dir / "config", 1 << 16, "config") != NEW_CONFIG.encode():
+            return False
+        if cachepolicy.regular(git_dir / "HEAD") is None:
+            return False
+        for sub in ("objects", "refs"):
+            if not cachepolicy.real_dir(git_dir, git_dir / sub):
+                return False
         hooks = git_dir / "hooks"
-        if hooks.is_dir() and any(not p.name.endswith(".sample") for p in hooks.iterdir()):
+        if os.path.lexists(hooks) and (
+            not cachepolicy.is_real_dir(hooks)
+            or any(not p.name.endswith(".sample") for p in hooks.iterdir())
+        ):
             return False
-    except (OSError, UnicodeDecodeError):
+    except (OSError, cachepolicy.CacheRefused):
         return False
-    return not any((git_dir / n).exists() for n in ("config.worktree", "commondir"))
+    return not any(os.path.lexists(git_dir / n) for n in _FOREIGN)
 
 
 def link_objects(src: Path, dst: Path) -> None:

@@ -4,7 +4,6 @@ that a baked tree carries in ``.bakery/manifest.json``."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,10 +160,9 @@ class BakeReport:
 
 def write_json(path: Path, data: dict[str, object]) -> None:
     """Write JSON atomically (a reader never sees half a report)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    from bakery.outputs import replace_bytes
+
+    replace_bytes(path, (json.dumps(data, indent=2) + "\n").encode())
 
 
 def read_manifest(tree: Path) -> dict[str, Any] | None:

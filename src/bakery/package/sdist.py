@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 import re
 import tarfile
 import zlib
@@ -26,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+from bakery import outputs
 from bakery.errors import BakeryError, SourceError
 from bakery.package.baked import Baked, Change, local_version
 
@@ -124,18 +124,8 @@ def _pkg_info(data: bytes, old: str, new: str) -> bytes:
 
 @contextmanager
 def _atomic(target: Path) -> Iterator[BinaryIO]:
+    """The one temp-file writer (outputs.replacing): never through a planted link."""
     if target.is_symlink() or target.is_dir():
         raise BakeryError(f"{target}: exists and is not a file")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        fh = tmp.open("wb")
-    except OSError as e:
-        raise BakeryError(f"cannot write {target}: {e.strerror}") from None
-    try:
-        with fh:
-            yield fh
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with outputs.replacing(target) as fh:
+        yield fh

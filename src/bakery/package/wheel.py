@@ -49,7 +49,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from bakery import __version__
+from bakery import __version__, outputs
 from bakery.errors import BakeryError, SourceError
 from bakery.formats import zipraw
 from bakery.formats.zipraw import Entry
@@ -66,6 +66,8 @@ LIMIT16 = 0xFFFF
 FIXED_DATE, FIXED_TIME = (1 << 5) | 1, 0
 _UNIX = 3
 _UTF8, _DESCRIPTOR = zipraw.UTF8, zipraw.DESCRIPTOR
+#: A wheel file name of PEP 427's characters only (no control character from the index).
+_FILE_NAME = re.compile(r"[A-Za-z0-9_.+!]+(?:-[A-Za-z0-9_.+!]+){4,5}\.whl")
 _STORED = 0
 _CHUNK = 1 << 20
 
@@ -124,8 +126,11 @@ class _Out:
 def wheel_name(upstream_filename: str, version: str) -> str:
     """The new wheel's file name: the upstream's with the version replaced (same tags)."""
     dist, _, rest = upstream_filename.partition("-")
-    tags = rest[: -len(".whl")].split("-", 1)[1]
-    return f"{dist}-{version.replace('-', '_')}-{tags}.whl"
+    tags = rest[: -len(".whl")].split("-", 1)[-1]
+    name = f"{dist}-{version.replace('-', '_')}-{tags}.whl"
+    if not _FILE_NAME.fullmatch(name):  # only validated parts name a file in dist/
+        raise SourceError(f"{upstream_filename[:100]!r}: not a wheel file name bakery writes")
+    return name
 
 
 def write_wheel(
@@ -236,7 +241,10 @@ def _read_record(
     and folders) must be listed with a sha256 and its size."""
     if name not in names:
         raise SourceError(f"{label}: no {name}")
-    text = zipraw.read_member(fd, names[name], label).decode("utf-8")
+    try:
+        text = zipraw.read_member(fd, names[name], label).decode("utf-8")
+    except UnicodeDecodeError:
+        raise SourceError(f"{label}: {name} is not UTF-8 text") from None
     rows = {}
     for line in text.splitlines():
         fields = line.split(",") if '"' not in line else next(csv.reader([line]), [])
@@ -348,7 +356,7 @@ def _metadata(data: bytes, old: str, new: str, wheel: str) -> bytes:
     head, sep, body = data.partition(b"\n\n")
     pattern = re.compile(rb"^Version:[ \t]*(\S*)[ \t]*(\r?)$", re.MULTILINE)
     found = pattern.findall(head)
-    if len(found) != 1 or _version(found[0][0].decode()) != _version(old):
+    if len(found) != 1 or _version(found[0][0].decode(errors="replace")) != _version(old):
         raise SourceError(f"{wheel}: METADATA does not state Version: {old} once")
     head = pattern.sub(lambda m: b"Version: " + new.encode() + m.group(2), head)
     return head + sep + body
@@ -411,27 +419,12 @@ def _new(name: str, content: bytes, external_attr: int = 0o100644 << 16) -> _Out
 
 @contextmanager
 def _atomic(target: Path) -> Iterator[int]:
-    """An unbuffered file beside target, renamed over it when complete, removed if not."""
+    """An unbuffered file beside target, renamed over it when complete, removed if not:
+    the one temp-file writer (outputs.replacing: O_EXCL | O_NOFOLLOW, a random name)."""
     if target.is_symlink() or target.is_dir():
         raise BakeryError(f"{target}: exists and is not a file")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    except OSError as e:
-        raise BakeryError(f"cannot write {target}: {e.strerror}") from None
-    try:
-        try:
-            yield fd
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise BakeryError(f"cannot write {target}: {e.strerror}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with outputs.replacing(target) as fh:
+        yield fh.fileno()
 
 
 def _write(sfd: int, dfd: int, members: list[_Out], label: str) -> None:

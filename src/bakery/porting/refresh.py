@@ -521,9 +521,9 @@ def _write(
 
 
 def _replace_file(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    from bakery.outputs import replace_bytes
+
+    replace_bytes(path, data)
 
 
 def _write_port(

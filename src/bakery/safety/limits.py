@@ -14,6 +14,8 @@ MAX_ARCHIVE = 512 * MiB
 MAX_UNPACKED = 1024 * MiB
 #: One file of a local tree hashed for its identity (sources/identity.py).
 MAX_TREE_FILE = 256 * MiB
+#: One file of an archive, held in memory while it is written (vLLM's largest is a few MB).
+MAX_FILE = 128 * MiB
 #: Members of one archive.
 MAX_MEMBERS = 200_000
 #: Symlinks followed while resolving one path of an archive (the kernel's 40).

@@ -65,7 +65,7 @@ def checked_files(data: object, page: str) -> list[IndexFile]:
         out.append(
             IndexFile(
                 filename,
-                urljoin(page, url),
+                url if unsafe_url(url) else urljoin(page, url),  # refused when used
                 sha.lower() if isinstance(sha, str) else None,
                 size,
                 bool(f.get("yanked")),
@@ -74,11 +74,22 @@ def checked_files(data: object, page: str) -> list[IndexFile]:
     return out
 
 
+def unsafe_url(url: str) -> bool:
+    """A URL holding a control character or a space (urljoin would silently drop a CR or
+    newline, so the check is on the index's own text)."""
+    return any(ord(c) < 33 or ord(c) == 127 for c in url)
+
+
 def checked_sha256(f: IndexFile, where: str) -> str:
     """The sha256 the index gives for the file bakery is about to download (a file's hash is
     checked when it is used: a bad entry for another file does not stop a bake)."""
     if not f.sha256:
-        raise SourceError(f"{f.filename[:100]}: the index {where} gives no sha256")
+        raise SourceError(f"{f.filename[:100]!r}: the index {where} gives no sha256")
+    if unsafe_url(f.url):  # a URL never holds these
+        raise SourceError(
+            f"{redact(where)}: {f.filename[:100]!r}: the index gives a URL with a control "
+            "character or space"
+        )
     if not _SHA256.fullmatch(f.sha256):
         raise SourceError(f"{redact(where)}: {f.filename[:100]!r}: a malformed sha256")
     return f.sha256

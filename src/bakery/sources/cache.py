@@ -43,7 +43,8 @@ from filelock import FileLock, Timeout
 from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
 from bakery.git import repo as gitrepo
-from bakery.safety import paths
+from bakery.outputs import replace_bytes
+from bakery.safety import cachepolicy, paths
 
 #: The way entries are built. 2: unpack.py (every file of the archive in the commit, one
 #: pack); 1 was `git add` (files the archive's .gitignore names were left out).
@@ -59,7 +60,11 @@ the N used last (without a bake in progress losing its tree).
 def discard(folder: Path) -> None:
     """Remove a folder being abandoned (a staging folder, a killed build). A child process
     of a bake that was interrupted or killed (cp, git) may write into it a moment longer:
-    remove again until it is gone, for up to two seconds."""
+    remove again until it is gone, for up to two seconds. A link is unlinked, never
+    followed."""
+    if os.path.islink(folder):
+        cachepolicy.remove(folder)
+        return
     for _ in range(100):
         shutil.rmtree(folder, ignore_errors=True)
         if not os.path.lexists(folder):
@@ -148,14 +153,19 @@ class Cache:
         self.notes: list[str] = []
 
     def path(self, sub: str) -> Path:
-        p = self.root / sub
+        """The cache's top folder sub (``trees``, ``git``...), made if missing. One that is
+        a link or a file (a planted cache) is removed, the link itself, and made again:
+        nothing in the cache is followed out of it (safety.cachepolicy)."""
         try:
-            p.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(parents=True, exist_ok=True)
+            p = self.root if sub == "." else cachepolicy.top(self.root, sub, repair=True)
             readme = self.root / "README"
-            if not readme.exists():
+            if not os.path.lexists(readme):
                 readme.write_text(_README)
         except OSError as e:
             raise SourceError(f"cache folder {self.root}: {e.strerror}") from None
+        if p is None:
+            raise SourceError(f"cache folder {self.root}: {sub} is not a folder")
         return p
 
     @staticmethod
@@ -191,16 +201,20 @@ class Cache:
         trees = self.path("trees")
         marker = trees / f"{key}.json"
         tree = trees / key
-        if not marker.is_file():
-            if tree.exists():
-                shutil.rmtree(tree, ignore_errors=True)
+        if cachepolicy.regular(marker) is None:
+            if os.path.lexists(marker) or os.path.lexists(tree):
+                self.notes.append(
+                    f"the cached tree {tree} was incomplete or not bakery's; it is built again"
+                )
+            cachepolicy.remove(marker)  # a link, FIFO or folder named like a marker
+            cachepolicy.remove(tree)  # a link is unlinked, never followed
             return None
         try:
-            meta = json.loads(marker.read_text())
+            meta = json.loads(cachepolicy.read_text(marker, what="cache marker"))
             intact = (
                 _meta_ok(meta)
                 and meta.get("format") == FORMAT
-                and tree.is_dir()
+                and cachepolicy.is_real_dir(tree)
                 and gitrepo.intact(tree / ".git")  # config, hooks: what bakery wrote
                 and _head(tree) == meta["commit"]
             )
@@ -208,14 +222,16 @@ class Cache:
                 self.touch(marker)
                 return Entry(tree, meta, gitutil.Pending(tree, *gitutil.status_args(refresh=True)))
             intact = intact and not gitutil.dirty(tree, refresh=True)
-        except (OSError, ValueError, KeyError, gitutil.GitError):
+        except (OSError, ValueError, KeyError, RecursionError, gitutil.GitError):
+            intact = False
+        except cachepolicy.CacheRefused:
             intact = False
         if not intact:
             self.notes.append(
                 f"the cached tree {tree} was changed since bakery built it; it is built again"
             )
-            marker.unlink(missing_ok=True)
-            shutil.rmtree(tree, ignore_errors=True)
+            cachepolicy.remove(marker)
+            cachepolicy.remove(tree)
             return None
         self.touch(marker)
         return Entry(tree, meta)
@@ -241,7 +257,10 @@ class Cache:
         stale = re.compile(re.escape(f".build-{key}-") + r"[a-z0-9_]{8}")  # mkdtemp's names
         for p in trees.iterdir():
             if stale.fullmatch(p.name):
-                discard(p)
+                if cachepolicy.is_real_dir(p):
+                    discard(p)
+                else:
+                    cachepolicy.remove(p)
         tmp = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=trees))
         try:
             yield tmp
@@ -252,12 +271,10 @@ class Cache:
         """Move a built tree into place, then write its marker (the entry is complete)."""
         trees = self.path("trees")
         final = trees / key
-        if final.exists():
-            shutil.rmtree(final)
+        cachepolicy.remove(final)  # a link left there is unlinked, never followed
+        cachepolicy.remove(trees / f"{key}.json")
         os.replace(built, final)
         meta = {**meta, "commit": gitutil.head(final), "format": FORMAT}
         marker = trees / f"{key}.json"
-        tmp = marker.with_suffix(f".json.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
-        os.replace(tmp, marker)
+        replace_bytes(marker, json.dumps(meta, indent=2, sort_keys=True).encode())
         return Entry(final, {k: v for k, v in meta.items() if v is not None})

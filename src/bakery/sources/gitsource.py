@@ -11,6 +11,7 @@ to the URL's); a mirror whose configuration holds more than bakery wrote is fetc
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,16 +54,22 @@ def _mirror_commit(url: str, ref: str, cache: Cache, mirror_key: str) -> tuple[P
 
     mirror = cache.path("git") / mirror_key
     pinned = _HEX.fullmatch(ref.lower()) is not None
+
+    def lookup() -> str | None:
+        # a commit id names a commit that starts with it, never a branch or tag of
+        # that name; any other ref is what git resolves it to
+        return remote.commit_by_id(mirror, ref) if pinned else remote.resolve(mirror, ref)
+
     try:
         remote.scheme(url)  # a transport bakery refuses is refused even when cached
-        if mirror.exists() and not remote.mirror_intact(mirror):
+        if os.path.lexists(mirror) and not remote.mirror_intact(mirror):
             discard(mirror)  # not what bakery wrote (a restored cache): fetched again
-        known = mirror.exists() and (remote.resolve(mirror, ref) or "").startswith(ref.lower())
+        known = mirror.exists() and lookup() is not None
         if not (pinned and known):
             remote.fetch(url, mirror)
+        commit = lookup()
     except gitutil.GitError as e:
         raise SourceError(f"{_label(url, ref)}: {e.message}") from None
-    commit = remote.resolve(mirror, ref)
     if commit is None:
         raise SourceError(f"{_label(url, ref)}: the repository has no commit {ref!r}")
     cache.touch(mirror)

@@ -18,12 +18,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bakery.safety import cachepolicy
 from bakery.sources.cache import Cache, EntryBusy
 
 DAY = 86400.0
@@ -61,7 +61,7 @@ def _size(path: Path) -> int:
         st = path.lstat()
     except OSError:
         return 0
-    if not path.is_dir() or path.is_symlink():
+    if not cachepolicy.is_real_dir(path):  # a link counts as itself, never what it names
         return st.st_size
     total = 0
     for dirpath, dirnames, filenames in os.walk(path):
@@ -73,7 +73,7 @@ def _size(path: Path) -> int:
 
 def _mtime(path: Path) -> float:
     try:
-        return path.stat().st_mtime
+        return path.lstat().st_mtime
     except OSError:
         return 0.0
 
@@ -82,17 +82,18 @@ def _read_meta(marker: Path) -> dict[str, str]:
     import json
 
     try:
-        data = json.loads(marker.read_text())
-    except (OSError, ValueError):
+        data = json.loads(cachepolicy.read_text(marker, what="cache marker"))
+    except (OSError, ValueError, RecursionError, cachepolicy.CacheRefused):
         return {}
     return {k: str(v) for k, v in data.items() if v is not None} if isinstance(data, dict) else {}
 
 
-def _tree_keys(trees: Path) -> Iterator[str]:
+def _tree_keys(trees: Path | None) -> Iterator[str]:
     seen = set()
-    for p in sorted(trees.iterdir()) if trees.is_dir() else []:
+    for p in sorted(trees.iterdir()) if trees is not None else []:
         key = p.name[: -len(".json")] if p.name.endswith(".json") else p.name
-        if key.startswith(".") or key in seen or (p.is_file() and not p.name.endswith(".json")):
+        plain = cachepolicy.regular(p) is not None
+        if key.startswith(".") or key in seen or (plain and not p.name.endswith(".json")):
             continue
         seen.add(key)
         yield key
@@ -122,19 +123,22 @@ def items(cache: Cache) -> list[Item]:
     """Every entry, the one used last first."""
     root = cache.root
     found: dict[str, Item] = {}
-    for key in _tree_keys(root / "trees"):
-        marker = root / "trees" / f"{key}.json"
-        paths = [p for p in (root / "trees" / key, marker) if os.path.lexists(p)]
+    # a top folder that is a link lists nothing: what it names is not the cache's
+    trees = cachepolicy.top(root, "trees", repair=False)
+    for key in _tree_keys(trees):
+        assert trees is not None
+        marker = trees / f"{key}.json"
+        paths = [p for p in (trees / key, marker) if os.path.lexists(p)]
         kind = "release" if key.startswith("vllm-") else "git"
-        used = _mtime(marker) or _mtime(root / "trees" / key)
+        used = _mtime(marker) or _mtime(trees / key)
         found[key] = Item(key, kind, paths, 0, used, _read_meta(marker))
-    sdists = root / "sdists"
-    for p in sorted(sdists.glob("vllm-*.tar.gz")) if sdists.is_dir() else []:
+    sdists = cachepolicy.top(root, "sdists", repair=False)
+    for p in sorted(sdists.glob("vllm-*.tar.gz")) if sdists is not None else []:
         key = p.name[: -len(".tar.gz")]
         item = found.setdefault(key, Item(key, "release", [], 0, _mtime(p)))
         item.paths.append(p)
-    mirrors = root / "git"
-    for p in sorted(mirrors.glob("git-*")) if mirrors.is_dir() else []:
+    mirrors = cachepolicy.top(root, "git", repair=False)
+    for p in sorted(mirrors.glob("git-*")) if mirrors is not None else []:
         found[p.name] = Item(p.name, "mirror", [p], 0, _mtime(p))
     found.update((i.key, i) for i in _wheels(root / "wheels"))
     for item in found.values():
@@ -172,21 +176,22 @@ def select(all_items: list[Item], keep: int | None, older_than: float | None) ->
     return doomed
 
 
-def _remove(item: Item) -> None:
+def _remove(item: Item, root: Path) -> None:
+    """Remove an entry's paths: only where their folder is a real folder of the cache
+    (looked at again here), a link unlinked, never followed."""
     for p in sorted(item.paths, key=lambda p: not p.name.endswith(".json")):  # marker first
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink(missing_ok=True)
+        if cachepolicy.real_dir(root, p.parent):
+            cachepolicy.remove(p)
 
 
 def _leftovers(cache: Cache, key: str) -> list[Path]:
     """What a killed build or download of key left (the caller holds key's lock)."""
-    trees, sdists = cache.root / "trees", cache.root / "sdists"
+    trees = cachepolicy.top(cache.root, "trees", repair=False)
+    sdists = cachepolicy.top(cache.root, "sdists", repair=False)
     build = re.compile(re.escape(f".build-{key}-") + r"[a-z0-9_]{8}")
     part = re.compile(re.escape(f"{key}.tar.gz.") + r"\d+\.part")
-    out = [p for p in trees.iterdir() if build.fullmatch(p.name)] if trees.is_dir() else []
-    out += [p for p in sdists.iterdir() if part.fullmatch(p.name)] if sdists.is_dir() else []
+    out = [p for p in trees.iterdir() if build.fullmatch(p.name)] if trees else []
+    out += [p for p in sdists.iterdir() if part.fullmatch(p.name)] if sdists else []
     return out
 
 
@@ -194,6 +199,10 @@ def clean(
     cache: Cache, *, keep: int | None = None, older_than: float | None = None, dry_run: bool = False
 ) -> Cleaned:
     all_items = items(cache)
+    if not dry_run:  # a top folder that is a link or a file: the link goes, never its target
+        for name in cachepolicy.TOPS:
+            if os.path.lexists(cache.root / name):
+                cachepolicy.top(cache.root, name, repair=True)
     doomed = select(all_items, keep, older_than)
     result = Cleaned(kept=[i for i in all_items if i not in doomed])
     for item in doomed:
@@ -205,7 +214,7 @@ def clean(
                 hold = cache.hold(item.key, exclusive=True)  # no bake copies from it now
                 try:
                     item.paths += _leftovers(cache, item.key)
-                    _remove(item)
+                    _remove(item, cache.root)
                 finally:
                     hold.release()
         except EntryBusy:

@@ -206,7 +206,10 @@ class _Anchors(HTMLParser):
             self.base, self._seen_base = urljoin(self.base, attr["href"] or ""), True
         elif tag == "a" and attr.get("href"):
             self._text = []
-            self.anchors.append((urljoin(self.base, attr["href"] or ""), attr, self._text))
+            raw = attr["href"] or ""
+            # a URL with a control character is kept as it is: refused when it is used
+            href = raw if bounded.unsafe_url(raw) else urljoin(self.base, raw)
+            self.anchors.append((href, attr, self._text))
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "a":

@@ -22,7 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
-from bakery.safety import limits, paths
+from bakery.safety import cachepolicy, limits, paths
 from bakery.safety.urls import redact, redact_url
 from bakery.sources import bounded, versions
 from bakery.sources.cache import Cache, Entry, Hold
@@ -159,15 +159,22 @@ def _sdist_entry(version: str) -> IndexFile:
     raise SourceError(f"vLLM {version} has no source distribution on {session.shown}")
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def cached_sha256(path: Path) -> str | None:
+    """The sha256 of a cached download, or None where there is none to trust: missing,
+    or not a regular file of at most MAX_ARCHIVE bytes (a link to ``/dev/zero``, a FIFO:
+    never opened; removed, the link itself, so that it is downloaded again)."""
+    if cachepolicy.regular(path) is None:
+        cachepolicy.remove(path)
+        return None
+    try:
+        return cachepolicy.sha256(path, limits.MAX_ARCHIVE)
+    except (OSError, cachepolicy.CacheRefused):
+        cachepolicy.remove(path)
+        return None
 
 
 def _download(f: IndexFile, dest: Path, progress: Progress | None) -> None:
+    import http.client
     import urllib.error  # here, not above: urllib and tarfile slow every start
 
     from bakery.sources.index import Session
@@ -182,7 +189,11 @@ def _download(f: IndexFile, dest: Path, progress: Progress | None) -> None:
     done = 0
     most = bounded.download_limit(f.size)
     try:
-        with session.open(f.url, timeout=limits.NET_TIMEOUT) as resp, part.open("wb") as out:
+        new = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW  # never through a link
+        with (
+            session.open(f.url, timeout=limits.NET_TIMEOUT) as resp,
+            os.fdopen(os.open(part, new, 0o644), "wb") as out,
+        ):
             total = f.size or _content_length(resp) or None
             while chunk := resp.read(1 << 20):
                 done += len(chunk)
@@ -204,7 +215,7 @@ def _download(f: IndexFile, dest: Path, progress: Progress | None) -> None:
                 f"{redact(f.url)}: sha256 {h.hexdigest()} does not match the index's {f.sha256}"
             )
         os.replace(part, dest)
-    except (urllib.error.URLError, OSError, ValueError) as e:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
         raise session.error(f.url, e) from None
     finally:
         part.unlink(missing_ok=True)
@@ -224,14 +235,17 @@ def _unpack(archive: Path | bytes, dest: Path, label: str, *, strip_top: bool = 
     if isinstance(archive, Path):
         name = archive.name
         try:
-            if archive.stat().st_size > limits.MAX_ARCHIVE:
-                raise SourceError(f"{name}: larger than {limits.MAX_ARCHIVE} bytes")
-            data = archive.read_bytes()
+            data = cachepolicy.read_bytes(archive, limits.MAX_ARCHIVE, "archive")
         except OSError as e:
             raise SourceError(f"{name}: {e.strerror}") from None
     else:
         name, data = "git archive", archive
-    return unpack.unpack(data, dest, name=name, message=f"pristine {label}\n", strip_top=strip_top)
+    try:
+        return unpack.unpack(
+            data, dest, name=name, message=f"pristine {label}\n", strip_top=strip_top
+        )
+    except MemoryError:  # one line, never a traceback (the limits should stop it first)
+        raise SourceError(f"{name}: cannot extract: out of memory") from None
 
 
 def release(
@@ -258,7 +272,7 @@ def release(
         found = found or _sdist_entry(version)
         sha, url = str(found.sha256), redact(found.url)
         sdist = cache.path("sdists") / f"vllm-{version}.tar.gz"
-        if not sdist.exists() or _sha256_file(sdist) != sha:
+        if cached_sha256(sdist) != sha:
             _download(found, sdist, progress)
         with cache.building(key) as tmp:
             top = tmp / "tree"

@@ -33,8 +33,10 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from bakery.errors import SourceError
-from bakery.safety.urls import redact_url
-from bakery.sources import resolve
+from bakery.outputs import replace_bytes
+from bakery.safety import cachepolicy, limits
+from bakery.safety.urls import MASK, redact, redact_url
+from bakery.sources import bounded, resolve
 from bakery.sources.bounded import IndexFile
 from bakery.sources.cache import Cache
 from bakery.sources.pipconf import configured_index
@@ -44,6 +46,11 @@ from bakery.sources.resolve import Progress
 PLATFORMS = ("x86_64", "aarch64")
 
 _MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_(x86_64|aarch64)")
+#: A wheel file name bakery uses (it names files in the cache and in dist/): the
+#: characters of PEP 427's names, versions and tags only (no control character or ESC
+#: from the index's answer).
+_FILENAME = re.compile(r"[A-Za-z0-9_.+!]+(?:-[A-Za-z0-9_.+!]+){4,5}\.whl")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -76,19 +83,50 @@ def default_platform() -> str | None:
     return machine if machine in PLATFORMS else None
 
 
+def valid_name(name: object) -> bool:
+    """name is a wheel file name made only of PEP 427's characters (see _FILENAME)."""
+    if not isinstance(name, str) or not _FILENAME.fullmatch(name):
+        return False
+    try:
+        parse_wheel_filename(name)
+    except InvalidWheelFilename:
+        return False
+    return True
+
+
+def _cached_listing(listing: Path) -> list[WheelFile] | None:
+    """The kept listing, or None where it is missing, not a regular file (a FIFO is never
+    opened), too large, or holds an entry that is not a wheel bakery would list."""
+    try:
+        data = json.loads(cachepolicy.read_text(listing, limits.MAX_INDEX_ANSWER, "listing"))
+        found = [WheelFile(**w) for w in data]
+    except (OSError, ValueError, TypeError, RecursionError, cachepolicy.CacheRefused):
+        return None
+    ok = all(
+        valid_name(w.filename)
+        and isinstance(w.url, str)
+        and isinstance(w.sha256, str)
+        and _SHA256.fullmatch(w.sha256)
+        and (w.size is None or isinstance(w.size, int))
+        for w in found
+    )
+    return found if ok else None
+
+
 def release_wheels(version: str, cache: Cache, *, fresh: bool = False) -> list[WheelFile]:
     """Every wheel of the release on the index (listed once, then read from the cache;
-    fresh: from the index again)."""
+    fresh: from the index again). The kept listing holds the URLs redacted (an index's
+    token or a signed URL's signature is never stored): a wheel not yet downloaded whose
+    URL had a secret is listed again (upstream_wheel)."""
     listing = cache.path("wheels") / f"vllm-{version}.index.json"
     if not fresh:
-        try:
-            return [WheelFile(**w) for w in json.loads(listing.read_text())]
-        except (OSError, ValueError, TypeError):
-            pass
+        kept = _cached_listing(listing)
+        if kept is not None:
+            return kept
     found = []
     for f in resolve.index_files():
         name = f.filename
-        if not name.endswith(".whl") or f.yanked:
+        if not name.endswith(".whl") or f.yanked or not valid_name(name):
             continue
         try:
             _, ver, _, _ = parse_wheel_filename(name)
@@ -96,14 +134,15 @@ def release_wheels(version: str, cache: Cache, *, fresh: bool = False) -> list[W
             continue
         if ver != Version(version):
             continue
-        if not f.sha256:
-            raise SourceError(f"{name}: the index gives no sha256")
+        bounded.checked_sha256(
+            f, redact_url(configured_index().url)
+        )  # its URL and hash, before anything is fetched
+        assert f.sha256 is not None
         found.append(WheelFile(name, f.url, f.sha256, f.size))
     found.sort(key=lambda w: w.filename)
     if found:  # an empty answer is not kept: the wheels may be uploaded later
-        tmp = listing.with_name(f".{listing.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps([w.__dict__ for w in found], indent=1))
-        os.replace(tmp, listing)
+        stored = [{**w.__dict__, "url": redact(w.url)} for w in found]
+        replace_bytes(listing, json.dumps(stored, indent=1).encode())
     return found
 
 
@@ -118,7 +157,9 @@ def pick(wheels: list[WheelFile], version: str, platform: str) -> WheelFile:
 
 
 def _stamp(path: Path, sha256: str) -> dict[str, object]:
-    st = path.stat()
+    st = cachepolicy.regular(path)
+    if st is None:
+        raise OSError(f"{path}: not a regular file")
     return {
         "sha256": sha256,
         "size": st.st_size,
@@ -130,14 +171,15 @@ def _stamp(path: Path, sha256: str) -> dict[str, object]:
 
 def _trusted(path: Path, stamp_file: Path, wheel: WheelFile) -> bool:
     try:
-        return bool(json.loads(stamp_file.read_text()) == _stamp(path, wheel.sha256))
-    except (OSError, ValueError):
+        stamp = json.loads(cachepolicy.read_text(stamp_file, 1 << 16, "stamp"))
+        return bool(stamp == _stamp(path, wheel.sha256))
+    except (OSError, ValueError, RecursionError, cachepolicy.CacheRefused):
         return False
 
 
 def fetch(wheel: WheelFile, cache: Cache, progress: Progress | None = None) -> Path:
     """The wheel in the cache, downloaded and hash-checked if it is not there (or changed)."""
-    if "/" in wheel.filename or wheel.filename.startswith("."):
+    if not valid_name(wheel.filename):
         raise SourceError(f"{wheel.filename!r}: not a wheel file name")
     folder = cache.path("wheels")
     path = folder / wheel.filename
@@ -145,13 +187,22 @@ def fetch(wheel: WheelFile, cache: Cache, progress: Progress | None = None) -> P
     with cache.lock(f"wheel-{wheel.filename}"):
         if _trusted(path, stamp_file, wheel):
             return path
-        if not path.is_file() or resolve._sha256_file(path) != wheel.sha256:
+        if resolve.cached_sha256(path) != wheel.sha256:
+            if MASK in wheel.url:  # the kept listing's redacted URL: the index's own
+                wheel = _listed_again(wheel)
             entry = IndexFile(wheel.filename, wheel.url, wheel.sha256, wheel.size)
             resolve._download(entry, path, progress)
-        tmp = stamp_file.with_name(f".{stamp_file.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(_stamp(path, wheel.sha256)))
-        os.replace(tmp, stamp_file)
+        replace_bytes(stamp_file, json.dumps(_stamp(path, wheel.sha256)).encode())
     return path
+
+
+def _listed_again(wheel: WheelFile) -> WheelFile:
+    """wheel as the index lists it now (its URL with the credentials the kept listing
+    does not hold)."""
+    for f in resolve.index_files():
+        if f.filename == wheel.filename and f.sha256 == wheel.sha256:
+            return WheelFile(f.filename, f.url, wheel.sha256, f.size)
+    raise SourceError(f"{wheel.filename}: no longer on the index")
 
 
 def upstream_wheel(
@@ -170,6 +221,6 @@ def upstream_sdist(version: str, cache: Cache, progress: Progress | None = None)
     entry = resolve._sdist_entry(version)
     path = cache.path("sdists") / f"vllm-{version}.tar.gz"
     with cache.lock(f"vllm-{version}"):
-        if not path.is_file() or resolve._sha256_file(path) != entry.sha256:
+        if resolve.cached_sha256(path) != entry.sha256:
             resolve._download(entry, path, progress)
     return path

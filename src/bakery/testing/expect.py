@@ -149,10 +149,33 @@ class Expectations:
 
 def _read(path: Path) -> dict[str, Any]:
     try:
+        if path.stat().st_size > _MAX_FILE:
+            raise SeriesDataError(f"{path}: larger than {_MAX_FILE} bytes")
         data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
         return data
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise SeriesDataError(f"{path}: {e}") from None
+    except RecursionError:
+        raise SeriesDataError(f"{path}: nested too deeply") from None
+
+
+#: A series data file is a few kB; it is read whole.
+_MAX_FILE = 4 << 20
+
+
+def check_files(series_dir: Path) -> None:
+    """Both files read and checked for shape, every entry (SeriesDataError, one line):
+    verify calls this before pytest starts, so a malformed file is never an internal
+    error of the pytest session."""
+    load_defects(series_dir)
+    path = series_dir / EXPECTATIONS_FILE
+    if path.is_file():
+        table = _read(path).get("release", {})
+        if not isinstance(table, dict):
+            raise SeriesDataError(f'{path}: [release."X.Y.Z"] tables expected')
+        for key in table:
+            load_expectations(series_dir, key, interpret=True)
+            load_expectations(series_dir, key, interpret=False)
 
 
 def _strings(path: Path, where: str, value: object) -> tuple[str, ...]:
@@ -170,6 +193,8 @@ def load_defects(series_dir: Path) -> dict[str, Defect]:
     if not isinstance(entries, list):
         raise SeriesDataError(f"{path}: [[defect]] entries expected")
     for n, entry in enumerate(entries, 1):
+        if not isinstance(entry, dict):
+            raise SeriesDataError(f"{path}: defect {n} is not a [[defect]] table")
         defect = _defect(path, n, entry)
         if defect.id in defects:
             raise SeriesDataError(f"{path}: defect {defect.id} is registered twice")
@@ -315,6 +340,8 @@ def load_expectations(
     key = _entry_key(table, release)
     if key is None:
         return None
+    if not isinstance(table[key], dict):
+        raise SeriesDataError(f'{path}: release "{key}" is not a table')
     entry = dict(table[key])
     skips = _strings(path, f"release {key}: skips", entry.pop("skips", []))
     by_mode = {

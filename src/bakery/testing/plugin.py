@@ -315,9 +315,9 @@ class _SessionState:
             "modules": self.module_entries(),
             "tool_fixes": self.tool_fixes,
         }
-        tmp = self.report.with_name(self.report.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
-        os.replace(tmp, self.report)
+        from bakery.outputs import replace_bytes
+
+        replace_bytes(self.report, (json.dumps(data, indent=2) + "\n").encode())
 
 
 _KEY = pytest.StashKey[_SessionState]()

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bakery.errors import VerifyError
-from bakery.testing import expect
 from bakery.testing.loader import ENV_MODE, ROOT_PACKAGE, TREE_ENV
 
 PLUGIN = "bakery.testing.plugin"
@@ -181,6 +180,18 @@ def default_jobs(interpret: bool) -> int:
     return max(1, min(os.cpu_count() or 1, 4))
 
 
+def _check_series_data(series_dir: Path, tree: Path, pytest_args: Sequence[str]) -> None:
+    """Before pytest starts, one line (VerifyError) for a malformed data file of the
+    series, or for a tree that no rule of the series applies to."""
+    try:
+        expect.check_files(series_dir)
+    except expect.SeriesDataError as e:
+        raise VerifyError(str(e)) from None
+    why = expect.no_rules(series_dir, tree, named_rules(pytest_args))
+    if why:
+        raise VerifyError(why)
+
+
 def run_verify(
     tests_dir: Path,
     tree: Path,
@@ -209,9 +220,7 @@ def run_verify(
     tests_dir, tree = Path(tests_dir).resolve(), Path(tree).resolve()
     check_inputs(tests_dir, tree, interpret)
     if series_dir is not None:
-        why = expect.no_rules(Path(series_dir), tree, named_rules(pytest_args))
-        if why:
-            raise VerifyError(why)
+        _check_series_data(Path(series_dir), tree, pytest_args)
     if jobs is None:
         # -x / --maxfail stop the run at a failure: one worker, so that the stop is a
         # failed run (exit 1), not an interrupted one (pytest-xdist's stop exits 2)
