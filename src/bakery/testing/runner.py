@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bakery.errors import VerifyError
+from bakery.testing import expect
 from bakery.testing.loader import ENV_MODE, ROOT_PACKAGE, TREE_ENV
 
 PLUGIN = "bakery.testing.plugin"
