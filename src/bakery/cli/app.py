@@ -443,6 +443,14 @@ def verify(
             "with --interpret, else 1).",
         ),
     ] = None,
+    no_reuse: Annotated[
+        bool,
+        typer.Option(
+            "--no-reuse",
+            help="Run the tests even when an earlier run had exactly these inputs "
+            "(default: reuse its result from bakery's cache).",
+        ),
+    ] = False,
 ) -> None:
     """Run the series' bundled tests against a baked tree's own code. Arguments after --
     go to pytest."""
@@ -458,6 +466,7 @@ def verify(
         pytest_args=pytest_args,
         events=_events,
         jobs=jobs,
+        reuse=not no_reuse,
     )
     render.verify_summary(err_console, result, edited)
     raise typer.Exit(code=result.exit_code)

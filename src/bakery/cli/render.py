@@ -398,13 +398,29 @@ def verify_summary(console: Console, result: VerifyResult, edited: list[str]) ->
         )
         if n
     ]
-    verdict = "[bold green]verified[/]" if r.exit_code == 0 else "[bold red]not verified[/]"
-    if r.exit_code == 0 and r.known_defects:
-        verdict = "[bold yellow]verified, with known defects[/]"
-    console.print(
-        f"{verdict}: {', '.join(parts) or 'no tests ran'} "
-        f"in {r.elapsed:.1f}s" + (f"; JUnit {_t(str(r.junit))}" if r.junit else "")
+    console.print(f"{_verdict(r)}: {', '.join(parts) or 'no tests ran'} {_took(r)}")
+
+
+def _verdict(r: VerifyResult) -> str:
+    """verified / verified, with known defects / not verified; (reused from DATE, KEY)."""
+    if r.exit_code != 0:
+        words, colour = "not verified", "red"
+    elif r.known_defects:
+        words, colour = "verified, with known defects", "yellow"
+    else:
+        words, colour = "verified", "green"
+    if r.reused and r.key:
+        words += f" (reused from {r.reused}, {r.key[:16]})"
+    return f"[bold {colour}]{_t(words)}[/]"
+
+
+def _took(r: VerifyResult) -> str:
+    took = (
+        f"(that run took {r.elapsed:.1f}s; --no-reuse runs it again)"
+        if r.reused
+        else f"in {r.elapsed:.1f}s"
     )
+    return took + (f"; JUnit {_t(str(r.junit))}" if r.junit else "")
 
 
 def port_result(console: Console, result: PortResult) -> None:

@@ -207,7 +207,12 @@ def _prove(
         return Tried(cand.start.label, "not run: the proposed diffs do not bake as written")
     try:
         res = run_verify(
-            series.path / "tests", folder / "tree", interpret=interpret, log=folder / "verify.log"
+            series.path / "tests",
+            folder / "tree",
+            interpret=interpret,
+            log=folder / "verify.log",
+            series_dir=series.path,
+            cache_root=Cache().root,
         )
     except BakeryError as e:
         return Tried(cand.start.label, f"not run: {e.message}")

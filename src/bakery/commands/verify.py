@@ -88,11 +88,15 @@ def verify(
     log: Path | None = None,
     events: Events | None = None,
     jobs: int | None = None,
+    reuse: bool = True,
 ) -> tuple[VerifyResult, list[str]]:
     """Run the series' bundled tests against a baked tree: (result, files edited since
     the bake). The tree: ``tree``, else the series' last ``bakery apply`` (never a
-    matrix worker's); ``events`` hears which tree, and where the tests run."""
+    matrix worker's); ``events`` hears which tree, and where the tests run. The result
+    is recorded in bakery's cache; with ``reuse``, an earlier result whose inputs all
+    equal this run's is returned without running (:mod:`bakery.testing.reuse`)."""
     from bakery.errors import VerifyError
+    from bakery.sources.cache import Cache
     from bakery.testing.runner import check_inputs, run_verify
 
     series = load_series(series_spec or _default_series(tree))
@@ -122,6 +126,8 @@ def verify(
         log=log,
         series_dir=series.path,
         jobs=jobs,
+        cache_root=Cache().root,
+        reuse=reuse,
     )
     return result, edited
 

@@ -13,6 +13,8 @@ worker, so that one set of rank processes serves them).
 
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -21,8 +23,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from bakery.errors import VerifyError
 from bakery.testing.loader import ROOT_PACKAGE, TREE_ENV
@@ -69,6 +72,10 @@ class VerifyResult:
     elapsed: float = 0.0
     junit: Path | None = None
     command: tuple[str, ...] = field(default=(), repr=False)
+    #: The verification's key in bakery's cache (None: not recorded).
+    key: str | None = None
+    #: When the result was reused from an earlier run with the same inputs: its date.
+    reused: str | None = None
 
     @property
     def no_tests(self) -> bool:
@@ -121,11 +128,28 @@ def pytest_command(
     return command
 
 
+def triton_cache(cache_root: Path) -> Path:
+    """Triton's compile cache inside bakery's, one folder per Triton version: a run
+    compiles only what no earlier run with that Triton compiled."""
+    try:
+        version = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        version = "none"
+    return cache_root / "triton" / version
+
+
 def verify_environment(
-    tree: Path, *, interpret: bool, base: Mapping[str, str] | None = None
+    tree: Path,
+    *,
+    interpret: bool,
+    base: Mapping[str, str] | None = None,
+    cache_root: Path | None = None,
 ) -> dict[str, str]:
-    """The subprocess environment: the tree, and Triton's interpreter on or off."""
+    """The subprocess environment: the tree, Triton's interpreter on or off, and (with
+    ``cache_root``, unless the user set ``TRITON_CACHE_DIR``) Triton's compile cache."""
     env = dict(os.environ if base is None else base)
+    if cache_root is not None and not env.get("TRITON_CACHE_DIR"):
+        env["TRITON_CACHE_DIR"] = str(triton_cache(cache_root))
     env[TREE_ENV] = str(tree)
     if interpret:
         env["TRITON_INTERPRET"] = "1"
@@ -176,6 +200,8 @@ def run_verify(
     log: Path | None = None,
     series_dir: Path | None = None,
     jobs: int | None = None,
+    cache_root: Path | None = None,
+    reuse: bool = True,
 ) -> VerifyResult:
     """Run the tests in ``tests_dir`` against ``tree``; pytest prints as it goes.
 
@@ -186,6 +212,11 @@ def run_verify(
     error, interrupted); a test that fails, or no test at all, is ``exit_code`` 1.
     ``series_dir``: the series' data (known defects, expectations per release);
     ``jobs``: pytest-xdist workers (default :func:`default_jobs`).
+
+    With ``cache_root`` (bakery's cache), the result is recorded there
+    (:mod:`bakery.testing.reuse`) and, with ``reuse``, an earlier result whose inputs
+    all equal this run's is returned instead of running (``reused`` says when it ran).
+    A run asked for a JUnit file always runs.
     """
     tests_dir, tree = Path(tests_dir).resolve(), Path(tree).resolve()
     check_inputs(tests_dir, tree, interpret)
@@ -197,6 +228,107 @@ def run_verify(
     elif jobs > 1 and importlib.util.find_spec("xdist") is None:
         raise VerifyError("--jobs needs pytest-xdist: install bakery[kernels]")
     junit = Path(junit).resolve() if junit is not None else None
+    static = None
+    if cache_root is not None:
+        from bakery.testing import reuse as reuses
+
+        series = Path(series_dir).resolve() if series_dir is not None else None
+        static = reuses.static_key(
+            reuses.inputs(
+                tests_dir, tree, interpret=interpret, pytest_args=pytest_args, series_dir=series
+            )
+        )
+        record = reuses.lookup(cache_root, static, tree) if reuse and junit is None else None
+        if record is not None:
+            with contextlib.suppress(_BadRecord):  # a damaged record: run again
+                return _from_record(record, tree, jobs)
+    env = verify_environment(tree, interpret=interpret, cache_root=cache_root)
+    result = _run(tests_dir, tree, env, pytest_args, junit, python, log, series_dir, jobs)
+    if cache_root is not None and static is not None:
+        from bakery.testing import reuse as reuses
+
+        names = [m.name for m in result.modules]
+        key = reuses.store(cache_root, static, tree, names, _to_record(result, tree))
+        result = replace(result, key=key)
+    return result
+
+
+def _to_record(r: VerifyResult, tree: Path) -> dict[str, Any]:
+    def rel(m: ModuleOrigin) -> dict[str, str]:
+        detail = Path(m.detail)
+        if m.kind != "stand-in" and detail.is_relative_to(tree):
+            return {"name": m.name, "kind": m.kind, "detail": detail.relative_to(tree).as_posix()}
+        return {"name": m.name, "kind": m.kind, "detail": m.detail, "absolute": "1"}
+
+    return {
+        "exit_code": r.exit_code,
+        "pytest_exit_code": r.pytest_exit_code,
+        "counts": {k: getattr(r, k) for k in _RECORDED_COUNTS},
+        "modules": [rel(m) for m in r.modules],
+        "tool_fixes": list(r.tool_fixes),
+        "known_defects": dict(r.known_defects),
+        "expectations": r.expectations,
+        "elapsed": r.elapsed,
+    }
+
+
+_RECORDED_COUNTS = (
+    "passed",
+    "failed",
+    "errors",
+    "skipped",
+    "xfailed",
+    "xpassed",
+    "unexpected_skips",
+)
+
+
+def _from_record(record: Any, tree: Path, jobs: int) -> VerifyResult:
+    """A recorded result, its module paths in ``tree`` (another folder may hold the same
+    bytes: a port candidate, a matrix row). A record of another shape is a run."""
+    d = record.result
+    try:
+        modules = tuple(
+            ModuleOrigin(
+                m["name"],
+                m["kind"],
+                m["detail"] if m.get("absolute") else str(tree / m["detail"]),
+            )
+            for m in d["modules"]
+        )
+        counts = {k: int(d["counts"][k]) for k in _RECORDED_COUNTS}
+        return VerifyResult(
+            exit_code=int(d["exit_code"]),
+            pytest_exit_code=int(d["pytest_exit_code"]),
+            modules=modules,
+            tool_fixes=tuple(str(f) for f in d["tool_fixes"]),
+            known_defects={str(k): int(v) for k, v in d["known_defects"].items()},
+            expectations=d["expectations"],
+            jobs=jobs,
+            elapsed=float(d["elapsed"]),
+            key=record.key,
+            reused=record.date,
+            **counts,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise _BadRecord from None
+
+
+class _BadRecord(Exception):
+    pass
+
+
+def _run(
+    tests_dir: Path,
+    tree: Path,
+    env: dict[str, str],
+    pytest_args: Sequence[str],
+    junit: Path | None,
+    python: str | None,
+    log: Path | None,
+    series_dir: Path | None,
+    jobs: int,
+) -> VerifyResult:
     with tempfile.TemporaryDirectory(prefix="bakery-verify-") as tmp:
         report = Path(tmp) / "report.json"
         empty_ini = Path(tmp) / "pytest.ini"
@@ -204,7 +336,7 @@ def run_verify(
         command = pytest_command(
             tests_dir,
             tree,
-            interpret=interpret,
+            interpret=env.get("TRITON_INTERPRET") == "1",
             pytest_args=pytest_args,
             junit=junit,
             report=report,
@@ -215,7 +347,6 @@ def run_verify(
         )
         started = time.monotonic()
         try:
-            env = verify_environment(tree, interpret=interpret)
             if log is None:
                 code = subprocess.run(command, env=env, check=False).returncode
             else:
