@@ -159,3 +159,15 @@ def test_the_tree_files_a_run_loaded_are_in_the_key(tmp_path: Path) -> None:
     # a file that appears where a module was stood in (or was a light package)
     (tree / "vllm" / "tiny.py").write_text("")
     assert reuse.module_files(tree, ["vllm.tiny"])["vllm/tiny.py"] is not None
+
+
+def test_a_tree_file_no_module_loaded_is_in_the_key_too(tmp_path: Path) -> None:
+    """Tests may read the tree without the loader (runpy, a subprocess)."""
+    series, tests, tree = make(tmp_path)
+    base = _key(series, tests, tree)
+    (tree / "vllm" / "data.bin").write_bytes(b"\0")
+    assert _key(series, tests, tree) != base
+    # the same bytes in another folder: the same key (a port candidate, a matrix row)
+    copy = make(tmp_path / "again")[2]
+    (copy / "vllm" / "data.bin").write_bytes(b"\0")
+    assert _key(series, tests, copy) == _key(series, tests, tree)

@@ -398,10 +398,10 @@ def verify_summary(console: Console, result: VerifyResult, edited: list[str]) ->
         )
         if n
     ]
-    console.print(f"{_verdict(r)}: {', '.join(parts) or 'no tests ran'} {_took(r)}")
+    console.print(f"{_verify_verdict(r)}: {', '.join(parts) or 'no tests ran'} {_verify_took(r)}")
 
 
-def _verdict(r: VerifyResult) -> str:
+def _verify_verdict(r: VerifyResult) -> str:
     """verified / verified, with known defects / not verified; (reused from DATE, KEY)."""
     if r.exit_code != 0:
         words, colour = "not verified", "red"
@@ -414,7 +414,7 @@ def _verdict(r: VerifyResult) -> str:
     return f"[bold {colour}]{_t(words)}[/]"
 
 
-def _took(r: VerifyResult) -> str:
+def _verify_took(r: VerifyResult) -> str:
     took = (
         f"(that run took {r.elapsed:.1f}s; --no-reuse runs it again)"
         if r.reused
