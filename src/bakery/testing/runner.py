@@ -296,7 +296,7 @@ def _from_record(record: Any, tree: Path, jobs: int) -> VerifyResult:
             )
             for m in d["modules"]
         )
-        counts = {k: int(d["counts"][k]) for k in _RECORDED_COUNTS}
+        c = {k: int(d["counts"][k]) for k in _RECORDED_COUNTS}
         return VerifyResult(
             exit_code=int(d["exit_code"]),
             pytest_exit_code=int(d["pytest_exit_code"]),
@@ -308,7 +308,13 @@ def _from_record(record: Any, tree: Path, jobs: int) -> VerifyResult:
             elapsed=float(d["elapsed"]),
             key=record.key,
             reused=record.date,
-            **counts,
+            passed=c["passed"],
+            failed=c["failed"],
+            errors=c["errors"],
+            skipped=c["skipped"],
+            xfailed=c["xfailed"],
+            xpassed=c["xpassed"],
+            unexpected_skips=c["unexpected_skips"],
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         raise _BadRecord from None
