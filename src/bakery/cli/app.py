@@ -440,6 +440,14 @@ def verify(
             "import any pure-Python vllm module. Default: full on a GPU, else light.",
         ),
     ] = None,
+    no_reuse: Annotated[
+        bool,
+        typer.Option(
+            "--no-reuse",
+            help="Run the tests even when an earlier run had exactly these inputs "
+            "(default: reuse its result from bakery's cache).",
+        ),
+    ] = False,
 ) -> None:
     """Run the series' bundled tests against a baked tree's own code. Arguments after --
     go to pytest."""
@@ -456,6 +464,7 @@ def verify(
         events=_events,
         jobs=jobs,
         env=env,
+        reuse=not no_reuse,
     )
     render.verify_summary(err_console, result, edited)
     raise typer.Exit(code=result.exit_code)

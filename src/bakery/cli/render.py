@@ -400,18 +400,6 @@ def refresh_done(
             console.print(f"  {_t(step)}", soft_wrap=True)
 
 
-def _verify_verdict(r: VerifyResult) -> str:
-    # "not verified" is kept for a verify that could not run or ran no test (README); tests
-    # that ran and failed are "tests failed"
-    if r.exit_code == 0:
-        return (
-            "[bold yellow]verified, with known defects[/]"
-            if r.known_defects
-            else "[bold green]verified[/]"
-        )
-    return "[bold red]tests failed[/]" if r.failed or r.errors else "[bold red]not verified[/]"
-
-
 #: Modules from the tree listed by name after a verify (a full environment imports hundreds).
 _MODULES_SHOWN = 12
 
@@ -458,11 +446,32 @@ def verify_summary(console: Console, result: VerifyResult, edited: list[str]) ->
         )
         if n
     ]
-    verdict = _verify_verdict(r)
-    console.print(
-        f"{verdict}: {', '.join(parts) or 'no tests ran'} "
-        f"in {r.elapsed:.1f}s" + (f"; JUnit {_t(str(r.junit))}" if r.junit else "")
+    console.print(f"{_verify_verdict(r)}: {', '.join(parts) or 'no tests ran'} {_verify_took(r)}")
+
+
+def _verify_verdict(r: VerifyResult) -> str:
+    """verified / verified, with known defects / tests failed / not verified; (reused from
+    DATE, KEY)."""
+    # "not verified" is kept for a verify that could not run or ran no test (README); tests
+    # that ran and failed are "tests failed"
+    if r.exit_code != 0:
+        words, colour = ("tests failed" if r.failed or r.errors else "not verified"), "red"
+    elif r.known_defects:
+        words, colour = "verified, with known defects", "yellow"
+    else:
+        words, colour = "verified", "green"
+    if r.reused and r.key:
+        words += f" (reused from {r.reused}, {r.key[:16]})"
+    return f"[bold {colour}]{_t(words)}[/]"
+
+
+def _verify_took(r: VerifyResult) -> str:
+    took = (
+        f"(that run took {r.elapsed:.1f}s; --no-reuse runs it again)"
+        if r.reused
+        else f"in {r.elapsed:.1f}s"
     )
+    return took + (f"; JUnit {_t(str(r.junit))}" if r.junit else "")
 
 
 def port_result(console: Console, result: PortResult) -> None:

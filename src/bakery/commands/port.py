@@ -276,6 +276,8 @@ def _prove(
             log=folder / "verify.log",
             python=python,
             env_mode=mode,
+            series_dir=series.path,
+            cache_root=Cache().root,
         )
     except BakeryError as e:
         return Tried(cand.start.label, f"not run: {e.message}")

@@ -85,14 +85,18 @@ def verify(
     events: Events | None = None,
     jobs: int | None = None,
     env: str | None = None,
+    reuse: bool = True,
 ) -> tuple[VerifyResult, list[str]]:
     """Run the series' bundled tests against a baked tree: (result, files edited since
     the bake). The tree: ``tree``, else the series' last ``bakery apply`` (never a
     matrix worker's); ``events`` hears which tree, and where the tests run. ``env``:
     "light" (bakery's environment, the light loader), "full" (vLLM's dependencies, see
     :func:`test_environment`), None: the series' ``env`` (series.toml), else full on a GPU
-    and light under the interpreter."""
+    and light under the interpreter.
+    The result is recorded in bakery's cache; with ``reuse``, an earlier result whose
+    inputs all equal this run's is returned without running (:mod:`bakery.testing.reuse`)."""
     from bakery.errors import VerifyError
+    from bakery.sources.cache import Cache
     from bakery.testing.runner import check_inputs, run_verify
 
     if env is not None and env not in ENVS:
@@ -128,6 +132,8 @@ def verify(
         jobs=jobs,
         python=python,
         env_mode=mode,
+        cache_root=Cache().root,
+        reuse=reuse,
     )
     return result, edited
 

@@ -13,6 +13,8 @@ worker, so that one set of rank processes serves them).
 
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -21,8 +23,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from bakery.errors import VerifyError
 from bakery.testing import expect
@@ -73,6 +76,10 @@ class VerifyResult:
     elapsed: float = 0.0
     junit: Path | None = None
     command: tuple[str, ...] = field(default=(), repr=False)
+    #: The verification's key in bakery's cache (None: not recorded).
+    key: str | None = None
+    #: When the result was reused from an earlier run with the same inputs: its date.
+    reused: str | None = None
 
     @property
     def no_tests(self) -> bool:
@@ -125,12 +132,30 @@ def pytest_command(
     return command
 
 
+def triton_cache(cache_root: Path) -> Path:
+    """Triton's compile cache inside bakery's, one folder per Triton version: a run
+    compiles only what no earlier run with that Triton compiled."""
+    try:
+        version = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        version = "none"
+    return cache_root / "triton" / version
+
+
 def verify_environment(
-    tree: Path, *, interpret: bool, base: Mapping[str, str] | None = None, mode: str = "light"
+    tree: Path,
+    *,
+    interpret: bool,
+    base: Mapping[str, str] | None = None,
+    mode: str = "light",
+    cache_root: Path | None = None,
 ) -> dict[str, str]:
-    """The subprocess environment: the tree, the loader's mode (light or full), and
-    Triton's interpreter on or off."""
+    """The subprocess environment: the tree, the loader's mode (light or full), Triton's
+    interpreter on or off, and (with ``cache_root``, unless the user set
+    ``TRITON_CACHE_DIR``) Triton's compile cache."""
     env = dict(os.environ if base is None else base)
+    if cache_root is not None and not env.get("TRITON_CACHE_DIR"):
+        env["TRITON_CACHE_DIR"] = str(triton_cache(cache_root))
     env[TREE_ENV] = str(tree)
     env[ENV_MODE] = mode
     if interpret:
@@ -205,6 +230,8 @@ def run_verify(
     series_dir: Path | None = None,
     jobs: int | None = None,
     env_mode: str = "light",
+    cache_root: Path | None = None,
+    reuse: bool = True,
 ) -> VerifyResult:
     """Run the tests in ``tests_dir`` against ``tree``; pytest prints as it goes.
 
@@ -217,6 +244,11 @@ def run_verify(
     ``jobs``: pytest-xdist workers (default :func:`default_jobs`); ``env_mode``: "full"
     when ``python`` is a full environment's interpreter (the loader runs packages'
     ``__init__.py``; see :mod:`bakery.testing.loader`).
+
+    With ``cache_root`` (bakery's cache), the result is recorded there
+    (:mod:`bakery.testing.reuse`) and, with ``reuse``, an earlier result whose inputs
+    all equal this run's is returned instead of running (``reused`` says when it ran).
+    A run asked for a JUnit file always runs.
     """
     tests_dir, tree = Path(tests_dir).resolve(), Path(tree).resolve()
     check_inputs(tests_dir, tree, interpret)
@@ -230,6 +262,119 @@ def run_verify(
     elif jobs > 1 and importlib.util.find_spec("xdist") is None:
         raise VerifyError("--jobs needs pytest-xdist: install bakery[kernels]")
     junit = Path(junit).resolve() if junit is not None else None
+    static = None
+    if cache_root is not None:
+        from bakery.testing import reuse as reuses
+
+        series = Path(series_dir).resolve() if series_dir is not None else None
+        static = reuses.static_key(
+            reuses.inputs(
+                tests_dir,
+                tree,
+                interpret=interpret,
+                pytest_args=pytest_args,
+                series_dir=series,
+                env_mode=env_mode,
+                python=python,
+            )
+        )
+        record = reuses.lookup(cache_root, static, tree) if reuse and junit is None else None
+        if record is not None:
+            with contextlib.suppress(_BadRecord):  # a damaged record: run again
+                return _from_record(record, tree, jobs)
+    env = verify_environment(tree, interpret=interpret, mode=env_mode, cache_root=cache_root)
+    result = _run(tests_dir, tree, env, pytest_args, junit, python, log, series_dir, jobs)
+    if cache_root is not None and static is not None:
+        from bakery.testing import reuse as reuses
+
+        names = [m.name for m in result.modules]
+        key = reuses.store(cache_root, static, tree, names, _to_record(result, tree))
+        result = replace(result, key=key)
+    return result
+
+
+def _to_record(r: VerifyResult, tree: Path) -> dict[str, Any]:
+    def rel(m: ModuleOrigin) -> dict[str, str]:
+        detail = Path(m.detail)
+        if m.kind != "stand-in" and detail.is_relative_to(tree):
+            return {"name": m.name, "kind": m.kind, "detail": detail.relative_to(tree).as_posix()}
+        return {"name": m.name, "kind": m.kind, "detail": m.detail, "absolute": "1"}
+
+    return {
+        "exit_code": r.exit_code,
+        "pytest_exit_code": r.pytest_exit_code,
+        "counts": {k: getattr(r, k) for k in _RECORDED_COUNTS},
+        "modules": [rel(m) for m in r.modules],
+        "tool_fixes": list(r.tool_fixes),
+        "known_defects": dict(r.known_defects),
+        "expectations": r.expectations,
+        "elapsed": r.elapsed,
+    }
+
+
+_RECORDED_COUNTS = (
+    "passed",
+    "failed",
+    "errors",
+    "skipped",
+    "xfailed",
+    "xpassed",
+    "unexpected_skips",
+)
+
+
+def _from_record(record: Any, tree: Path, jobs: int) -> VerifyResult:
+    """A recorded result, its module paths in ``tree`` (another folder may hold the same
+    bytes: a port candidate, a matrix row). A record of another shape is a run."""
+    d = record.result
+    try:
+        modules = tuple(
+            ModuleOrigin(
+                m["name"],
+                m["kind"],
+                m["detail"] if m.get("absolute") else str(tree / m["detail"]),
+            )
+            for m in d["modules"]
+        )
+        c = {k: int(d["counts"][k]) for k in _RECORDED_COUNTS}
+        return VerifyResult(
+            exit_code=int(d["exit_code"]),
+            pytest_exit_code=int(d["pytest_exit_code"]),
+            modules=modules,
+            tool_fixes=tuple(str(f) for f in d["tool_fixes"]),
+            known_defects={str(k): int(v) for k, v in d["known_defects"].items()},
+            expectations=d["expectations"],
+            jobs=jobs,
+            elapsed=float(d["elapsed"]),
+            key=record.key,
+            reused=record.date,
+            passed=c["passed"],
+            failed=c["failed"],
+            errors=c["errors"],
+            skipped=c["skipped"],
+            xfailed=c["xfailed"],
+            xpassed=c["xpassed"],
+            unexpected_skips=c["unexpected_skips"],
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise _BadRecord from None
+
+
+class _BadRecord(Exception):
+    pass
+
+
+def _run(
+    tests_dir: Path,
+    tree: Path,
+    env: dict[str, str],
+    pytest_args: Sequence[str],
+    junit: Path | None,
+    python: str | None,
+    log: Path | None,
+    series_dir: Path | None,
+    jobs: int,
+) -> VerifyResult:
     with tempfile.TemporaryDirectory(prefix="bakery-verify-") as tmp:
         report = Path(tmp) / "report.json"
         empty_ini = Path(tmp) / "pytest.ini"
@@ -237,7 +382,7 @@ def run_verify(
         command = pytest_command(
             tests_dir,
             tree,
-            interpret=interpret,
+            interpret=env.get("TRITON_INTERPRET") == "1",
             pytest_args=pytest_args,
             junit=junit,
             report=report,
@@ -248,7 +393,6 @@ def run_verify(
         )
         started = time.monotonic()
         try:
-            env = verify_environment(tree, interpret=interpret, mode=env_mode)
             if log is None:
                 code = subprocess.run(command, env=env, check=False).returncode
             else:
@@ -283,7 +427,7 @@ def run_verify(
         unexpected_skips=int((data or {}).get("unexpected_skips", 0)),
         expectations=(data or {}).get("expectations"),
         jobs=jobs,
-        env=env_mode,
+        env=env.get(ENV_MODE, "light"),
         elapsed=elapsed,
         junit=junit,
         command=tuple(command),
