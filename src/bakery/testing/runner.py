@@ -150,6 +150,41 @@ def check_inputs(tests_dir: Path, tree: Path, interpret: bool) -> None:
         )
 
 
+def _checked_args(tree: Path, series_dir: Path | None, pytest_args: Sequence[str]) -> list[str]:
+    """``pytest_args`` once the series' rules apply to the tree (else VerifyError, one
+    line), with the cached pristine tree of its release unless one is named."""
+    if series_dir is not None:
+        why = expect.no_rules(Path(series_dir), tree, named_rules(pytest_args))
+        if why:
+            raise VerifyError(why)
+    args = list(pytest_args)
+    if not any(a.startswith("--bakery-pristine") for a in args):
+        pristine = cached_pristine(tree)
+        if pristine is not None:
+            args.append(f"--bakery-pristine={pristine}")
+    return args
+
+
+def cached_pristine(tree: Path) -> Path | None:
+    """The pristine tree of the bake's release in bakery's cache, where it is intact."""
+    release = expect.Bake.of(tree).release
+    if release is None:
+        return None
+    from bakery.errors import SourceError
+    from bakery.sources.cache import Cache
+
+    cache = Cache()
+    key = f"vllm-{release}"
+    if not (cache.root / "trees" / f"{key}.json").is_file():
+        return None
+    try:
+        with cache.lock(key):
+            entry = cache.tree_entry(key)
+    except SourceError:
+        return None
+    return entry.tree if entry is not None and (entry.tree / ROOT_PACKAGE).is_dir() else None
+
+
 def named_rules(pytest_args: Sequence[str]) -> str | None:
     """The release named with ``--bakery-rules`` among the pytest arguments."""
     for n, arg in enumerate(pytest_args):
@@ -200,10 +235,7 @@ def run_verify(
     """
     tests_dir, tree = Path(tests_dir).resolve(), Path(tree).resolve()
     check_inputs(tests_dir, tree, interpret)
-    if series_dir is not None:
-        why = expect.no_rules(Path(series_dir), tree, named_rules(pytest_args))
-        if why:
-            raise VerifyError(why)
+    pytest_args = _checked_args(tree, series_dir, pytest_args)
     if jobs is None:
         # -x / --maxfail stop the run at a failure: one worker, so that the stop is a
         # failed run (exit 1), not an interrupted one (pytest-xdist's stop exits 2)
