@@ -43,7 +43,11 @@ def upstream(pristine_tree, interpret, tmp_path_factory):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # Triton's JIT looks its functions' module up
-    spec.loader.exec_module(module)
+    saved, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # bakery's cache: read only
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = saved
     return module
 
 
