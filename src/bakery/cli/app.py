@@ -443,6 +443,14 @@ def verify(
             "with --interpret, else 1).",
         ),
     ] = None,
+    pristine: Annotated[
+        bool,
+        typer.Option(
+            "--pristine",
+            help="Also run the tests on the pristine release and say which test the "
+            "series, which upstream, and which the series breaks.",
+        ),
+    ] = False,
 ) -> None:
     """Run the series' bundled tests against a baked tree's own code. Arguments after --
     go to pytest."""
@@ -458,6 +466,7 @@ def verify(
         pytest_args=pytest_args,
         events=_events,
         jobs=jobs,
+        pristine=pristine,
     )
     render.verify_summary(err_console, result, edited)
     raise typer.Exit(code=result.exit_code)

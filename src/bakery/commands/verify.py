@@ -5,7 +5,7 @@ series' last apply), where the tests run (CPU or GPU), and the run itself
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bakery import project
 from bakery.bake.plan import Events
@@ -88,6 +88,7 @@ def verify(
     log: Path | None = None,
     events: Events | None = None,
     jobs: int | None = None,
+    pristine: bool = False,
 ) -> tuple[VerifyResult, list[str]]:
     """Run the series' bundled tests against a baked tree: (result, files edited since
     the bake). The tree: ``tree``, else the series' last ``bakery apply`` (never a
@@ -113,6 +114,8 @@ def verify(
     if events:
         events("verify", f"verifying {display_path(tree)} ({why}) {where}")
     edited = edited_files(tree)
+    if pristine:
+        return _verify_both(series, tree, interpret, junit, pytest_args, jobs, events), edited
     result = run_verify(
         series.tests,
         tree,
@@ -124,6 +127,49 @@ def verify(
         jobs=jobs,
     )
     return result, edited
+
+
+def _verify_both(
+    series: Any,
+    tree: Path,
+    interpret: bool,
+    junit: Path | None,
+    pytest_args: list[str],
+    jobs: int | None,
+    events: Events | None,
+) -> VerifyResult:
+    """verify --pristine: the baked run, then the pristine release's, split
+    (bakery.testing.pristine). Exit 1 also when no test passes only on the baked tree."""
+    import dataclasses
+    import tempfile
+
+    from bakery.testing.pristine import run_pristine
+    from bakery.testing.runner import run_verify
+
+    with tempfile.TemporaryDirectory(prefix="bakery-verify-") as tmp:
+        baked_junit = junit or Path(tmp) / "baked.xml"
+        result = run_verify(
+            series.tests,
+            tree,
+            interpret=interpret,
+            pytest_args=pytest_args,
+            junit=baked_junit,
+            series_dir=series.path,
+            jobs=jobs,
+        )
+        if events:
+            events("verify", "the same tests on the pristine release (--pristine)")
+        _, split = run_pristine(
+            series.tests,
+            tree,
+            baked_junit,
+            interpret=interpret,
+            pytest_args=pytest_args,
+            series_dir=series.path,
+            jobs=jobs,
+        )
+    code = result.exit_code if split.tests_the_series else 1
+    return dataclasses.replace(result, exit_code=code, pristine=tuple(split.lines()))
 
 
 def last_applies() -> dict[str, str]:

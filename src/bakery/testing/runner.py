@@ -70,6 +70,8 @@ class VerifyResult:
     elapsed: float = 0.0
     junit: Path | None = None
     command: tuple[str, ...] = field(default=(), repr=False)
+    #: verify --pristine: how the tests split between the baked and the pristine tree
+    pristine: tuple[str, ...] = ()
 
     @property
     def no_tests(self) -> bool:
