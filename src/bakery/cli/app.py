@@ -448,6 +448,14 @@ def verify(
             "(default: reuse its result from bakery's cache).",
         ),
     ] = False,
+    pristine: Annotated[
+        bool,
+        typer.Option(
+            "--pristine",
+            help="Also run the tests on the pristine release and say which test the "
+            "series, which upstream, and which the series breaks.",
+        ),
+    ] = False,
 ) -> None:
     """Run the series' bundled tests against a baked tree's own code. Arguments after --
     go to pytest."""
@@ -465,6 +473,7 @@ def verify(
         jobs=jobs,
         env=env,
         reuse=not no_reuse,
+        pristine=pristine,
     )
     render.verify_summary(err_console, result, edited)
     raise typer.Exit(code=result.exit_code)

@@ -404,6 +404,15 @@ def refresh_done(
 _MODULES_SHOWN = 12
 
 
+def _skips_and_pristine(console: Console, r: VerifyResult) -> None:
+    if r.unexpected_skips:
+        console.print(
+            f"[red]{r.unexpected_skips} unexpected skips[/] (not in the release's expected skips)"
+        )
+    for line in r.pristine:
+        console.print(_t(line), soft_wrap=True)
+
+
 def verify_summary(console: Console, result: VerifyResult, edited: list[str]) -> None:
     """After pytest's own output: where the code came from, edits since the bake, counts."""
     r = result  # bakery.testing.runner.VerifyResult
@@ -431,10 +440,7 @@ def verify_summary(console: Console, result: VerifyResult, edited: list[str]) ->
     for defect, count in sorted(r.known_defects.items()):
         noun = "test" if count == 1 else "tests"
         console.print(f"[yellow]known defect {_t(defect)}: {count} {noun}[/]")
-    if r.unexpected_skips:
-        console.print(
-            f"[red]{r.unexpected_skips} unexpected skips[/] (not in the release's expected skips)"
-        )
+    _skips_and_pristine(console, r)
     parts = [
         f"{n} {label}"
         for n, label in (

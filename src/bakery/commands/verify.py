@@ -5,7 +5,7 @@ series' last apply), where the tests run (CPU or GPU), and the run itself
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bakery import project
 from bakery.bake.plan import Events
@@ -86,6 +86,7 @@ def verify(
     jobs: int | None = None,
     env: str | None = None,
     reuse: bool = True,
+    pristine: bool = False,
 ) -> tuple[VerifyResult, list[str]]:
     """Run the series' bundled tests against a baked tree: (result, files edited since
     the bake). The tree: ``tree``, else the series' last ``bakery apply`` (never a
@@ -121,6 +122,8 @@ def verify(
         events("verify", f"verifying {display_path(tree)} ({why}) {where}")
     edited = edited_files(tree)
     mode, python = test_environment(env or series.env, tree, interpret, events)
+    if pristine:
+        return _verify_both(series, tree, interpret, junit, pytest_args, jobs, events), edited
     result = run_verify(
         series.tests,
         tree,
@@ -191,6 +194,49 @@ def refuse_untrusted_default(tree: Path, series: str) -> None:
         return
     if not found.files or edited_files(tree):
         raise VerifyError(f"{shown} is outside {display_path(build)} and not as baked; pass --tree")
+
+
+def _verify_both(
+    series: Any,
+    tree: Path,
+    interpret: bool,
+    junit: Path | None,
+    pytest_args: list[str],
+    jobs: int | None,
+    events: Events | None,
+) -> VerifyResult:
+    """verify --pristine: the baked run, then the pristine release's, split
+    (bakery.testing.pristine). Exit 1 also when no test passes only on the baked tree."""
+    import dataclasses
+    import tempfile
+
+    from bakery.testing.pristine import run_pristine
+    from bakery.testing.runner import run_verify
+
+    with tempfile.TemporaryDirectory(prefix="bakery-verify-") as tmp:
+        baked_junit = junit or Path(tmp) / "baked.xml"
+        result = run_verify(
+            series.tests,
+            tree,
+            interpret=interpret,
+            pytest_args=pytest_args,
+            junit=baked_junit,
+            series_dir=series.path,
+            jobs=jobs,
+        )
+        if events:
+            events("verify", "the same tests on the pristine release (--pristine)")
+        _, split = run_pristine(
+            series.tests,
+            tree,
+            baked_junit,
+            interpret=interpret,
+            pytest_args=pytest_args,
+            series_dir=series.path,
+            jobs=jobs,
+        )
+    code = result.exit_code if split.tests_the_series else 1
+    return dataclasses.replace(result, exit_code=code, pristine=tuple(split.lines()))
 
 
 def last_applies() -> dict[str, str]:

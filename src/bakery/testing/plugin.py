@@ -72,6 +72,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "default: the folder above the tests when it holds diffs/",
     )
     group.addoption(
+        "--bakery-pristine",
+        metavar="DIR",
+        help="the pristine vLLM tree of the bake's release (fixture pristine_tree); "
+        "bakery verify passes its cached one",
+    )
+    group.addoption(
         "--bakery-rules",
         metavar="RELEASE",
         help="apply the series' expectations and known defects of this vLLM release "
@@ -424,6 +430,19 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def baked_tree(pytestconfig: pytest.Config) -> Path:
     """The baked tree under test."""
     return _state(pytestconfig).tree
+
+
+@pytest.fixture(scope="session")
+def pristine_tree(pytestconfig: pytest.Config) -> Path | None:
+    """The pristine tree of the bake's release (--bakery-pristine), or None: an oracle
+    for what the series promises to keep of upstream."""
+    value = pytestconfig.getoption("--bakery-pristine")
+    if not value:
+        return None
+    tree = Path(value).resolve()
+    if not (tree / ROOT_PACKAGE).is_dir():
+        raise pytest.UsageError(f"bakery: --bakery-pristine {tree}: no {ROOT_PACKAGE}/ folder")
+    return tree
 
 
 @pytest.fixture(scope="session")

@@ -80,6 +80,8 @@ class VerifyResult:
     key: str | None = None
     #: When the result was reused from an earlier run with the same inputs: its date.
     reused: str | None = None
+    #: verify --pristine: how the tests split between the baked and the pristine tree
+    pristine: tuple[str, ...] = ()
 
     @property
     def no_tests(self) -> bool:
@@ -180,6 +182,37 @@ def check_inputs(tests_dir: Path, tree: Path, interpret: bool) -> None:
         )
 
 
+def _checked_args(tree: Path, series_dir: Path | None, pytest_args: Sequence[str]) -> list[str]:
+    """``pytest_args`` with the cached pristine tree of the bake's release, unless one is
+    named (the series' rules were checked first: :func:`_check_series_data`)."""
+    args = list(pytest_args)
+    if not any(a.startswith("--bakery-pristine") for a in args):
+        pristine = cached_pristine(tree)
+        if pristine is not None:
+            args.append(f"--bakery-pristine={pristine}")
+    return args
+
+
+def cached_pristine(tree: Path) -> Path | None:
+    """The pristine tree of the bake's release in bakery's cache, where it is intact."""
+    release = expect.Bake.of(tree).release
+    if release is None:
+        return None
+    from bakery.errors import SourceError
+    from bakery.sources.cache import Cache
+
+    cache = Cache()
+    key = f"vllm-{release}"
+    if not (cache.root / "trees" / f"{key}.json").is_file():
+        return None
+    try:
+        with cache.lock(key):
+            entry = cache.tree_entry(key)
+    except SourceError:
+        return None
+    return entry.tree if entry is not None and (entry.tree / ROOT_PACKAGE).is_dir() else None
+
+
 def named_rules(pytest_args: Sequence[str]) -> str | None:
     """The release named with ``--bakery-rules`` among the pytest arguments."""
     for n, arg in enumerate(pytest_args):
@@ -254,6 +287,7 @@ def run_verify(
     check_inputs(tests_dir, tree, interpret)
     if series_dir is not None:
         _check_series_data(Path(series_dir), tree, pytest_args)
+    pytest_args = _checked_args(tree, series_dir, pytest_args)
     if jobs is None:
         # -x / --maxfail stop the run at a failure: one worker, so that the stop is a
         # failed run (exit 1), not an interrupted one (pytest-xdist's stop exits 2)
