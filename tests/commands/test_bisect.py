@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,7 +69,7 @@ def upstream(tmp_path: Path) -> dict[str, str]:
     return {subject: commit for commit, subject in hist}
 
 
-def _bisect(cli, tmp_path: Path, *args: str) -> tuple[int, dict[str, object], str]:
+def _bisect(cli, tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], str]:
     r = cli(
         "bisect", "dsa", "--vllm", f"git+file://{tmp_path}/up", "--good", "v0.30.0",
         "--bad", "main", "--json", "b.json", *args,

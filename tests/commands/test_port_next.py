@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,7 +60,7 @@ def upstream(tmp_path: Path, home: Path) -> dict[str, str]:
     return {subject: commit for commit, subject in hist}
 
 
-def _port(cli, *args: str) -> tuple[int, dict[str, object], str]:
+def _port(cli, *args: str) -> tuple[int, dict[str, Any], str]:
     r = cli("port", "dsa", "--json", "p.json", *args)
     return r.exit_code, json.loads(Path("p.json").read_text()), r.output
 
@@ -73,7 +74,7 @@ def test_a_ref_gets_next_only_when_proven_and_promote_moves_it(
     code, rep, out = _port(cli, "--vllm", f"git+file://{tmp_path}/up@{bad}")
     assert code == 1, out
     assert rep["port"] is None and not nxt.exists()
-    assert rep["tried"] and all(not t["accepted"] for t in rep["tried"])  # type: ignore[union-attr]
+    assert rep["tried"] and all(not t["accepted"] for t in rep["tried"])
     # the commit before it: proven, written to next/ with the commit it was proven on
     good = upstream["dsa: a note after 0.34.0"]
     code, rep, out = _port(cli, "--vllm", f"git+file://{tmp_path}/up@{good}")

@@ -8,6 +8,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import Result
@@ -28,7 +29,7 @@ def upstream(tiny: Tiny) -> Path:
     return tiny.src
 
 
-def manifest(out: Path) -> dict[str, object]:
+def manifest(out: Path) -> dict[str, Any]:
     return json.loads((out / ".bakery" / "manifest.json").read_text())
 
 
@@ -83,7 +84,7 @@ def test_local_checkout_records_its_commit(upstream: Path, cli: Callable[..., Re
     r = cli("apply", "demo", "--vllm", upstream, "--out", "out", "--json", "r.json")
     assert r.exit_code == 0, r.output
     head = git(upstream, "rev-parse", "HEAD").strip()
-    assert manifest(Path("out"))["vllm"]["commit"] == head  # type: ignore[index]
+    assert manifest(Path("out"))["vllm"]["commit"] == head
     assert json.loads(Path("r.json").read_text())["vllm"]["commit"] == head
 
 
@@ -113,7 +114,7 @@ def test_abbreviated_commit_known_to_the_mirror_is_not_fetched(
     upstream.rename(moved)
     r = cli("apply", "demo", "--vllm", f"git+{upstream}@{head[:10]}", "--out", "two")
     assert r.exit_code == 0, r.output
-    assert manifest(Path("two"))["vllm"]["commit"] == head  # type: ignore[index]
+    assert manifest(Path("two"))["vllm"]["commit"] == head
 
 
 def test_missing_repository_is_one_readable_line(

@@ -10,6 +10,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,14 +36,14 @@ def upstream(tmp_path: Path, home: Path) -> dict[str, str]:
     return {subject: commit for commit, subject in hist}
 
 
-def _json(path: str) -> dict[str, object]:
+def _json(path: str) -> dict[str, Any]:
     data = json.loads(Path(path).read_text())
     assert isinstance(data, dict)
     return data
 
 
-def _statuses(rep: dict[str, object]) -> list[str]:
-    return [h["status"] for d in rep["diffs"] for f in d["files"] for h in f["hunks"]]  # type: ignore[attr-defined,index]
+def _statuses(rep: dict[str, Any]) -> list[str]:
+    return [h["status"] for d in rep["diffs"] for f in d["files"] for h in f["hunks"]]
 
 
 def test_a_release_tag_is_the_release_and_takes_its_port(cli, tmp_path, upstream) -> None:
@@ -50,7 +51,7 @@ def test_a_release_tag_is_the_release_and_takes_its_port(cli, tmp_path, upstream
     r = cli("check", "dsa", "--vllm", spec, "--strict", "--json", "r.json")
     assert r.exit_code == 0, r.output
     rep = _json("r.json")
-    ident = rep["vllm"]["identity"]  # type: ignore[index]
+    ident = rep["vllm"]["identity"]
     assert ident["version"] == "0.31.0" and ident["pristine"] is True
     assert ident["describe"].startswith("v0.31.0-0-g")
     assert rep["port"] == "home/patches/dsa/0.31.0"
@@ -66,11 +67,11 @@ def test_a_tree_that_claims_a_release_but_differs_is_named_and_strict_fails(
     r = cli("check", "dsa", "--vllm", tree, "--json", "r.json")
     assert r.exit_code == 0, r.output
     rep = _json("r.json")
-    ident = rep["vllm"]["identity"]  # type: ignore[index]
+    ident = rep["vllm"]["identity"]
     assert ident["pristine"] is False and ident["claims"] == "0.31.0"
     assert ident["paths"] == [DSA] and ident["differs"] == 1
     assert re.fullmatch(r"0\.31\.0\+local\.[0-9a-f]{12}", ident["version"])
-    assert rep["vllm"]["sha256"] == ident["tree_sha256"]  # type: ignore[index]
+    assert rep["vllm"]["sha256"] == ident["tree_sha256"]
     # the port is taken, but said: it was proven on the pristine 0.31.0
     assert rep["port"] == "home/patches/dsa/0.31.0"
     assert "not the pristine 0.31.0" in r.output and "--strict fails" in r.output
@@ -82,8 +83,8 @@ def test_a_tree_that_claims_a_release_but_differs_is_named_and_strict_fails(
     baked = cli("apply", "dsa", "--vllm", tree, "--out", "out")
     assert baked.exit_code == 0, baked.output
     manifest = _json("out/.bakery/manifest.json")
-    assert manifest["vllm"]["identity"]["version"] == ident["version"]  # type: ignore[index]
-    assert manifest["vllm"]["sha256"] == ident["tree_sha256"]  # type: ignore[index]
+    assert manifest["vllm"]["identity"]["version"] == ident["version"]
+    assert manifest["vllm"]["sha256"] == ident["tree_sha256"]
 
 
 def test_the_same_tree_unchanged_is_the_release(cli, tmp_path, upstream) -> None:
@@ -93,14 +94,14 @@ def test_the_same_tree_unchanged_is_the_release(cli, tmp_path, upstream) -> None
     (tree / "vllm" / "__pycache__" / "x.pyc").write_bytes(b"\0")
     r = cli("check", "dsa", "--vllm", tree, "--strict", "--json", "r.json")
     assert r.exit_code == 0, r.output
-    assert _json("r.json")["vllm"]["identity"]["pristine"] is True  # type: ignore[index]
+    assert _json("r.json")["vllm"]["identity"]["pristine"] is True
 
 
 def test_a_commit_after_a_release_is_described_with_its_commit(cli, tmp_path, upstream) -> None:
     commit = upstream["dsa: a note on padding"]
     r = cli("check", "dsa", "--vllm", f"git+file://{tmp_path}/up@{commit}", "--json", "r.json")
     assert r.exit_code == 0, r.output
-    ident = _json("r.json")["vllm"]["identity"]  # type: ignore[index]
+    ident = _json("r.json")["vllm"]["identity"]
     assert ident["version"] == f"0.30.0+g{commit[:12]}" and ident["claims"] == "0.30.0"
     assert ident["describe"] == f"v0.30.0-1-g{commit[:7]}" or ident["describe"].startswith(
         "v0.30.0-1-g"
@@ -119,7 +120,7 @@ def test_the_merge_runs_on_a_tree_that_declares_the_base_but_differs(
     assert merged.exit_code == 0, merged.output
     rep = _json("m.json")
     assert "merged" in _statuses(rep)
-    warnings = [w for d in rep["diffs"] for w in d.get("warnings", [])]  # type: ignore[attr-defined]
+    warnings = [w for d in rep["diffs"] for w in d.get("warnings", [])]
     assert any("_max_with_nan" in w for w in warnings), warnings
     # the same tree without the merge: the hunk that the rename touched does not apply
     plain = cli("check", "dsa", "--vllm", tree, "--no-merge", "--json", "p.json")
@@ -135,7 +136,7 @@ def test_a_release_that_cannot_be_compared_is_not_called_pristine(
     tree = write_files(tmp_path / "a", dsa_tree(dsa_file("0.31.0"), "0.31.0"))
     r = cli("check", "dsa", "--vllm", tree, "--json", "r.json")
     assert "identity 0.31.0+local." in r.output and "could not compare" in r.output
-    ident = _json("r.json")["vllm"]["identity"]  # type: ignore[index]
+    ident = _json("r.json")["vllm"]["identity"]
     assert ident["pristine"] is False and ident["compared_with"] is None
     assert ident["note"].startswith("could not compare with the release 0.31.0")
 
@@ -155,11 +156,11 @@ def test_a_local_checkout_claims_the_release_it_describes_from(cli, tmp_path, up
     git(up, "checkout", "-q", upstream["dsa: a note on padding"])
     r = cli("check", "dsa", "--vllm", up, "--json", "r.json")
     assert r.exit_code == 0, r.output
-    ident = _json("r.json")["vllm"]["identity"]  # type: ignore[index]
+    ident = _json("r.json")["vllm"]["identity"]
     assert ident["claims"] == "0.30.0" and ident["describe"].startswith("v0.30.0-1-g")
     assert re.fullmatch(r"0\.30\.0\+local\.[0-9a-f]{12}", ident["version"])
     # the tag itself, checked out: the pristine release
     git(up, "checkout", "-q", "v0.31.0")
     r = cli("check", "dsa", "--vllm", up, "--json", "t.json", "--strict")
     assert r.exit_code == 0, r.output
-    assert _json("t.json")["vllm"]["identity"]["version"] == "0.31.0"  # type: ignore[index]
+    assert _json("t.json")["vllm"]["identity"]["version"] == "0.31.0"

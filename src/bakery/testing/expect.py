@@ -314,9 +314,9 @@ def rules_for(series_dir: Path, version: str | None, read: Any) -> str | None:
         return None
     wanted = _version(version) if version else None
     if wanted is None:
-        return matching[-1][1]
+        return str(matching[-1][1])
     below = [key for v, key in matching if v <= wanted]
-    return below[-1] if below else matching[0][1]
+    return str(below[-1] if below else matching[0][1])
 
 
 def _version(text: str) -> Version | None:
