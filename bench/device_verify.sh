@@ -7,17 +7,29 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 nvidia-smi -L
 python3 -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "gpus", torch.cuda.device_count())'
-# .devtrees/<release>-fixed/: a bake with the proposed fixes (bakery apply --with-fixes), if copied.
+# .devtrees/<release>-fixed/: a bake with the proposed fixes (bakery apply --with-fixes), if copied;
+# .devtrees/pristine-<release>/: the pristine release, for the pristine oracle (the device
+# has no bakery cache to take it from). --env light: the device reaches no package index,
+# so vLLM's requirements cannot be installed there (the full environment is built on hosts
+# that reach one). Each tree runs three times: Triton's compile cache cold, warm (both
+# --no-reuse: the tests really run), and once more with the recorded result reused.
+export BAKERY_CACHE_DIR=/tmp/bakery-cache
 for v in 0.30.0 0.31.0 0.32.0 0.33.0 0.34.0 0.30.0-fixed 0.31.0-fixed 0.32.0-fixed 0.33.0-fixed 0.34.0-fixed; do
   [ -d .devtrees/$v ] || continue
-  echo "=== bakery verify dcp2 --tree .devtrees/$v (vLLM $v, GPU)"
-  s=$(date +%s.%N)
-  python3 -m bakery verify dcp2 --tree .devtrees/$v --junit $OUT/junit-$v.xml -- -q -p no:randomly > $OUT/verify-$v.log 2>&1
-  rc=$?
-  e=$(date +%s.%N)
-  tail -6 $OUT/verify-$v.log
-  echo "exit $rc, wall $(python3 -c "print(round($e-$s,1))") s"
+  p=.devtrees/pristine-${v%-fixed}
+  extra=""; [ -d "$p" ] && extra="--bakery-pristine=$PWD/$p"
+  for run in cold warm reused; do
+    reuse="--no-reuse"; [ $run = reused ] && reuse=""
+    echo "=== bakery verify dcp2 --tree .devtrees/$v (vLLM $v, GPU, Triton cache $run)"
+    s=$(date +%s.%N)
+    python3 -m bakery verify dcp2 --tree .devtrees/$v --env light $reuse -- -q -p no:randomly $extra > /tmp/verify-$v-$run.log 2>&1
+    rc=$?
+    e=$(date +%s.%N)
+    tail -4 /tmp/verify-$v-$run.log
+    echo "exit $rc, wall $(python3 -c "print(round($e-$s,1))") s"
+  done
 done
+[ -n "${SKIP_TIMING:-}" ] && exit 0
 for v in 0.30.0 0.34.0; do
   echo "=== DCP path vs single-rank path, vLLM $v (H200)"
   timeout 150 python3 bench/dcp_timing.py --tree .devtrees/$v --reps 20 2>&1 | tail -6

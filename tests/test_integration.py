@@ -240,9 +240,17 @@ def test_dcp2_is_not_ambiguous_nor_moved_and_ports_resolve_its_contracts(
 
     shutil.copytree(PROJECT / "patches" / "dcp2", home / "patches" / "dcp2")
     own = commands.check("dcp2", vllm=version, use_port=False)
-    hunks = [h for d in own.diffs for f in d.files for h in f.hunks]
-    assert hunks and all(h.status.value != "ambiguous" and h.moved_def is None for h in hunks)
     ported = commands.check("dcp2", vllm=version)
+    hunks = [h for d in own.diffs for f in d.files for h in f.hunks]
+    assert hunks and all(h.status.value != "ambiguous" for h in hunks)
+    moved = [h for h in hunks if h.moved_def is not None]
+    if version == "0.33.0":
+        # upstream moved code around `_block_scores` (the finder of enclosing definitions
+        # sees into if/try blocks since issue 23): the guard names the hunk that lands in
+        # another definition, and the release's port is what bakes there
+        assert moved and ported.port is not None
+    else:
+        assert moved == []
     contracts = [w for d in ported.diffs for w in d.warnings if w.startswith("contract:")]
     if version == "0.33.0":
         assert ported.port and ported.ok

@@ -107,29 +107,6 @@ def diff_un(tmp: Path, rel: str, old: str | None, new: str | None) -> bytes:
     return proc.stdout
 
 
-def _epoch_parsed() -> bool:
-    """Whether bakery reads a ``diff -uN`` creation (``--- x 1970-01-01``) as one: issue
-    24 part A, on another branch. Until it is merged, the flow below writes the same diffs
-    with ``/dev/null`` headers (TEMPORARY; test_diff_uN_as_written covers the real ones)."""
-    from bakery.patch.parse import read_diff
-
-    text = b"--- old/a.py\t1970-01-01 00:00:00.000000000 +0000\n+++ new/a.py\t2026-01-01\n"
-    text += b"@@ -0,0 +1 @@\n+x\n"
-    try:
-        return bool(read_diff(Path("probe.diff"), text).files[0].is_new)
-    except Exception:  # part A absent: the probe itself may be refused
-        return False
-
-
-def _dev_null(text: bytes) -> bytes:
-    lines = text.split(b"\n")
-    if lines[0].startswith(b"--- ") and b"1970-01-01" in lines[0]:
-        lines[0] = b"--- /dev/null"
-    if lines[1].startswith(b"+++ ") and b"1970-01-01" in lines[1]:
-        lines[1] = b"+++ /dev/null"
-    return b"\n".join(lines)
-
-
 @dataclass
 class Made:
     home: Path
@@ -141,7 +118,7 @@ class Made:
         return self.home / "build" / f"myteam-{BASE}"
 
 
-def make_series(cli: Cli, home: Path, tmp: Path, *, raw_diff_un: bool = False) -> Made:
+def make_series(cli: Cli, home: Path, tmp: Path) -> Made:
     """The second series from nothing, through the CLI (see the module docstring)."""
     r = cli("init", "myteam", "--vllm", BASE)
     assert r.exit_code == 0, r.output
@@ -159,8 +136,6 @@ def make_series(cli: Cli, home: Path, tmp: Path, *, raw_diff_un: bool = False) -
     deletion = diff_un(tmp / "d3", GONE, pristine_gone, None)
     assert b"1970-01-01" in creation.split(b"\n")[0] and b"@@ -0,0 +1,3 @@" in creation
     assert b"1970-01-01" in deletion.split(b"\n")[1] and b" +0,0 @@" in deletion
-    if not (raw_diff_un or _epoch_parsed()):
-        creation, deletion = _dev_null(creation), _dev_null(deletion)
     (series / "diffs" / "02-myteam_ext.diff").write_bytes(creation)
     (series / "diffs" / "03-drop_granite_engine_parser.diff").write_bytes(deletion)
     (series / "tests" / "test_myteam.py").write_text(SERIES_TEST)
@@ -286,11 +261,6 @@ def test_a_git_diff_copy_bakes_the_same_bytes(cli: Cli, home: Path, tmp_path: Pa
     assert baked_digest(made.baked) == want
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 24 part A (CRLF diffs stripped consistently, new files too) is on "
-    "another branch: until it is merged the new file keeps CRLF",
-)
 def test_a_crlf_copy_bakes_the_same_bytes(cli: Cli, home: Path, tmp_path: Path) -> None:
     made = make_series(cli, home, tmp_path)
     assert cli("apply", "myteam").exit_code == 0
@@ -303,24 +273,14 @@ def test_a_crlf_copy_bakes_the_same_bytes(cli: Cli, home: Path, tmp_path: Path) 
     assert baked_digest(made.baked) == want
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 24 part A (diff -uN creations and deletions by epoch timestamp) is on "
-    "another branch; once merged, drop make_series' /dev/null rewrite and this mark",
-)
 def test_diff_uN_as_written(cli: Cli, home: Path, tmp_path: Path) -> None:
-    made = make_series(cli, home, tmp_path, raw_diff_un=True)
+    made = make_series(cli, home, tmp_path)
     r = cli("apply", "myteam")
     assert r.exit_code == 0, r.output
     assert (made.baked / NEW_FILE).read_text() == NEW_TEXT
     assert not (made.baked / GONE).exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PENDING issue 24 part A (wheels carry new pure-Python files): "
-    "`bakery wheel` refuses vllm/myteam_ext.py until it is merged",
-)
 def test_a_wheel_carries_the_new_file(cli: Cli, home: Path, tmp_path: Path) -> None:
     make_series(cli, home, tmp_path)
     r = cli("wheel", "myteam", "--vllm", BASE, "--out", tmp_path / "dist")

@@ -353,10 +353,11 @@ def run_dcp(ranks, problem: Problem, topk_blocks: int, reduce_bytes=None):
 
 
 def assert_dcp_equals_single_rank(
-    ranks, problem, topk_blocks, device, reduce_bytes=None, request=None
+    ranks, problem, topk_blocks, device, reduce_bytes=None, request=None, nan_selected=True
 ):
     """Every rank: the single-rank selection, and its share of the single-rank mask.
-    With ``request``, a case that reaches the past-width defect is marked with it."""
+    With ``request``, a case that reaches the past-width defect is marked with it;
+    ``nan_selected``: the release's NaN rule (expectations.toml), for the defect's model."""
     task = ranks.submit(dcp_on_rank, [(problem, topk_blocks, reduce_bytes)] * problem.world)
     expected, masked = single_rank(problem, topk_blocks, device)
     if request is not None and mask_defect_hits(problem, expected, device):
@@ -372,10 +373,10 @@ def assert_dcp_equals_single_rank(
         per_rank.append((local, out, own))
     check_masks(problem, per_rank)
     for rank, (out, _, _, reduced) in enumerate(results):
-        check_selection(problem, rank, out, expected, reduced, topk_blocks)
+        check_selection(problem, rank, out, expected, reduced, topk_blocks, nan_selected)
 
 
-def check_selection(problem, rank, out, expected, reduced, topk_blocks) -> None:
+def check_selection(problem, rank, out, expected, reduced, topk_blocks, nan_selected=True) -> None:
     """The rank's selection is the single-rank one. Where it is not, the message says
     whether the NaN defect explains it exactly: the reduced scores differ from the
     global block maxima only at NaN blocks, each reduced to a finite maximum of the
@@ -383,7 +384,9 @@ def check_selection(problem, rank, out, expected, reduced, topk_blocks) -> None:
     if torch.equal(out, expected):
         return
     lost = nan_lost_in_reduce(problem, torch.cat(reduced) if reduced else None)
-    if lost is not None and torch.equal(out, topk_of_reduced(problem, lost[0], topk_blocks)):
+    if lost is not None and torch.equal(
+        out, topk_of_reduced(problem, lost[0], topk_blocks, nan_selected)
+    ):
         raise AssertionError(
             f"NaN block score lost in the DCP reduce: rank {rank} {lost[1]}; "
             f"selects {out.tolist()}, the single rank {expected.tolist()}"
@@ -426,9 +429,13 @@ def nan_lost_in_reduce(problem: Problem, reduced: torch.Tensor | None):
     return (got, ", ".join(where)) if where else None
 
 
-def topk_of_reduced(problem: Problem, scores: torch.Tensor, topk_blocks: int) -> torch.Tensor:
+def topk_of_reduced(
+    problem: Problem, scores: torch.Tensor, topk_blocks: int, nan_selected: bool = True
+) -> torch.Tensor:
     """What the DCP path selects from these reduced scores: the newest global block
-    pinned, rows without context -inf, torch.topk, -1 for -inf and past the count."""
+    pinned, rows without context -inf, torch.topk (NaN ranks highest), -1 for -inf, past
+    the count, and for a NaN block where the release drops them (0.30.0's rule: the NaN
+    block keeps its place and is written -1)."""
     scores = scores.clone()
     nblocks = scores.shape[1]
     ends = problem.lengths[:-1].repeat_interleave(problem.row_repeat)[: problem.rows].long()
@@ -437,7 +444,10 @@ def topk_of_reduced(problem: Problem, scores: torch.Tensor, topk_blocks: int) ->
     scores.masked_fill_((ends <= 0).view(-1, 1), -INF)
     top = scores.topk(min(topk_blocks, nblocks), dim=-1)
     out = torch.full((problem.rows, topk_blocks), -1, dtype=torch.int32)
-    out[:, : top.indices.shape[1]] = torch.where(top.values != -INF, top.indices, -1).int()
+    keep = top.values != -INF
+    if not nan_selected:
+        keep &= ~top.values.isnan()
+    out[:, : top.indices.shape[1]] = torch.where(keep, top.indices, -1).int()
     return out
 
 
@@ -680,7 +690,7 @@ def test_mask_with_local_block_size(case, row_repeat, device, request):
     indirect=["ranks"],
 )
 @torch.inference_mode()
-def test_dcp_nan_logits(row_repeat, with_starts, ranks, device):
+def test_dcp_nan_logits(row_repeat, with_starts, ranks, device, expected):
     """NaN is part of the contract: NaN anywhere in a block makes the block's score NaN
     (single rank), and each release says what a NaN block is (0.30.0: dropped, written
     -1; 0.31.0+: selected, "NaN scores can occur during warmup"). DCP must give every
@@ -708,7 +718,8 @@ def test_dcp_nan_logits(row_repeat, with_starts, ranks, device):
         for row in range(group * row_repeat, min((group + 1) * row_repeat, problem.rows)):
             lo = int(problem.row_ks[group]) if problem.row_ks is not None else 0
             set_global(problem, row, lo + state, NAN)
-    assert_dcp_equals_single_rank(ranks, problem, 4, device)
+    nan_selected = expected is None or expected.data["nan_rule"] == "select"
+    assert_dcp_equals_single_rank(ranks, problem, 4, device, nan_selected=nan_selected)
 
 
 @pytest.mark.parametrize(

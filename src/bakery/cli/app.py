@@ -820,7 +820,7 @@ def port(
             raise UsageError("bakery port: --vllm SPEC or --promote VERSION, not both")
         _promote(series, promote, interpret, out, json_file)
     if vllm is None:
-        raise UsageError("bakery port needs --vllm SPEC (or --update, or --promote VERSION)")
+        raise UsageError("bakery port needs --vllm SPEC or --promote VERSION (or --update)")
     result = run_port(
         series,
         vllm=vllm,

@@ -31,7 +31,7 @@ from bakery.project import project_root
 from bakery.sources import resolve as sources
 from bakery.sources.cache import Cache
 from bakery.sources.resolve import Pristine
-from bakery.testing.runner import run_verify
+from bakery.testing.runner import VerifyResult, run_verify
 
 Events = Callable[[str, str], None]
 
@@ -178,6 +178,26 @@ def _plain(cand: Candidate) -> bool:
     return cand.start.port is None and set(cand.kinds) <= {"applied", "offset"}
 
 
+def _verify_tree(
+    series: Series, folder: Path, interpret: bool, events: Events | None
+) -> VerifyResult:
+    """The series' tests on ``folder/tree``, in the series' test environment, the result
+    recorded (and reused) in bakery's cache."""
+    from bakery.commands.verify import test_environment
+
+    mode, python = test_environment(series.env, folder / "tree", interpret, events)
+    return run_verify(
+        series.path / "tests",
+        folder / "tree",
+        interpret=interpret,
+        log=folder / "verify.log",
+        python=python,
+        env_mode=mode,
+        series_dir=series.path,
+        cache_root=Cache().root,
+    )
+
+
 def _no_port_needed(
     series: Series,
     result: PortResult,
@@ -197,9 +217,7 @@ def _no_port_needed(
     if report.status != "baked":
         return False
     try:
-        res = run_verify(
-            series.path / "tests", folder / "tree", interpret=interpret, log=folder / "verify.log"
-        )
+        res = _verify_tree(series, folder, interpret, events)
     except BakeryError as e:
         result.tried.append(Tried(cand.start.label, f"not run: {e.message}"))
         return False
@@ -266,19 +284,7 @@ def _prove(
     if report.status != "baked":
         return Tried(cand.start.label, "not run: the proposed diffs do not bake as written")
     try:
-        from bakery.commands.verify import test_environment
-
-        mode, python = test_environment(series.env, folder / "tree", interpret, events)
-        res = run_verify(
-            series.path / "tests",
-            folder / "tree",
-            interpret=interpret,
-            log=folder / "verify.log",
-            python=python,
-            env_mode=mode,
-            series_dir=series.path,
-            cache_root=Cache().root,
-        )
+        res = _verify_tree(series, folder, interpret, events)
     except BakeryError as e:
         return Tried(cand.start.label, f"not run: {e.message}")
     return Tried(cand.start.label, _verify_line(res.exit_code, res.passed, res.failed, res.skipped))

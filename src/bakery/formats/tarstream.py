@@ -113,6 +113,16 @@ def _member_mtime(fields: dict[str, str], block: bytes) -> int:
     return mtime if 0 <= mtime <= _MAX_MTIME else -1
 
 
+def _check_sum(block: bytes) -> None:
+    """A header's checksum (POSIX: unsigned bytes, the field as spaces; some old tars
+    summed signed chars)."""
+    stored = _number(block[148:156])
+    if stored != sum(block[:148]) + sum(block[156:]) + 8 * 32:
+        signed = sum(b - 256 if b > 127 else b for b in block[:148] + block[156:]) + 256
+        if stored != signed:
+            raise TarError("a header with a bad checksum (not a tar archive?)")
+
+
 def members(read: Callable[[int], bytes]) -> Iterator[Member]:
     """The archive's members, read(n) giving its bytes in order."""
     global_pax: dict[str, str] = {}
@@ -132,11 +142,7 @@ def members(read: Callable[[int], bytes]) -> Iterator[Member]:
             return  # the end (the zero blocks, or none as some writers leave it)
         if len(block) != _BLOCK:
             raise TarError("the archive is cut short")
-        stored = _number(block[148:156])
-        if stored != sum(block[:148]) + sum(block[156:]) + 8 * 32:
-            signed = sum(b - 256 if b > 127 else b for b in block[:148] + block[156:]) + 256
-            if stored != signed:  # some old tars summed signed chars
-                raise TarError("a header with a bad checksum (not a tar archive?)")
+        _check_sum(block)
         kind = block[156:157]
         size = _number(block[124:136])
         if kind in (b"x", b"g", b"L", b"K"):

@@ -88,7 +88,7 @@ class Record:
 def of_series(series_path: Path, made_by: str, fixes: list[Path] | None = None) -> Record:
     """The record of a port made now from the series' own diffs (and these fixes)."""
     rec = Record(made_by)
-    for p in ordered_diffs(series_path / "diffs"):
+    for p in ordered_diffs(series_path / "diffs", allow_empty=True):
         rec.diffs[p.name] = Entry.of(p.read_bytes())
     for p in fixes or []:
         rec.fixes[p.name] = Entry.of(p.read_bytes())
@@ -97,7 +97,10 @@ def of_series(series_path: Path, made_by: str, fixes: list[Path] | None = None) 
 
 def carried(series_path: Path, manifest: dict[str, object]) -> bool:
     """True when a tree's manifest says it carries the series' diffs as they are now."""
-    want = {p.name: Entry.of(p.read_bytes()).sha256 for p in ordered_diffs(series_path / "diffs")}
+    want = {
+        p.name: Entry.of(p.read_bytes()).sha256
+        for p in ordered_diffs(series_path / "diffs", allow_empty=True)
+    }
     return manifest.get(CARRIES) == want
 
 
@@ -162,7 +165,10 @@ def stale_lines(series_path: Path, port_dir: Path, record: Record | None = None)
     rec = record if record is not None else read(port_dir)
     if rec is None:
         return [NO_RECORD]
-    now = {p.name: Entry.of(p.read_bytes()) for p in ordered_diffs(series_path / "diffs")}
+    now = {
+        p.name: Entry.of(p.read_bytes())
+        for p in ordered_diffs(series_path / "diffs", allow_empty=True)
+    }
     out = []
     for name in sorted(set(now) | set(rec.diffs)):
         old, new = rec.diffs.get(name), now.get(name)
