@@ -256,7 +256,9 @@ def make_fallback(
     one engine. defer_check: see sources.resolve (the caller confirms and closes
     fallback.base)."""
     port_release = _port_release(series)
-    if port_release is not None:
+    # a port on its own release: the series' base takes part as before, so the contract
+    # checks still say what upstream changed and that the port's code fits it
+    if port_release is not None and not _is_base(target, port_release):
         return _port_fallback(series, target, cache, port_release, merge, progress, defer_check)
     base = None
     if (
