@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,7 +108,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _run(tmp: Path) -> dict[str, object]:
+def _run(tmp: Path) -> dict[str, Any]:
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     script = tmp / "kernels.py"  # a file: the interpreter reads the kernels' source
     script.write_text(SCRIPT)
@@ -115,39 +116,39 @@ def _run(tmp: Path) -> dict[str, object]:
         [sys.executable, str(script)], env=env, capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result: dict[str, object] = json.loads(proc.stdout)
+    result: dict[str, Any] = json.loads(proc.stdout)
     return result
 
 
 @pytest.fixture(scope="module")
-def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return _run(tmp_path_factory.mktemp("compat"))
 
 
-def test_fixed_interpreter_computes_the_same_bits(result: dict[str, object]) -> None:
+def test_fixed_interpreter_computes_the_same_bits(result: dict[str, Any]) -> None:
     assert result["after"] == result["before"]
-    assert compat_names() <= set(result["applied"])  # type: ignore[arg-type]
+    assert compat_names() <= set(result["applied"])
 
 
-def test_nested_calls_patch_less(result: dict[str, object]) -> None:
-    before = result["before_calls"]["patch"]  # type: ignore[index]
-    after = result["after_calls"]["patch"]  # type: ignore[index]
+def test_nested_calls_patch_less(result: dict[str, Any]) -> None:
+    before = result["before_calls"]["patch"]
+    after = result["after_calls"]["patch"]
     # one launch, then each of the 6 programs calls tl.cdiv (in triton.language.core)
     assert before == 1 + 6, before
     # the launch patches triton.language, the first tl.cdiv triton.language.core
     assert after == 2, after
 
 
-def test_only_the_branchy_combine_keeps_the_loop(result: dict[str, object]) -> None:
+def test_only_the_branchy_combine_keeps_the_loop(result: dict[str, Any]) -> None:
     # 6 programs x 4 custom reduces before; after, only the combine with an `if`
-    assert result["before_calls"]["reduce"] == 6 * 4  # type: ignore[index]
-    assert result["after_calls"]["reduce"] == 6  # type: ignore[index]
+    assert result["before_calls"]["reduce"] == 6 * 4
+    assert result["after_calls"]["reduce"] == 6
 
 
-def test_no_overflow_check_is_computed(result: dict[str, object]) -> None:
+def test_no_overflow_check_is_computed(result: dict[str, Any]) -> None:
     # the kernel's int32 arithmetic wraps (same bits, above); the checks are gone
-    assert result["before_calls"]["overflow"] > 0  # type: ignore[index]
-    assert result["after_calls"]["overflow"] == 0  # type: ignore[index]
+    assert result["before_calls"]["overflow"] > 0
+    assert result["after_calls"]["overflow"] == 0
 
 
 def compat_names() -> set[str]:
@@ -157,20 +158,22 @@ def compat_names() -> set[str]:
 
 
 def test_straight_line_combines_only() -> None:
+    import triton.language as tl
+
     from bakery.testing import compat
 
-    def nan_max(a, b):  # type: ignore[no-untyped-def]
-        return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)  # noqa: F821
+    def nan_max(a: Any, b: Any) -> Any:
+        return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
-    def branchy(a, b):  # type: ignore[no-untyped-def]
+    def branchy(a: Any, b: Any) -> Any:
         if a > b:
             return a
         return b
 
-    def exp_sum(a, b):  # type: ignore[no-untyped-def]
-        return tl.exp(a) + b  # noqa: F821
+    def exp_sum(a: Any, b: Any) -> Any:
+        return tl.exp(a) + b
 
-    def indexed(a, b):  # type: ignore[no-untyped-def]
+    def indexed(a: Any, b: Any) -> Any:
         return a[0] + b
 
     assert compat.straight_line_combine(nan_max)
