@@ -4,7 +4,7 @@ apply plus verify.
     python bench/bisect_time.py [--commits 32]
 
 The upstream is a local git repository of real shapes built the way the tests build it
-(tests/helpers.py ``dsa_history``: the DSA kernel file as vLLM 0.30.0 to 0.34.0 ship it,
+(tests/support/dsa.py ``dsa_history``: the DSA kernel file as vLLM 0.30.0 to 0.34.0 ship it,
 made-up commits between and after them, filler commits after 0.30.0 to make up the
 count), and the series is the real dcp2 diff with its real ports and one promise test
 (tests/commands/test_bisect.py PROMISE). The tree is small (three files), so the figures
@@ -31,7 +31,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--commits", type=int, default=32)
     args = ap.parse_args()
-    from tests.helpers import cache_dsa_releases, dsa_history, dsa_series
+    from tests.support.dsa import cache_dsa_releases, dsa_history, dsa_series
 
     spec = importlib.util.spec_from_file_location(
         "promise", ROOT / "tests" / "commands" / "test_bisect.py"

@@ -4,7 +4,8 @@ No test may touch the user's cache or home: ``BAKERY_CACHE_DIR``, ``BAKERY_HOME`
 ``HOME`` and ``XDG_CACHE_HOME`` all point into ``tmp_path``, and the working directory is
 ``tmp_path``. Tests marked ``network`` use one persistent cache (``BAKERY_TEST_CACHE``,
 default ``~/.cache/bakery-tests``) so that releases are downloaded once, not per run.
-Helpers (trees, repos, series, GNU patch) live in ``tests/helpers.py``.
+What tests share besides fixtures (trees, repos, series, the fake index, sdists, GNU
+patch) is in the ``tests/support`` package.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from tests.fakeindex import Index, serve_index
-from tests.helpers import TEST_CACHE, Tiny, make_tiny
+from tests.support.index import Index, serve_index
+from tests.support.paths import TEST_CACHE
+from tests.support.trees import Tiny, make_tiny
 
 # rich sizes consoles made at import from COLUMNS: fix it before bakery.cli.app is imported.
 os.environ["COLUMNS"] = "200"

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-from tests.helpers import git
+from tests.support.repos import git
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -14,7 +14,10 @@ from typer.testing import Result
 
 from bakery.git import cmd as gitutil
 from bakery.sources.cache import Cache
-from tests.helpers import PROJECT, TEST_CACHE, commits, gnu_patch, needs_patch, tree_digest
+from tests.support.gnupatch import gnu_patch, needs_patch
+from tests.support.paths import PROJECT, TEST_CACHE
+from tests.support.repos import commits
+from tests.support.trees import tree_digest
 
 pytestmark = pytest.mark.network
 

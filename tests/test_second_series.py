@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 from typer.testing import Result
 
-from tests.helpers import TEST_CACHE, git
+from tests.support.paths import TEST_CACHE
+from tests.support.repos import git
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 

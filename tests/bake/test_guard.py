@@ -18,8 +18,7 @@ from bakery.bake.strict import needs_review, strict_problems
 from bakery.cli.app import app
 from bakery.patch.engine import Outcome, apply_file
 from bakery.sources.resolve import Pristine
-
-from ..patch.test_engine import assert_same_as_gnu, fpatch, needs_patch
+from tests.support.gnupatch import assert_same_as_gnu, fpatch, needs_patch
 
 
 def _udiff(path: str, old: str, new: str) -> str:

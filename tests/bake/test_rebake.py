@@ -13,25 +13,15 @@ import pytest
 from typer.testing import Result
 
 from bakery.sources.cache import Cache
-from tests.helpers import cache_release as release
-from tests.helpers import make_series, udiff
+from tests.support.releases import BASE, series
+from tests.support.trees import cache_release as release
 
-BASE = "".join(f"line{i}\n" for i in range(1, 31))
 CODE = (
     "def a():\n    x = 1\n    return x\n\n\n"
     "def b():\n    w = 0\n    v = 0\n    u = 0\n    t = 0\n    y = 2\n    return y\n\n\n"
     "def c():\n    return 3\n"
 )
 Cli = Callable[..., Result]
-
-
-def series(home: Path, before: str, after: str, path: str = "mod.py") -> Path:
-    return make_series(
-        home,
-        "s",
-        {"01-change.diff": udiff(path, before, after)},
-        'base = "1.0.0"\nroot = "vllm"\nstrip = 1\n',
-    )
 
 
 def hunks(report: Path) -> list[dict[str, object]]:

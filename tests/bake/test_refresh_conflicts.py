@@ -1,6 +1,6 @@
 """Refresh the way quilt refresh works, and conflict trees that git understands (issue 16).
 
-Releases are put into the test's own cache (tests/test_rebake.release); git is the real
+Releases are put into the test's own cache (tests.support.releases.release); git is the real
 git, asked what it sees: ``git status``, ``git ls-files -u``, ``git mergetool``.
 """
 
@@ -13,8 +13,11 @@ from pathlib import Path
 
 from typer.testing import Result
 
-from ..helpers import SAMPLES, commits, git, make_series, udiff, write_files
-from .test_rebake import BASE, release, series
+from tests.support.paths import SAMPLES
+from tests.support.releases import BASE, release, series
+from tests.support.repos import commits, git
+from tests.support.series import make_series, udiff
+from tests.support.trees import write_files
 
 Cli = Callable[..., Result]
 TOML = 'base = "1.0.0"\nroot = "vllm"\nstrip = 1\n'

@@ -21,7 +21,9 @@ from bakery.git import cmd as gitutil
 from bakery.model.report import read_manifest
 from bakery.patch.series import load_series
 from bakery.sources.resolve import Pristine
-from tests.helpers import Tiny, commits, git, make_series, tree_digest, udiff, write_files
+from tests.support.repos import commits, git
+from tests.support.series import make_series, udiff
+from tests.support.trees import Tiny, tree_digest, write_files
 
 
 def local(tree: Path, version: str | None = None) -> Pristine:

@@ -14,17 +14,9 @@ import pytest
 from typer.testing import Result
 
 from bakery import __version__
-from tests.helpers import (
-    Tiny,
-    commits,
-    git,
-    git_repo,
-    make_series,
-    make_tiny,
-    tree_digest,
-    udiff,
-    write_files,
-)
+from tests.support.repos import commits, git, git_repo
+from tests.support.series import make_series, udiff
+from tests.support.trees import Tiny, make_tiny, tree_digest, write_files
 
 Cli = Callable[..., Result]
 

@@ -4,13 +4,12 @@ pasted, versions as people type them, the umask, progress without a terminal.
 
 CliRunner runs the CLI in-process with a fixed width; where a terminal or a pipe matters,
 a real ``python -m bakery`` runs with its stdout on a pipe. Releases come from the test's
-own cache (tests/test_rebake.release) or a local tree; the one index is served on
+own cache (tests.support.releases.release) or a local tree; the one index is served on
 127.0.0.1 by the test.
 """
 
 from __future__ import annotations
 
-import http.server
 import io
 import json
 import os
@@ -18,8 +17,7 @@ import re
 import stat
 import subprocess
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,9 +26,11 @@ from typer.testing import CliRunner, Result
 
 from bakery.cli import parsing, render
 from bakery.sources import versions
-
-from ..bake.test_rebake import BASE, release, series
-from ..helpers import PROJECT, Tiny, make_series, udiff
+from tests.support.index import Index
+from tests.support.paths import PROJECT
+from tests.support.releases import BASE, release, series
+from tests.support.series import make_series, udiff
+from tests.support.trees import Tiny
 
 Cli = Callable[..., Result]
 
@@ -396,51 +396,23 @@ def test_a_short_version_bakes_the_cached_release(cli: Cli, home: Path, tmp_path
     assert (home / "build" / "s-1.0.0").is_dir()
 
 
-@pytest.fixture
-def index(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """A package index on 127.0.0.1 listing the sdists named in the list it yields."""
-    files: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            body = json.dumps(
-                {
-                    "meta": {"api-version": "1.0"},
-                    "name": "vllm",
-                    "files": [
-                        {"filename": f, "url": f"/files/{f}", "hashes": {"sha256": "0" * 64}}
-                        for f in files
-                    ],
-                }
-            ).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv("BAKERY_INDEX_URL", f"http://127.0.0.1:{server.server_port}/simple")
-    try:
-        yield files
-    finally:
-        server.shutdown()
-        server.server_close()
+def listed(index: Index, names: list[str]) -> None:
+    """The index lists these sdists (their bytes are never fetched)."""
+    for name in names:
+        index.add(name, b"")
 
 
-def test_releases_gives_ci_its_matrix(cli: Cli, index: list[str]) -> None:
-    index += [
-        "vllm-1.9.0.tar.gz",
-        "vllm-1.10.0.tar.gz",
-        "vllm-1.10.1rc1.tar.gz",
-        "vllm-1.8.0.tar.gz",
-        "vllm-1.10.0-py3-none-any.whl",
-    ]
+def test_releases_gives_ci_its_matrix(cli: Cli, index: Index) -> None:
+    listed(
+        index,
+        [
+            "vllm-1.9.0.tar.gz",
+            "vllm-1.10.0.tar.gz",
+            "vllm-1.10.1rc1.tar.gz",
+            "vllm-1.8.0.tar.gz",
+            "vllm-1.10.0-py3-none-any.whl",
+        ],
+    )
     r = cli("releases", "--since", "v1.9", "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout) == ["1.9.0", "1.10.0"]
@@ -452,9 +424,9 @@ def test_releases_gives_ci_its_matrix(cli: Cli, index: list[str]) -> None:
 
 
 def test_vllm_latest_is_the_newest_final_release(
-    cli: Cli, index: list[str], home: Path, tmp_path: Path
+    cli: Cli, index: Index, home: Path, tmp_path: Path
 ) -> None:
-    index += ["vllm-1.0.0.tar.gz", "vllm-1.1.0.tar.gz", "vllm-1.2.0rc1.tar.gz"]
+    listed(index, ["vllm-1.0.0.tar.gz", "vllm-1.1.0.tar.gz", "vllm-1.2.0rc1.tar.gz"])
     release("1.0.0", {"vllm/mod.py": BASE})
     release("1.1.0", {"vllm/mod.py": BASE})
     series(home, BASE, BASE.replace("line15\n", "FIFTEEN\n"))

@@ -13,7 +13,9 @@ from typer.testing import Result
 
 from bakery.cli import render
 from bakery.model.report import BakeReport, DiffResult
-from tests.helpers import SAMPLES, cache_release, make_series
+from tests.support.paths import SAMPLES
+from tests.support.series import make_series
+from tests.support.trees import cache_release
 
 BEFORE = {
     "vllm/__init__.py": "",

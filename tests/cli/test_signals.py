@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import git as _git
+from tests.support.repos import git as _git
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -310,7 +310,9 @@ def test_signal_while_starting(big: Big, sig: int, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Big, dict[str, str]]]:
     """vLLM 9.9.0 of 1 000 files from a local index, in a cache of its own, baked once."""
-    from tests.fakeindex import index_series, sdist, serve_index
+    from tests.support.archives import sdist
+    from tests.support.index import serve_index
+    from tests.support.series import index_series
 
     root = tmp_path_factory.mktemp("release")
     with serve_index() as index:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import Result
 
-from tests.helpers import Tiny, write_files
+from tests.support.trees import Tiny, write_files
 
 Cli = Callable[..., Result]
 

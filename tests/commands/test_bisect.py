@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import cache_dsa_releases, dsa_history, dsa_series
+from tests.support.dsa import cache_dsa_releases, dsa_history, dsa_series
 
 PROMISE = """
 import ast

@@ -13,9 +13,10 @@ import pytest
 from filelock import FileLock
 from typer.testing import Result
 
-from ..fakeindex import sdist
-from ..helpers import Tiny, git
-from ..sources.test_index import LocalIndex, serve
+from tests.support.archives import sdist
+from tests.support.index import LocalIndex, serve
+from tests.support.repos import git
+from tests.support.trees import Tiny
 
 VERSIONS = ("1.0.0", "1.1.0", "1.2.0")
 DAY = 86400

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import Result
 
-from tests.fakeindex import Index, serve_index
+from tests.support.index import Index, serve_index
 
 WHEEL = "vllm-9.9.0-cp38-abi3-manylinux_2_28_x86_64.whl"
 

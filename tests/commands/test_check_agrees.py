@@ -1,5 +1,5 @@
 """`check` is `apply` without writing, and runs the engine `port` runs (issue 26): on every
-commit of a local upstream history of real shapes (tests/helpers.py dsa_history), the
+commit of a local upstream history of real shapes (tests/support/dsa.py dsa_history), the
 outcomes check reports, with the series' own diffs and with the port the tree claims, are
 the outcomes port's planner finds for the same start."""
 
@@ -14,7 +14,7 @@ from bakery.model.report import BakeReport
 from bakery.porting.propose import candidates
 from bakery.sources import resolve
 from bakery.sources.cache import Cache
-from tests.helpers import cache_dsa_releases, dsa_history, dsa_series
+from tests.support.dsa import cache_dsa_releases, dsa_history, dsa_series
 
 
 def _kinds(report: BakeReport) -> Counter[str]:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from typer.testing import Result
 
-from tests.helpers import cache_release, git
+from tests.support.repos import git
+from tests.support.trees import cache_release
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 from typer.testing import Result
 
-from tests.fakeindex import Index, index_series, sdist
-from tests.helpers import cache_release, make_series, udiff, write_files
+from tests.support.archives import sdist
+from tests.support.index import Index
+from tests.support.series import index_series, make_series, udiff
+from tests.support.trees import cache_release, write_files
 
 Cli = Callable[..., Result]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import tarfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +16,9 @@ from typer.testing import CliRunner
 
 from bakery.cli.app import app
 from bakery.git.history import touching
-
-from ..fakeindex import Index, sdist, serve_index
-from ..helpers import git
+from tests.support.archives import sdist
+from tests.support.index import Index, serve_index
+from tests.support.repos import git
 
 MOD = "vllm/k.py"
 BASE = """\
@@ -56,10 +55,7 @@ def test_key_of_the_release_is_kept():
 
 
 def _sdist(version: str, module: str) -> bytes:
-    data = module.encode()
-    info = tarfile.TarInfo(f"vllm-{version}/{MOD}")
-    info.size, info.mode, info.mtime = len(data), 0o644, 1_000_000_000
-    return sdist(version, files=2, extra=[info], extra_data={info.name: data})
+    return sdist(version, files=2, modules={MOD: module})
 
 
 def _udiff(before: str, after: str) -> str:

@@ -2,7 +2,7 @@
 writes patches/SERIES/next/ only when verify proves it, with the upstream commit it was
 proven on; `--promote VERSION` moves it at the release, as it is where the release is that
 commit, else only once re-proven on the release. On the local upstream history of real
-shapes (tests/helpers.py dsa_history) with the real dcp2 diff and ports."""
+shapes (tests/support/dsa.py dsa_history) with the real dcp2 diff and ports."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import (
+from tests.support.dsa import (
     DSA,
     DSA_BREAK,
     cache_dsa_releases,
-    cache_release,
     dsa_file,
     dsa_history,
     dsa_series,
     dsa_tree,
 )
+from tests.support.trees import cache_release
 
 #: each port proves its candidates with the series' tests: long
 pytestmark = pytest.mark.slow

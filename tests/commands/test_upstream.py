@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from bakery.cli.app import app
 from bakery.git import cmd as gitutil
 from bakery.sources.cache import Cache
-
-from ..helpers import GIT_ENV, PROJECT
+from tests.support.paths import PROJECT
+from tests.support.repos import GIT_ENV
 
 LIB = """def helper(x, scale=1):
     return x * scale

@@ -1,5 +1,5 @@
 """bakery wheel and bakery sdist on a synthetic release, served by a package index on
-127.0.0.1 (test_concurrency's): an sdist, and a wheel per platform built here with zipfile,
+127.0.0.1 (tests/support/index.py): an sdist, and a wheel per platform built here with zipfile,
 holding the sdist's vllm/ files (one generated differently), a binary ``.so`` member and a
 dist-info, as upstream's do. Nothing reaches the network.
 
@@ -10,7 +10,6 @@ unchanged members' compressed bytes must be the upstream's, byte for byte).
 
 from __future__ import annotations
 
-import base64
 import csv
 import hashlib
 import io
@@ -28,8 +27,11 @@ import pytest
 from packaging.utils import parse_wheel_filename
 from typer.testing import Result
 
-from ..fakeindex import Index, serve_index
-from ..helpers import KERNEL, make_series, udiff
+from tests.support.archives import check_record
+from tests.support.archives import record_hash as _record_hash
+from tests.support.index import Index, serve_index
+from tests.support.series import make_series, udiff
+from tests.support.trees import KERNEL
 
 VERSION = "9.9.0"
 PLATFORMS = {"x86_64": "manylinux_2_28_x86_64", "aarch64": "manylinux_2_28_aarch64"}
@@ -45,10 +47,6 @@ SOURCE = {
 BINARY = bytes(range(256)) * 2000 + os.urandom(4096)
 K_BAKED = KERNEL.replace("return 2\n", "return 2 + 1\n")
 K_DIFF = udiff("vllm/model_executor/k.py", KERNEL, K_BAKED, "a", "b")
-
-
-def _record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 def make_sdist(version: str = VERSION) -> bytes:
@@ -148,22 +146,6 @@ def _raw_members(path: Path) -> dict[str, tuple[bytes, bytes]]:
                 data[start : start + info.compress_size],
             )
     return out
-
-
-def check_record(path: Path) -> dict[str, bytes]:
-    """Every member's sha256 and size as RECORD states them; the members' contents."""
-    with zipfile.ZipFile(path) as zf:
-        assert zf.testzip() is None
-        contents = {i.filename: zf.read(i) for i in zf.infolist()}
-    (record_name,) = [n for n in contents if n.endswith(".dist-info/RECORD")]
-    rows = list(csv.reader(io.StringIO(contents[record_name].decode())))
-    assert [r[0] for r in rows] == list(contents), "RECORD lists every member, in order"
-    for name, hash_, size in rows:
-        if name == record_name:
-            assert (hash_, size) == ("", "")
-        else:
-            assert (hash_, size) == (_record_hash(contents[name]), str(len(contents[name]))), name
-    return contents
 
 
 # --- a wheel that applies ------------------------------------------------------------------

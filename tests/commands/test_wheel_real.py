@@ -20,8 +20,8 @@ import pytest
 from packaging.utils import parse_wheel_filename
 from typer.testing import Result
 
-from ..helpers import PROJECT, TEST_CACHE
-from .test_wheel import check_record
+from tests.support.archives import check_record
+from tests.support.paths import PROJECT, TEST_CACHE
 
 pytestmark = pytest.mark.network
 

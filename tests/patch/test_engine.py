@@ -5,25 +5,16 @@ from __future__ import annotations
 
 import difflib
 import random
-import re
-import shutil
 from pathlib import Path
 
 import pytest
 
 from bakery.patch.engine import FileResult, Outcome, apply_file, split_lines, worst
 from bakery.patch.parse import FilePatch, read_diff
-from tests.helpers import SAMPLES, gnu_patch, needs_patch
+from tests.support.gnupatch import assert_same_as_gnu, fpatch, gnu, needs_patch, outcomes
+from tests.support.paths import SAMPLES
 
 BASE30 = "".join(f"line {i}\n" for i in range(1, 31))
-
-
-def fpatch(text: str | bytes, strip: int = 1) -> FilePatch:
-    data = text.encode("latin-1") if isinstance(text, str) else text
-    diff = read_diff(Path("t.diff"), data)
-    diff.resolve_paths(strip, "")
-    (fp,) = diff.files
-    return fp
 
 
 def sample(name: str) -> FilePatch:
@@ -32,58 +23,12 @@ def sample(name: str) -> FilePatch:
     return diff.files[0]
 
 
-def outcomes(res: FileResult) -> list[tuple[str, int, int, int]]:
-    return [(h.status.value, h.line, h.offset, h.fuzz) for h in res.hunks]
-
-
 def udiff(old: list[str], new: list[str], context: int = 3) -> str:
     return "".join(difflib.unified_diff(old, new, "a/f", "b/f", n=context))
 
 
 def lines(text: str) -> list[str]:
     return text.splitlines(keepends=True)
-
-
-_HUNK_RE = re.compile(
-    r"Hunk #(\d+) (succeeded|FAILED) at (\d+)(?: with fuzz (\d+))?"
-    r"(?: \(offset (-?\d+) lines?\))?"
-)
-
-
-def gnu(
-    tmp_path: Path, content: bytes | None, diff: str | bytes, *extra: str
-) -> tuple[int, bytes | None, dict[int, tuple[str, int, int, int]]]:
-    """GNU patch's result on the diff's one file: exit code, new content, and per hunk
-    (status, line, fuzz, offset) for the hunks it reports."""
-    tree = tmp_path / "gnu"
-    if tree.exists():
-        shutil.rmtree(tree)
-    tree.mkdir()
-    data = diff.encode("latin-1") if isinstance(diff, str) else diff
-    name = tree / fpatch(data).path
-    if content is not None:
-        name.write_bytes(content)
-    proc = gnu_patch(tree, data, *extra)
-    report = {
-        int(m[1]): (m[2], int(m[3]), int(m[4] or 0), int(m[5] or 0))
-        for m in _HUNK_RE.finditer(proc.stdout)
-    }
-    out = name.read_bytes() if name.exists() else None
-    return proc.returncode, out, report
-
-
-def assert_same_as_gnu(
-    tmp_path: Path, content: bytes, diff: str | bytes, res: FileResult, fuzz: int = 0, *extra: str
-) -> None:
-    """bakery applied every hunk: GNU patch applies them too, at the same lines with the same
-    offsets and fuzz, and writes the same bytes."""
-    assert res.ok, outcomes(res)
-    rc, out, report = gnu(tmp_path, content, diff, "-F", str(fuzz), *extra)
-    assert rc == 0, report
-    assert out == res.content
-    for h in res.hunks:
-        status, line, hfuzz, offset = report.get(h.index, ("succeeded", h.line, 0, 0))
-        assert (status, line, hfuzz, offset) == ("succeeded", h.line, h.fuzz, h.offset)
 
 
 # --- outcomes ------------------------------------------------------------------------------

@@ -13,7 +13,10 @@ from bakery.errors import DiffError
 from bakery.patch.engine import apply_file
 from bakery.patch.parse import read_diff
 from bakery.patch.series import detect_layout, load_series
-from tests.helpers import SAMPLES, gnu_patch, make_series, needs_patch, write_files
+from tests.support.gnupatch import gnu_patch, needs_patch
+from tests.support.paths import SAMPLES
+from tests.support.series import make_series
+from tests.support.trees import write_files
 
 #: The tree the samples were made against (``diff -ruN a b``).
 BEFORE = {

@@ -10,7 +10,7 @@ import unidiff
 
 from bakery.errors import DiffError, UnsafePathError
 from bakery.patch.parse import DEV_NULL, read_diff
-from tests.helpers import PROJECT, SAMPLES
+from tests.support.paths import PROJECT, SAMPLES
 
 GOOD = [
     "two_hunks.diff",

@@ -10,7 +10,9 @@ import pytest
 from bakery.errors import SeriesError
 from bakery.patch.series import detect_layout, load_series, ordered_diffs
 from bakery.project import project_root
-from tests.helpers import PROJECT, make_series, write_files
+from tests.support.paths import PROJECT
+from tests.support.series import make_series
+from tests.support.trees import write_files
 
 DIFF = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
 

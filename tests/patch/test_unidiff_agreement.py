@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bakery.patch.parse import read_diff
-from tests.helpers import PROJECT
+from tests.support.paths import PROJECT
 
 ROOT = PROJECT
 SERIES_DIFFS = sorted((ROOT / "launcher").glob("*/diffs/*.diff")) + sorted(

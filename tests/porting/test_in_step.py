@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,9 +17,9 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from bakery.cli.app import app
-
-from ..fakeindex import Index, sdist, serve_index
-from ..helpers import git
+from tests.support.archives import sdist
+from tests.support.index import Index, serve_index
+from tests.support.repos import git
 
 A, K = "vllm/a.py", "vllm/k.py"
 A_BASE = "A = 1\n"
@@ -60,14 +59,7 @@ def _udiff(path: str, before: str, after: str) -> str:
 
 
 def _sdist(version: str, k: str) -> bytes:
-    infos, data = [], {}
-    for rel, text in ((K, k), (A, A_BASE)):
-        raw = text.encode()
-        info = tarfile.TarInfo(f"vllm-{version}/{rel}")
-        info.size, info.mode, info.mtime = len(raw), 0o644, 1_000_000_000
-        infos.append(info)
-        data[info.name] = raw
-    return sdist(version, files=2, extra=infos, extra_data=data)
+    return sdist(version, files=2, modules={K: k, A: A_BASE})
 
 
 @pytest.fixture

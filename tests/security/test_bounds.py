@@ -21,9 +21,11 @@ from typer.testing import Result
 from bakery.errors import SourceError
 from bakery.formats import unpack
 from bakery.safety import limits
-
-from ..helpers import Tiny
-from ._helpers import DIFF, refused, sdist, series, serve
+from tests.support.archives import sdist
+from tests.support.cli import refused
+from tests.support.index import serve
+from tests.support.series import DIFF, series
+from tests.support.trees import Tiny
 
 Cli = Callable[..., Result]
 

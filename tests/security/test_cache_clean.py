@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from typer.testing import Result
 
-from ..helpers import Tiny, git_repo
-from ._helpers import hook, snapshot
+from tests.support.repos import git_repo, hook
+from tests.support.trees import Tiny, snapshot
 
 Cli = Callable[..., Result]
 

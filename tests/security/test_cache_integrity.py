@@ -18,9 +18,8 @@ from pathlib import Path
 from typer.testing import Result
 
 from bakery.git.repo import intact
-
-from ..helpers import Tiny, git_repo
-from ._helpers import snapshot
+from tests.support.repos import git_repo
+from tests.support.trees import Tiny, snapshot
 
 Cli = Callable[..., Result]
 PATCHED = "vllm/model_executor/k.py"

@@ -20,9 +20,8 @@ from typer.testing import Result
 
 from bakery.git import remote
 from bakery.git.repo import intact
-
-from ..helpers import Tiny, git, git_repo
-from ._helpers import snapshot, trap
+from tests.support.repos import git, git_repo, trap
+from tests.support.trees import Tiny, snapshot
 
 Cli = Callable[..., Result]
 

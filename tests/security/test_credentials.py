@@ -17,9 +17,11 @@ import pytest
 from typer.testing import Result
 
 from bakery.safety.urls import redact, redact_text
-
-from ..helpers import Tiny, git, git_repo
-from ._helpers import DIFF, Server, files_under, sdist, series, serve
+from tests.support.archives import sdist
+from tests.support.index import Server, serve
+from tests.support.repos import git, git_repo
+from tests.support.series import DIFF, series
+from tests.support.trees import Tiny, files_under
 
 Cli = Callable[..., Result]
 TOKEN = "ghp_S3CRETt0ken"

@@ -23,9 +23,9 @@ from bakery import project
 from bakery.safety import cachepolicy
 from bakery.sources import wheels
 from bakery.sources.cache import Cache
-
-from ..helpers import Tiny, git_repo
-from ._helpers import refused
+from tests.support.cli import refused
+from tests.support.repos import git_repo
+from tests.support.trees import Tiny
 
 Cli = Callable[..., Result]
 

@@ -21,9 +21,9 @@ from typer.testing import Result
 
 from bakery.git import cmd
 from bakery.git.repo import NEW_CONFIG
-
-from ..helpers import Tiny, git, git_repo
-from ._helpers import hook, refused, trap
+from tests.support.cli import refused
+from tests.support.repos import git, git_repo, hook, trap
+from tests.support.trees import Tiny
 
 Cli = Callable[..., Result]
 SRC = Path(__file__).resolve().parents[2] / "src" / "bakery"

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from typer.testing import Result
 
-from ..helpers import Tiny, git, git_repo
-from ._helpers import refused
+from tests.support.cli import refused
+from tests.support.repos import git, git_repo
+from tests.support.trees import Tiny
 
 Cli = Callable[..., Result]
 

@@ -22,9 +22,11 @@ from typer.testing import Result
 
 from bakery.commands import matrix as mx
 from bakery.safety.text import CILineGuard, clean, md_cell
-
-from ..helpers import Tiny, make_series, udiff
-from ._helpers import refused, sdist, series, serve
+from tests.support.archives import sdist
+from tests.support.cli import refused
+from tests.support.index import serve
+from tests.support.series import make_series, series, udiff
+from tests.support.trees import Tiny
 
 Cli = Callable[..., Result]
 HOSTILE = "\x1b[2J\r::error file=x::pwned\n::set-env name=X::1\x07|<img src=x onerror=alert(1)>"

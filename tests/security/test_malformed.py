@@ -20,9 +20,11 @@ from typer.testing import Result
 
 from bakery.errors import SourceError
 from bakery.formats import unpack
-
-from ..helpers import Tiny, make_series, udiff
-from ._helpers import refused, sdist, series, serve
+from tests.support.archives import sdist
+from tests.support.cli import refused
+from tests.support.index import serve
+from tests.support.series import make_series, series, udiff
+from tests.support.trees import Tiny
 
 Cli = Callable[..., Result]
 

@@ -14,8 +14,11 @@ from pathlib import Path
 import pytest
 from typer.testing import Result
 
-from ..helpers import Tiny, write_files
-from ._helpers import refused, sdist, series, serve
+from tests.support.archives import sdist
+from tests.support.cli import refused
+from tests.support.index import serve
+from tests.support.series import series
+from tests.support.trees import Tiny, write_files
 
 Cli = Callable[..., Result]
 TREE_TEST = "def test_x(baked_tree):\n    assert baked_tree.is_dir()\n"

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from ..fakeindex import Index, serve_index
-from ._helpers import X_PY, raw_zip, series
+from tests.support.archives import raw_zip
+from tests.support.index import Index, serve_index
+from tests.support.series import X_PY, series
 
 GiB = 1 << 30
 CHILD = """
@@ -154,7 +155,7 @@ def test_bake_of_one_huge_member_is_refused_at_its_header(tmp_path: Path, served
 def test_wheel_whose_record_is_a_bomb_under_1_gib(
     tmp_path: Path, served: Index, stated: int
 ) -> None:
-    from ._helpers import sdist
+    from tests.support.archives import sdist
 
     served.add("vllm-1.0.0.tar.gz", sdist("1.0.0"))
     served.add(WHEEL, bomb_wheel("1.0.0", stated))

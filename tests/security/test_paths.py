@@ -19,9 +19,10 @@ from typer.testing import Result
 
 from bakery.git.index import IndexEntry, write_index
 from bakery.safety import paths
-
-from ..helpers import Tiny, git, git_repo, make_series, udiff
-from ._helpers import refused
+from tests.support.cli import refused
+from tests.support.repos import git, git_repo
+from tests.support.series import make_series, udiff
+from tests.support.trees import Tiny
 
 Cli = Callable[..., Result]
 

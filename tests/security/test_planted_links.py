@@ -18,8 +18,7 @@ from bakery import outputs
 from bakery.errors import BakeryError
 from bakery.model.report import write_json
 from bakery.package import sdist, wheel
-
-from ._helpers import snapshot
+from tests.support.trees import snapshot
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,10 +18,11 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from bakery.cli.app import app
-
-from ..fakeindex import sdist, serve_index
-from ..helpers import git
-from ._helpers import refused, snapshot
+from tests.support.archives import sdist
+from tests.support.cli import refused
+from tests.support.index import serve_index
+from tests.support.repos import git
+from tests.support.trees import snapshot
 
 MOD = "vllm/k.py"
 BASE = "def pick(xs, k):\n    ys = sorted(xs)\n    return ys[:k]\n"
@@ -31,10 +31,7 @@ THEIRS = BASE.replace("sorted(xs)", "sorted(set(xs))")
 
 
 def _sdist(version: str, module: str) -> bytes:
-    data = module.encode()
-    info = tarfile.TarInfo(f"vllm-{version}/{MOD}")
-    info.size, info.mode, info.mtime = len(data), 0o644, 1_000_000_000
-    return sdist(version, files=2, extra=[info], extra_data={info.name: data})
+    return sdist(version, files=2, modules={MOD: module})
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,9 +21,8 @@ from typer.testing import CliRunner, Result
 from bakery.bake import synchild
 from bakery.bake.synmerge import SyntaxConflict
 from bakery.cli.app import app
-
-from ..fakeindex import sdist as make_sdist
-from ..fakeindex import serve_index
+from tests.support.archives import sdist as make_sdist
+from tests.support.index import serve_index
 
 MOD = "vllm/k.py"
 BASE = "def pick(xs, k):\n    ys = sorted(xs)\n    return ys[:k]\n"
@@ -55,10 +53,7 @@ def test_child_answers_as_the_merge_does() -> None:
 
 
 def _sdist(version: str, module: str) -> bytes:
-    data = module.encode()
-    info = tarfile.TarInfo(f"vllm-{version}/{MOD}")
-    info.size, info.mode, info.mtime = len(data), 0o644, 1_000_000_000
-    return make_sdist(version, files=2, extra=[info], extra_data={info.name: data})
+    return make_sdist(version, files=2, modules={MOD: module})
 
 
 def _udiff(before: str, after: str) -> str:

@@ -18,8 +18,7 @@ from bakery.cli.app import app
 from bakery.commands.upstream import _back
 from bakery.git import cmd as gitutil
 from bakery.sources.cache import Cache
-
-from ..helpers import GIT_ENV
+from tests.support.repos import GIT_ENV
 
 X = "".join(f"line{i}\n" for i in range(1, 11))  # 10 lines
 HEADER = "".join(f"# header {i}\n" for i in range(1, 21))  # 20 lines

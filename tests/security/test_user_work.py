@@ -19,9 +19,8 @@ import pytest
 from typer.testing import Result
 
 from bakery import outputs
-
-from ..helpers import Tiny
-from ._helpers import refused
+from tests.support.cli import refused
+from tests.support.trees import Tiny
 
 Cli = Callable[..., Result]
 
@@ -123,7 +122,7 @@ def test_a_failed_folder_bakery_did_not_make_is_kept(
 
 
 def test_out_inside_the_cache_is_refused(cli: Cli, tiny: Tiny, tmp_path: Path) -> None:
-    from ..helpers import git_repo
+    from tests.support.repos import git_repo
 
     git_repo(tiny.src, {})
     spec = f"git+file://{tiny.src}@main"

@@ -21,9 +21,8 @@ from typer.testing import Result
 
 from bakery import project
 from bakery.sources.cache import Cache
-
-from ..helpers import Tiny, write_files
-from ._helpers import refused, snapshot
+from tests.support.cli import refused
+from tests.support.trees import Tiny, snapshot, write_files
 
 Cli = Callable[..., Result]
 TREE_TEST = "def test_x(baked_tree):\n    assert baked_tree.is_dir()\n"

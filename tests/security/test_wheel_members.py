@@ -19,8 +19,7 @@ from bakery.errors import SourceError
 from bakery.formats import zipraw
 from bakery.package import wheel
 from bakery.sources import wheels
-
-from ._helpers import raw_zip
+from tests.support.archives import raw_zip
 
 
 def _member(name: str, data: bytes = b"x = 1\n") -> tuple[str, bytes, int, int, int]:

@@ -1,7 +1,7 @@
 """Releases from a package index: several bakes at once sharing one cache, a damaged cache,
 and malicious source distributions.
 
-A tiny HTTP server on 127.0.0.1 plays the package index (tests/fakeindex.py) and serves
+A tiny HTTP server on 127.0.0.1 plays the package index (tests/support/index.py) and serves
 synthetic sdists, so nothing reaches the network. It counts downloads: the cache must fetch
 each sdist once however many bakes want it at the same time (lock, then look again).
 """
@@ -22,8 +22,10 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from bakery.sources.cache import FORMAT
-from tests.fakeindex import X_PY, Index, index_series, sdist
-from tests.helpers import git as _git
+from tests.support.archives import sdist
+from tests.support.index import Index
+from tests.support.repos import git as _git
+from tests.support.series import X_PY, index_series
 
 
 def assert_baked(out: Path, version: str) -> str:

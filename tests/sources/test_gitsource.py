@@ -14,8 +14,8 @@ import pytest
 from typer.testing import Result
 
 from bakery.sources.gitsource import split_spec
-
-from ..helpers import Tiny, git
+from tests.support.repos import git
+from tests.support.trees import Tiny
 
 SECRET = "s3cret-Pa55"
 

@@ -15,16 +15,9 @@ from typing import Any
 import pytest
 
 from bakery.sources import identity
-from tests.helpers import (
-    DSA,
-    cache_dsa_releases,
-    dsa_file,
-    dsa_history,
-    dsa_series,
-    dsa_tree,
-    git,
-    write_files,
-)
+from tests.support.dsa import DSA, cache_dsa_releases, dsa_file, dsa_history, dsa_series, dsa_tree
+from tests.support.repos import git
+from tests.support.trees import write_files
 
 
 @pytest.fixture

@@ -10,19 +10,13 @@ another host. Nothing reaches the network.
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import hashlib
 import json
 import os
 import shutil
-import ssl
 import subprocess
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,8 +28,9 @@ from bakery.sources import pipconf
 from bakery.sources.bounded import IndexFile
 from bakery.sources.index import Session, parse_html, parse_json
 from bakery.sources.pipconf import IndexSetting, configured_index
-
-from ..fakeindex import DIFF, X_PY, sdist
+from tests.support.archives import sdist
+from tests.support.index import LocalIndex, serve
+from tests.support.series import DIFF, X_PY
 
 SECRET = "s3cret-Pa55"
 
@@ -271,98 +266,6 @@ def test_html_page_hashes_relative_urls_base_and_yanked() -> None:
 
 
 # --- a local index --------------------------------------------------------------------------
-
-
-@dataclass
-class LocalIndex:
-    """``fmt``: "json" | "html" | "text" (a page that is neither). ``auth``: the
-    user:password every request must carry. ``redirect``: file URLs answer with a redirect
-    to the same server under another host name (localhost)."""
-
-    files: dict[str, bytes] = field(default_factory=dict)
-    fmt: str = "json"
-    auth: str | None = None
-    redirect: bool = False
-    yanked: set[str] = field(default_factory=set)
-    #: (certificate, key) files: serve HTTPS
-    tls: tuple[Path, Path] | None = None
-    #: (host header, path, Authorization header or None) of every request
-    seen: list[tuple[str, str, str | None]] = field(default_factory=list)
-    port: int = 0
-
-    @property
-    def url(self) -> str:
-        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/simple"
-
-    def page(self) -> tuple[bytes, str]:
-        # relative URLs, as both PEPs allow
-        rows = [
-            (n, f"../../files/{n}", hashlib.sha256(d).hexdigest()) for n, d in self.files.items()
-        ]
-        if self.fmt == "json":
-            data = {
-                "meta": {"api-version": "1.0"},
-                "name": "vllm",
-                "files": [
-                    {"filename": n, "url": u, "hashes": {"sha256": h}, "yanked": n in self.yanked}
-                    for n, u, h in rows
-                ],
-            }
-            return json.dumps(data).encode(), "application/vnd.pypi.simple.v1+json"
-        links = "".join(
-            f'<a href="{u}#sha256={h}"{" data-yanked" if n in self.yanked else ""}>{n}</a><br>\n'
-            for n, u, h in rows
-        )
-        ctype = "text/plain" if self.fmt == "text" else "text/html; charset=utf-8"
-        return f"<html><body>\n{links}</body></html>".encode(), ctype
-
-
-@contextlib.contextmanager
-def serve(idx: LocalIndex) -> Iterator[LocalIndex]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def _send(self, code: int, body: bytes, ctype: str, **headers: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            for k, v in headers.items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            host = self.headers.get("Host", "")
-            given = self.headers.get("Authorization")
-            idx.seen.append((host, self.path, given))
-            want = f"Basic {base64.b64encode(idx.auth.encode()).decode()}" if idx.auth else None
-            name = self.path.rsplit("/", 1)[-1]
-            to_other_host = idx.redirect and host.startswith("127.0.0.1")
-            if self.path.startswith("/files/") and name in idx.files and to_other_host:
-                location = f"http://localhost:{idx.port}{self.path}"
-                return self._send(302, b"", "text/plain", Location=location)
-            if want is not None and given != want and not host.startswith("localhost"):
-                return self._send(401, b"no", "text/plain", **{"WWW-Authenticate": "Basic"})
-            if self.path == "/simple/vllm/":
-                return self._send(200, *idx.page())
-            if self.path.startswith("/files/") and name in idx.files:
-                return self._send(200, idx.files[name], "application/octet-stream")
-            return self._send(404, b"not found", "text/plain")
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    idx.port = server.server_address[1]
-    if idx.tls is not None:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(*idx.tls)
-        server.socket = ctx.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield idx
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture

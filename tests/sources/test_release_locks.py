@@ -8,7 +8,9 @@ from pathlib import Path
 
 from typer.testing import Result
 
-from tests.fakeindex import Index, index_series, sdist
+from tests.support.archives import sdist
+from tests.support.index import Index
+from tests.support.series import index_series
 
 
 def test_a_release_the_index_lacks_leaves_no_lock(

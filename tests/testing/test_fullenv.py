@@ -17,7 +17,7 @@ import pytest
 from bakery.errors import VerifyError
 from bakery.sources.cache import Cache
 from bakery.testing import fullenv
-from tests.helpers import write_files
+from tests.support.trees import write_files
 
 COMMON = """\
 regex # a comment

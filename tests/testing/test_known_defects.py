@@ -17,8 +17,7 @@ from bakery.errors import SeriesError
 from bakery.patch.series import fixes_for
 from bakery.testing import expect
 from bakery.testing.runner import run_verify
-
-from ..helpers import write_files
+from tests.support.trees import write_files
 
 DEFECTS = textwrap.dedent("""\
     [[defect]]

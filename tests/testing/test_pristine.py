@@ -9,8 +9,7 @@ from pathlib import Path
 
 from bakery.testing.pristine import outcomes, split
 from bakery.testing.runner import run_verify
-
-from ..helpers import write_files
+from tests.support.trees import write_files
 
 TESTS = textwrap.dedent("""\
     def value(tree):

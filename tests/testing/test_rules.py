@@ -11,16 +11,9 @@ from pathlib import Path
 import pytest
 
 from bakery.testing import expect, probes
-from tests.helpers import (
-    DSA,
-    DSA_RELEASES,
-    PROJECT,
-    cache_dsa_releases,
-    dsa_file,
-    dsa_series,
-    dsa_tree,
-    write_files,
-)
+from tests.support.dsa import DSA, DSA_RELEASES, cache_dsa_releases, dsa_file, dsa_series, dsa_tree
+from tests.support.paths import PROJECT
+from tests.support.trees import write_files
 
 if sys.version_info >= (3, 11):
     import tomllib

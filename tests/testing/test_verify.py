@@ -21,7 +21,8 @@ from bakery.errors import BakeryError, VerifyError
 from bakery.testing import loader, standins
 from bakery.testing.dist import RankError, RankPool, RankTimeout
 from bakery.testing.runner import pytest_command, run_verify
-from tests.helpers import FIXTURES, PROJECT, write_files
+from tests.support.paths import FIXTURES, PROJECT
+from tests.support.trees import write_files
 
 FIXTURE = FIXTURES / "dcp2_baked_0.30.0" / "candidate_blocks.py"
 MODULE = "vllm.model_executor.kernels.attention.dsa.candidate_blocks"

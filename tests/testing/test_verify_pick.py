@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import Result
 
-from ..fakeindex import sdist
-from ..helpers import write_files
-from ..sources.test_index import LocalIndex, serve
+from tests.support.archives import sdist
+from tests.support.index import LocalIndex, serve
+from tests.support.trees import write_files
 
 TEST = (
     "from bakery.testing import load_tree_module\n\n\n"

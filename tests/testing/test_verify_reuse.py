@@ -13,7 +13,7 @@ import pytest
 
 from bakery.testing import reuse
 from bakery.testing.runner import VerifyResult, run_verify
-from tests.helpers import write_files
+from tests.support.trees import write_files
 
 MODULE_FILE = "vllm/tiny/kernel.py"
 TEST = """\
