@@ -30,7 +30,7 @@ from bakery.sources.index import Session, parse_html, parse_json
 from bakery.sources.pipconf import IndexSetting, configured_index
 from tests.support.archives import sdist
 from tests.support.index import LocalIndex, serve
-from tests.support.series import DIFF, X_PY
+from tests.support.series import X_PY, series
 
 SECRET = "s3cret-Pa55"
 
@@ -270,11 +270,7 @@ def test_html_page_hashes_relative_urls_base_and_yanked() -> None:
 
 @pytest.fixture
 def tiny_series(tmp_path: Path) -> Path:
-    series = tmp_path / "series"
-    (series / "diffs").mkdir(parents=True)
-    (series / "series.toml").write_text('strip = 1\nroot = ""\n')
-    (series / "diffs" / "01-x.diff").write_text(DIFF)
-    return series
+    return series(tmp_path)
 
 
 def baked_x(out: Path) -> str:

@@ -40,6 +40,8 @@ def udiff(path: str, before: str, after: str, old: str = "baked-ours", new: str 
 
 
 def series(root: Path, diff: str = DIFF, toml: str = 'strip = 1\nroot = ""\n') -> Path:
+    """root/series: one diff (by default vllm/x.py: b -> B, for the releases ``sdist``
+    makes) and its series.toml."""
     s = root / "series"
     (s / "diffs").mkdir(parents=True, exist_ok=True)
     (s / "series.toml").write_text(toml)
@@ -49,8 +51,4 @@ def series(root: Path, diff: str = DIFF, toml: str = 'strip = 1\nroot = ""\n') -
 
 def index_series(root: Path) -> Path:
     """A series of one diff (vllm/x.py: b -> B) for the releases ``sdist`` makes."""
-    series = root / "series"
-    (series / "diffs").mkdir(parents=True, exist_ok=True)
-    (series / "series.toml").write_text('strip = 1\nroot = ""\n')
-    (series / "diffs" / "01-x.diff").write_text(DIFF)
-    return series
+    return series(root)
