@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bakery import __version__
 from bakery.model.results import BakeStatus, FileResult, HunkResult, Outcome, worst
@@ -163,11 +162,3 @@ def write_json(path: Path, data: dict[str, object]) -> None:
     from bakery.outputs import replace_bytes
 
     replace_bytes(path, (json.dumps(data, indent=2) + "\n").encode())
-
-
-def read_manifest(tree: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((tree / MANIFEST).read_text())
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        return None
