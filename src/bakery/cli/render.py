@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from bakery.model.report import BakeReport
+from bakery.model.report import BakeReport, DiffResult
 from bakery.patch.engine import HunkResult
 from bakery.safety.text import clean
 from bakery.safety.urls import redact_text
@@ -285,7 +285,7 @@ _SHORT = {
 }
 
 
-def _cell(diff: dict[str, object]) -> str:
+def _cell(diff: DiffResult) -> str:
     """A grid cell: the diff's hunk outcomes counted, in short words."""
     from bakery.commands.matrix import summarize
 
@@ -334,7 +334,7 @@ def matrix_grid(console: Console, series: str, rows: list[Row], *, quiet: bool =
     from bakery.bake.strict import needs_review
 
     for r in rows:
-        cells = {str(d["name"]): _cell(d) for d in r.diffs}
+        cells = {d.name: _cell(d) for d in r.diffs}
         status = _GRID_STATUS.get(r.status, f"[red]{_t(r.status)}[/]")
         if r.status == "baked" and needs_review(r.diffs):
             status = "[yellow]baked, review[/]"  # merged/fuzz/ambiguous: never a plain pass

@@ -56,9 +56,12 @@ class DiffResult:
         TypeError, KeyError or ValueError for one of another shape."""
         files = d.get("files", [])
         warnings = d.get("warnings", [])
+        notes = d.get("notes", [])
         commit = d.get("commit")
-        if not isinstance(files, list) or not isinstance(warnings, list):
+        if not (isinstance(files, list) and isinstance(warnings, list)):
             raise TypeError("files, warnings")
+        if not isinstance(notes, list):
+            raise TypeError("notes")
         if not isinstance(d["name"], str) or not isinstance(d.get("sha256", ""), str):
             raise TypeError("name, sha256")
         if commit is not None and not isinstance(commit, str):
@@ -74,6 +77,7 @@ class DiffResult:
             ],
             commit=commit,
             warnings=[str(w) for w in warnings],
+            notes=[str(n) for n in notes],
         )
 
 
