@@ -36,6 +36,19 @@ class BakedDiff:
     files: list[str]
     #: its commit in the tree (trees baked before per-diff commits have none)
     commit: str | None = None
+    #: the sha256 of the diff's bytes, and how it applied (an ``Outcome``'s value), as
+    #: the report says: a wheel's ``bakery.json`` carries them
+    sha256: str | None = None
+    status: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The diff as a wheel's ``bakery.json`` lists it."""
+        return {
+            "name": self.name,
+            "sha256": self.sha256,
+            "status": self.status,
+            "commit": self.commit,
+        }
 
 
 @dataclass
@@ -130,7 +143,8 @@ def parse(data: object, where: str) -> Manifest:
             for f in _list(d, "files", where)
         ]
         commit = _commit(_get(d, "commit", str, where), f"{name}: commit", where)
-        diffs.append(BakedDiff(name, listed, commit))
+        digest, status = _str(d, "sha256", where), _str(d, "status", where)
+        diffs.append(BakedDiff(name, listed, commit, digest, status))
     files: dict[str, str] = {}
     for rel, sha in _dict(data, "files", where).items():
         files[paths.rel_path(rel, f"{where}: files")] = str(sha)
