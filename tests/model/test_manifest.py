@@ -62,3 +62,8 @@ def test_a_series_name_of_the_wrong_type_is_refused() -> None:
     data = {**_data(), "series": {"name": 7}}
     with pytest.raises(ManifestError, match="name has the wrong type"):
         parse(data, "m.json")
+
+
+def test_a_status_bakery_does_not_write_is_neither_baked_nor_a_conflict() -> None:
+    assert parse({**_data(), "status": "baked"}, "m.json").status == "baked"
+    assert parse({**_data(), "status": "mine"}, "m.json").status is None

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from bakery.model.report import BakeReport, DiffResult
+from bakery.model.results import BakeStatus, VerifyState
 from bakery.patch.engine import HunkResult
 from bakery.safety.text import clean
 from bakery.safety.urls import redact_text
@@ -296,12 +297,12 @@ def _cell(diff: DiffResult) -> str:
     return " ".join(parts)
 
 
-_GRID_STATUS = {
+_GRID_STATUS: dict[BakeStatus, str] = {
     "baked": "[green]baked[/]",
     "checked": "[green]applies[/]",
     "conflict": "[red]conflict[/]",
 }
-_GRID_VERIFY = {
+_GRID_VERIFY: dict[VerifyState, str] = {
     "passed": "[green]passed[/]",
     "failed": "[red]failed[/]",
     "error": "[bold red]not verified[/]",
@@ -343,7 +344,7 @@ def matrix_grid(console: Console, series: str, rows: list[Row], *, quiet: bool =
             status,
             ("[yellow]stale[/]" if r.port_stale else "yes") if r.port else "-",
             *[_t(cells.get(n, "-")) for n in names],
-            _GRID_VERIFY.get(r.verify or "", "-"),
+            _GRID_VERIFY.get(r.verify, "-") if r.verify else "-",
             f"{r.seconds:.1f}",
         )
     console.print(table)

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 from packaging.version import Version
 
@@ -152,12 +152,23 @@ def _check_spec(spec: str) -> None:
 
 def summarize(diff: DiffResult) -> str:
     """One cell of the grid: the hunk outcomes of one diff, counted."""
-    counts: dict[str, int] = {}
+    counts: dict[Outcome, int] = {}
     for f in diff.files:
         for h in f.hunks:
-            counts[h.status.value] = counts.get(h.status.value, 0) + 1
-    order = ["failed", "already-applied", "merged", "ambiguous", "fuzz", "offset", "applied"]
-    return ", ".join(f"{counts[s]} {s}" for s in order if s in counts) or "-"
+            counts[h.status] = counts.get(h.status, 0) + 1
+    return ", ".join(f"{counts[s]} {s.value}" for s in _CELL_ORDER if s in counts) or "-"
+
+
+#: The outcomes a grid cell counts, worst first (merged-syntax is not counted: as before).
+_CELL_ORDER = (
+    Outcome.FAILED,
+    Outcome.ALREADY,
+    Outcome.MERGED,
+    Outcome.AMBIGUOUS,
+    Outcome.FUZZ,
+    Outcome.OFFSET,
+    Outcome.APPLIED,
+)
 
 
 _busy: Any = None  # in a worker: the count of bakes in progress, shared by the workers
@@ -477,13 +488,13 @@ def _diffs(v: object) -> list[DiffResult]:
 def _status(v: object) -> BakeStatus:
     if v not in get_args(BakeStatus):
         raise ValueError(f"status {v!r}")
-    return v  # type: ignore[return-value]
+    return cast("BakeStatus", v)
 
 
 def _verify_state(v: object) -> VerifyState | None:
     if v is not None and v not in get_args(VerifyState):
         raise ValueError(f"verify {v!r}")
-    return v  # type: ignore[return-value]
+    return cast("VerifyState | None", v)
 
 
 def _report_rows(data: object) -> tuple[str | None, list[Row]]:

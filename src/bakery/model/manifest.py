@@ -16,9 +16,11 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast, get_args
 
 from bakery.errors import UsageError
 from bakery.model.report import MANIFEST
+from bakery.model.results import BakeStatus
 from bakery.safety import limits, paths
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -53,7 +55,9 @@ class BakedDiff:
 
 @dataclass
 class Manifest:
-    status: str
+    #: what the bake came to: "baked", or "conflict" for a ``.failed`` attempt; None for a
+    #: status bakery does not write (such a tree is neither)
+    status: BakeStatus | None
     version: str | None
     pristine_commit: str | None
     head: str | None
@@ -150,7 +154,7 @@ def parse(data: object, where: str) -> Manifest:
         files[paths.rel_path(rel, f"{where}: files")] = str(sha)
     series = _dict(data, "series", where)
     return Manifest(
-        status=_str(data, "status", where) or "",
+        status=_status(_str(data, "status", where)),
         version=paths.name(version, f"{where}: vllm.version") if version is not None else None,
         pristine_commit=_commit(
             _get(data, "pristine_commit", str, where), "pristine_commit", where
@@ -166,6 +170,10 @@ def parse(data: object, where: str) -> Manifest:
         stopped_at=_str(data, "stopped_at", where),
         carries=_carries(data, where),
     )
+
+
+def _status(value: str | None) -> BakeStatus | None:
+    return cast("BakeStatus", value) if value in get_args(BakeStatus) else None
 
 
 def _carries(data: object, where: str) -> dict[str, str] | None:
