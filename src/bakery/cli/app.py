@@ -378,7 +378,7 @@ def list_(
 
     rows = commands.list_series(series)
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        typer.echo(json.dumps([r.to_json() for r in rows], indent=2))
     else:
         render.series_list(human(), rows)
 

@@ -18,6 +18,7 @@ from bakery.safety.urls import redact_text
 
 if TYPE_CHECKING:
     from bakery.commands.bisect import BisectResult
+    from bakery.commands.listing import SeriesRow
     from bakery.commands.matrix import Row
     from bakery.commands.port import PortResult
     from bakery.commands.upstream import UpstreamReport
@@ -195,22 +196,19 @@ def _verdict(console: Console, report: BakeReport) -> None:
         console.print(f"[bold red]does not apply[/] ({summary}){where}", soft_wrap=True)
 
 
-def series_list(console: Console, rows: list[dict[str, object]]) -> None:
+def series_list(console: Console, rows: list[SeriesRow]) -> None:
     for row in rows:
         console.print(
-            _t(
-                f"{row['name']}  base {row['base'] or '-'}  "
-                f"root {row['root'] or '(detected)'}  {row['path']}"
-            )
+            _t(f"{row.name}  base {row.base or '-'}  root {row.root or '(detected)'}  {row.path}")
         )
-        if row["description"]:
-            console.print(f"  {_t(str(row['description']))}")
-        if row["ports"]:
-            console.print(_t(f"  ports: {', '.join(row['ports'])}"))  # type: ignore[arg-type]
-        for d in row["diffs"]:  # type: ignore[attr-defined]
-            n = d["hunks"]
-            console.print(_t(f"  {d['name']}  ({n} hunk{'' if n == 1 else 's'})"))
-            for f in d["files"]:
+        if row.description:
+            console.print(f"  {_t(str(row.description))}")
+        if row.ports:
+            console.print(_t(f"  ports: {', '.join(row.ports)}"))
+        for d in row.diffs:
+            n = d.hunks
+            console.print(_t(f"  {d.name}  ({n} hunk{'' if n == 1 else 's'})"))
+            for f in d.files:
                 console.print(_t(f"    {f}"))
 
 
