@@ -57,9 +57,9 @@ def identity_problems(report: BakeReport) -> list[str]:
     """``--strict`` also refuses a release's port taken for a tree that is not that
     pristine release (sources/identity.py): it was proven on another tree."""
     identity = report.identity
-    if not report.port or identity is None or identity.get("pristine"):
+    if not report.port or identity is None or identity.pristine:
         return []
     return [
-        f"{report.port}: a port of the pristine {identity.get('claims')} taken for "
-        f"{identity.get('version')}, a tree that is not that release"
+        f"{report.port}: a port of the pristine {identity.claims} taken for "
+        f"{identity.label}, a tree that is not that release"
     ]

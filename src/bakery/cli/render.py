@@ -97,12 +97,12 @@ def _hunk_tables(console: Console, report: BakeReport, verbose: bool) -> None:
     port = f"  [cyan](port {_t(report.port)})[/]" if report.port else ""
     console.print(f"[bold]{_t(report.series_name)}[/] on {_t(str(src))}{port}", soft_wrap=True)
     ident = report.identity
-    if ident and not ident.get("pristine"):
-        why = ident.get("note") or (
-            f"{ident.get('differs')} file(s) differ from the pristine {ident.get('compared_with')}"
+    if ident and not ident.pristine:
+        why = ident.note or (
+            f"{ident.count} file(s) differ from the pristine {ident.compared_with}"
         )
         console.print(
-            f"  [yellow]identity[/] {_t(str(ident.get('version')))} ({_t(str(why))})",
+            f"  [yellow]identity[/] {_t(str(ident.label))} ({_t(str(why))})",
             soft_wrap=True,
         )
     if verbose:

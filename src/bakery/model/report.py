@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bakery import __version__
+from bakery.model.identity import Identity
 from bakery.model.results import BakeStatus, FileResult, HunkResult, Outcome, worst
 
 MANIFEST = Path(".bakery") / "manifest.json"
@@ -102,8 +103,8 @@ class BakeReport:
     pristine_commit: str | None = None
     head: str | None = None
     files_sha256: dict[str, str] = field(default_factory=dict)
-    #: What the tree is (sources/identity.py Identity.to_json()); None when not known
-    identity: dict[str, object] | None = None
+    #: What the tree is (made by sources/identity.py); None when not known
+    identity: Identity | None = None
 
     @property
     def ok(self) -> bool:
@@ -112,7 +113,7 @@ class BakeReport:
     @property
     def foreign_port(self) -> bool:
         """A release's port taken for a tree that is not that pristine release."""
-        return bool(self.port and self.identity and not self.identity.get("pristine"))
+        return bool(self.port and self.identity and not self.identity.pristine)
 
     def failed_hunks(self) -> list[tuple[str, str, int, int, str]]:
         """(diff, path, hunk index, line, status) of each hunk that did not apply."""
@@ -142,8 +143,7 @@ class BakeReport:
     def _vllm(self) -> dict[str, object]:
         sha = self.sha256
         if sha is None and self.identity:  # a local tree or git source: its files' hash
-            tree_sha = self.identity.get("tree_sha256")
-            sha = tree_sha if isinstance(tree_sha, str) else None
+            sha = self.identity.tree_sha256 or None
         vllm: dict[str, object] = {
             "version": self.version,
             "source": self.source,
@@ -152,7 +152,7 @@ class BakeReport:
         if self.commit:  # a git+ source or a local checkout
             vllm["commit"] = self.commit
         if self.identity is not None:
-            vllm["identity"] = self.identity
+            vllm["identity"] = self.identity.to_json()
         return vllm
 
     def manifest(self) -> dict[str, object]:
