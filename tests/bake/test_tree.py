@@ -18,7 +18,7 @@ from bakery.bake.tree import bake
 from bakery.bake.treecopy import copy_tree
 from bakery.errors import BakeryError, UnsafePathError
 from bakery.git import cmd as gitutil
-from bakery.model.report import read_manifest
+from bakery.model.manifest import read as read_manifest
 from bakery.patch.series import load_series
 from bakery.sources.resolve import Pristine
 from tests.support.repos import commits, git
@@ -66,8 +66,8 @@ def test_bake_returns_the_report_and_writes_the_manifest(tiny: Tiny, tmp_path: P
     assert report.status == "baked" and events[-1] == "write"
     manifest = read_manifest(out)
     assert manifest is not None
-    assert manifest["head"] == gitutil.head(out) == report.head
-    assert manifest["files"] == {
+    assert manifest.head == gitutil.head(out) == report.head
+    assert manifest.files == {
         "vllm/model_executor/k.py": _sha(tiny.baked["vllm/model_executor/k.py"]),
         "vllm/model_executor/new.py": _sha(tiny.baked["vllm/model_executor/new.py"]),
         "vllm/tools/run.sh": _sha((tiny.src / "vllm/tools/run.sh").read_bytes()),  # mode

@@ -16,6 +16,7 @@ from bakery.bake.merge import Fallback
 from bakery.bake.plan import plan
 from bakery.bake.strict import needs_review, strict_problems
 from bakery.cli.app import app
+from bakery.model.report import DiffResult
 from bakery.patch.engine import Outcome, apply_file
 from bakery.sources.resolve import Pristine
 from tests.support.gnupatch import assert_same_as_gnu, fpatch, needs_patch
@@ -86,7 +87,9 @@ def test_three_identical_bodies_change_of_the_third_is_ambiguous(tmp_path: Path)
     assert_same_as_gnu(tmp_path, old.encode(), diff.encode(), res)
     assert h.to_json()["also_matches"] == first_two
     # --strict refuses it, and it is never a plain pass
-    diffs = [{"name": "d", "files": [{"path": "m.py", "hunks": [h.to_json()]}]}]
+    diffs = [
+        DiffResult.from_json({"name": "d", "files": [{"path": "m.py", "hunks": [h.to_json()]}]})
+    ]
     assert strict_problems(diffs) == [f"d: m.py: hunk 1 (line {h.line}): ambiguous"]
     assert needs_review(diffs)
 
@@ -129,7 +132,7 @@ def test_hunk_landing_in_another_function_is_moved_def(tmp_path: Path) -> None:
         w.startswith("moved-def: vllm/m.py: hunk 1 changes b on 1.0.0 but lands in a")
         for w in warnings
     )
-    problems = strict_problems([d.to_json() for d in report.diffs])
+    problems = strict_problems(report.diffs)
     assert problems and "moved-def (b -> a)" in problems[0]
 
 
@@ -250,7 +253,7 @@ def test_a_merged_hunk_is_never_a_plain_pass_in_the_matrix_summary() -> None:
     def row(version: str, status: str) -> Row:
         hunk = {"index": 1, "status": status, "line": 1, "offset": 0, "fuzz": 0}
         diff: dict[str, object] = {"name": "01.diff", "files": [{"path": "m.py", "hunks": [hunk]}]}
-        return Row(version, "baked", diffs=[diff])
+        return Row(version, "baked", diffs=[DiffResult.from_json(diff)])
 
     md = to_markdown("s", [row("1.0", "applied"), row("1.1", "merged"), row("1.2", "ambiguous")])
     lines = {ln.split(" | ")[0].strip("| "): ln for ln in md.splitlines() if ln.startswith("| 1.")}

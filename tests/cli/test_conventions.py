@@ -162,11 +162,11 @@ def test_quiet_and_verbose(cli: Cli, tiny: Tiny) -> None:
     assert len(quiet.stdout.splitlines()) == 1
     loud = cli("-v", "apply", "demo", "--vllm", tiny.src, "--out", "b")
     assert loud.exit_code == 0
-    from bakery.model.report import read_manifest
+    from bakery.model.manifest import read as read_manifest
 
     manifest = read_manifest(tiny.src.parent / "b")
     assert manifest is not None
-    assert all(f"commit {d['commit']}" in loud.stdout for d in manifest["diffs"])
+    assert all(f"commit {d.commit}" in loud.stdout for d in manifest.diffs)
     assert "Applying" in loud.stderr
 
 

@@ -560,13 +560,6 @@ def test_matrix_wheels_refused(cli: Callable[..., Result], index: Index, home: P
     assert "csrc/k.cu: a wheel cannot carry this change" in result.stderr
 
 
-def test_manifest_path_agrees() -> None:
-    from bakery.model import report
-    from bakery.package import baked
-
-    assert baked.MANIFEST == report.MANIFEST
-
-
 @pytest.mark.parametrize(
     ("damage", "message"),
     [

@@ -141,7 +141,7 @@ def _hostile_report(path: Path) -> Path:
         "releases": [
             {
                 "version": "1.0" + HOSTILE,
-                "status": "conflict" + HOSTILE,
+                "status": "conflict",  # statuses are typed: a hostile one is refused
                 "port": HOSTILE,
                 "error": HOSTILE,
                 "verify": None,
@@ -150,7 +150,12 @@ def _hostile_report(path: Path) -> Path:
                     {
                         "name": "01-" + HOSTILE,
                         "status": "failed",
-                        "files": [{"path": "p", "hunks": [{"status": HOSTILE}]}],
+                        "files": [
+                            {
+                                "path": "p" + HOSTILE,
+                                "hunks": [{"index": 1, "status": "failed", "line": 1}],
+                            }
+                        ],
                     }
                 ],
             }
@@ -178,7 +183,7 @@ def test_junit_is_well_formed_for_any_name(tmp_path: Path) -> None:
     nasty = "\x00\x01\x1b]]><!--&\"'\udcff\ud800" + HOSTILE
     _, rows = mx.rows_from_reports([_hostile_report(tmp_path / "r.json")])
     rows[0].error = nasty
-    rows[0].diffs[0]["name"] = nasty
+    rows[0].diffs[0].name = nasty
     xml = mx.to_junit(nasty, rows)
     root = ET.fromstring(xml)
     names = [c.get("name") for c in root.iter("testcase")]

@@ -194,7 +194,7 @@ def plan(
         source=pristine.source,
         sha256=pristine.sha256,
         commit=pristine.commit,
-        identity=pristine.identity.to_json() if pristine.identity else None,
+        identity=pristine.identity,
         port=display_path(series.port) if series.port else None,
         port_stale=provenance.stale_lines(series.path, series.port) if series.port else [],
         layout={"strip": strip, "root": root, "detected": detected},

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from bakery.errors import BakeryError, UnsafePathError
 from bakery.git import cmd as gitutil
-from bakery.model.report import read_manifest
+from bakery.model import manifest as manifests
+from bakery.model.manifest import Manifest
 from bakery.sources.cache import discard as _discard
 
 
@@ -76,22 +77,31 @@ class LocalChanges(BakeryError):
     changes are exactly what the new bake writes: a tree refreshed into the series)."""
 
 
+def baked_manifest(out: Path) -> Manifest | None:
+    """The manifest of the baked tree at out; None when out is no tree bakery baked (no
+    manifest, or one that is not what bakery writes: such a folder is not replaced)."""
+    try:
+        return manifests.read(out)
+    except manifests.ManifestError:
+        return None
+
+
 def refuse_unless_replaceable(out: Path, force: bool = False) -> None:
     """Refuse to replace anything at --out but an unchanged earlier bake."""
     if not out.exists() and not out.is_symlink():
         return
     if out.is_symlink() or not out.is_dir():
         raise BakeryError(f"--out {out}: exists and is not a folder")
-    if read_manifest(out) is None:
+    manifest = baked_manifest(out)
+    if manifest is None:
         if any(out.iterdir()):
             raise BakeryError(f"--out {out}: exists and is not a baked tree; choose another --out")
         return
     if not force and (out / ".git").exists():
-        manifest = read_manifest(out) or {}
         gitutil.check_foreign(out, f"--out {out}")  # a tree bakery made, since changed
         try:
             changed = gitutil.dirty(out)
-            moved = gitutil.head(out) != manifest.get("head")
+            moved = gitutil.head(out) != manifest.head
         except gitutil.GitError:
             changed, moved = [], True
         if changed or moved:

@@ -20,6 +20,7 @@ from bakery.bake.merge import Fallback
 from bakery.bake.plan import Events, Plan, plan
 from bakery.bake.staging import (
     LocalChanges,
+    baked_manifest,
     clean_stale,
     display_path,
     make_staging,
@@ -34,7 +35,7 @@ from bakery.git import cmd as gitutil
 from bakery.git import conflicts
 from bakery.git.index import restat_index
 from bakery.git.repo import NEW_CONFIG, clone_local, commit_series, link_objects
-from bakery.model.report import MANIFEST, BakeReport, read_manifest, write_json
+from bakery.model.report import MANIFEST, BakeReport, write_json
 from bakery.patch import mail
 from bakery.patch.series import Series
 from bakery.safety import paths
@@ -315,7 +316,8 @@ def _equals_plan(out: Path, pl: Plan, pristine: Pristine) -> bool:
     """Every file changed in the baked tree at out (against its head) already holds what
     the plan writes there: its edits were refreshed into the diffs being baked."""
     try:
-        if not pl.report.ok or gitutil.head(out) != (read_manifest(out) or {}).get("head"):
+        manifest = baked_manifest(out)
+        if not pl.report.ok or gitutil.head(out) != (manifest.head if manifest else None):
             return False  # new commits are the user's work
     except gitutil.GitError:
         return False

@@ -31,7 +31,7 @@ from bakery.cli.parsing import (
     Word,
 )
 from bakery.errors import BakeryError, UsageError
-from bakery.model.report import BakeReport
+from bakery.model.report import BakeReport, DiffResult
 from bakery.outputs import check as check_output
 from bakery.outputs import is_stdout, write_json
 from bakery.outputs import write as write_output
@@ -274,7 +274,7 @@ def apply(
     asked = hints.Asked(series, vllm, no_port=no_port, out=out, fuzz=fuzz, no_merge=no_merge)
     _show_report(report, hints.after_bake(report, asked))
     code = 0 if report.status == "baked" else 1
-    code = code or _strict(strict, [d.to_json() for d in report.diffs], report)
+    code = code or _strict(strict, report.diffs, report)
     raise typer.Exit(code=code or _strict_port(strict, report))
 
 
@@ -317,7 +317,7 @@ def check(
     asked = hints.Asked(series, vllm, no_port=no_port, fuzz=fuzz, no_merge=no_merge)
     _show_report(report, hints.after_bake(report, asked))
     code = 0 if report.ok else 1
-    code = code or _strict(strict, [d.to_json() for d in report.diffs], report)
+    code = code or _strict(strict, report.diffs, report)
     code = code or _strict_port(strict, report)
     if up_to_date and code == 0:
         stale = commands.up_to_date(series, events=_events, vllm=vllm)
@@ -327,14 +327,16 @@ def check(
     raise typer.Exit(code=code)
 
 
-def _strict(strict: bool, diffs: list[dict[str, object]], report: BakeReport | None = None) -> int:
+def _strict(
+    strict: bool, diffs: list[DiffResult], report: BakeReport | None = None, label: str = ""
+) -> int:
     """--strict: 1 (and each refused hunk on stderr) when a hunk applied but not exactly,
     or a release's port was taken for a tree that is not that release."""
     from bakery.bake.strict import identity_problems, strict_problems
 
-    problems = strict_problems(diffs) if strict else []
+    problems = strict_problems(diffs, label) if strict else []
     if strict and report is not None:
-        problems += identity_problems(report.to_json())
+        problems += identity_problems(report)
     for line in problems:
         err_console.print(f"[red]strict:[/] {_safe(line)}", markup=True, soft_wrap=True)
     return 1 if problems else 0
@@ -376,7 +378,7 @@ def list_(
 
     rows = commands.list_series(series)
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        typer.echo(json.dumps([r.to_json() for r in rows], indent=2))
     else:
         render.series_list(human(), rows)
 
@@ -564,9 +566,7 @@ def matrix(
     if json_file:
         write_json(json_file, mx.to_json(s.name, rows))
     mx.write_reports(s.name, rows, markdown=markdown, junit=junit)
-    refused = [
-        _strict(strict, [{**d, "name": f"{r.version}: {d['name']}"} for d in r.diffs]) for r in rows
-    ]
+    refused = [_strict(strict, r.diffs, label=f"{r.version}: ") for r in rows]
     for r in rows if strict else []:
         for line in r.port_stale:
             err_console.print(f"[red]strict:[/] {_safe(r.version)}: {_safe(line)}", markup=True)

@@ -10,13 +10,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from bakery.model.report import BakeReport
+from bakery.model.report import BakeReport, DiffResult
+from bakery.model.results import BakeStatus, VerifyState
 from bakery.patch.engine import HunkResult
 from bakery.safety.text import clean
 from bakery.safety.urls import redact_text
 
 if TYPE_CHECKING:
     from bakery.commands.bisect import BisectResult
+    from bakery.commands.listing import SeriesRow
     from bakery.commands.matrix import Row
     from bakery.commands.port import PortResult
     from bakery.commands.upstream import UpstreamReport
@@ -95,12 +97,12 @@ def _hunk_tables(console: Console, report: BakeReport, verbose: bool) -> None:
     port = f"  [cyan](port {_t(report.port)})[/]" if report.port else ""
     console.print(f"[bold]{_t(report.series_name)}[/] on {_t(str(src))}{port}", soft_wrap=True)
     ident = report.identity
-    if ident and not ident.get("pristine"):
-        why = ident.get("note") or (
-            f"{ident.get('differs')} file(s) differ from the pristine {ident.get('compared_with')}"
+    if ident and not ident.pristine:
+        why = ident.note or (
+            f"{ident.count} file(s) differ from the pristine {ident.compared_with}"
         )
         console.print(
-            f"  [yellow]identity[/] {_t(str(ident.get('version')))} ({_t(str(why))})",
+            f"  [yellow]identity[/] {_t(str(ident.label))} ({_t(str(why))})",
             soft_wrap=True,
         )
     if verbose:
@@ -194,22 +196,19 @@ def _verdict(console: Console, report: BakeReport) -> None:
         console.print(f"[bold red]does not apply[/] ({summary}){where}", soft_wrap=True)
 
 
-def series_list(console: Console, rows: list[dict[str, object]]) -> None:
+def series_list(console: Console, rows: list[SeriesRow]) -> None:
     for row in rows:
         console.print(
-            _t(
-                f"{row['name']}  base {row['base'] or '-'}  "
-                f"root {row['root'] or '(detected)'}  {row['path']}"
-            )
+            _t(f"{row.name}  base {row.base or '-'}  root {row.root or '(detected)'}  {row.path}")
         )
-        if row["description"]:
-            console.print(f"  {_t(str(row['description']))}")
-        if row["ports"]:
-            console.print(_t(f"  ports: {', '.join(row['ports'])}"))  # type: ignore[arg-type]
-        for d in row["diffs"]:  # type: ignore[attr-defined]
-            n = d["hunks"]
-            console.print(_t(f"  {d['name']}  ({n} hunk{'' if n == 1 else 's'})"))
-            for f in d["files"]:
+        if row.description:
+            console.print(f"  {_t(str(row.description))}")
+        if row.ports:
+            console.print(_t(f"  ports: {', '.join(row.ports)}"))
+        for d in row.diffs:
+            n = d.hunks
+            console.print(_t(f"  {d.name}  ({n} hunk{'' if n == 1 else 's'})"))
+            for f in d.files:
                 console.print(_t(f"    {f}"))
 
 
@@ -285,7 +284,7 @@ _SHORT = {
 }
 
 
-def _cell(diff: dict[str, object]) -> str:
+def _cell(diff: DiffResult) -> str:
     """A grid cell: the diff's hunk outcomes counted, in short words."""
     from bakery.commands.matrix import summarize
 
@@ -296,12 +295,12 @@ def _cell(diff: dict[str, object]) -> str:
     return " ".join(parts)
 
 
-_GRID_STATUS = {
+_GRID_STATUS: dict[BakeStatus, str] = {
     "baked": "[green]baked[/]",
     "checked": "[green]applies[/]",
     "conflict": "[red]conflict[/]",
 }
-_GRID_VERIFY = {
+_GRID_VERIFY: dict[VerifyState, str] = {
     "passed": "[green]passed[/]",
     "failed": "[red]failed[/]",
     "error": "[bold red]not verified[/]",
@@ -334,7 +333,7 @@ def matrix_grid(console: Console, series: str, rows: list[Row], *, quiet: bool =
     from bakery.bake.strict import needs_review
 
     for r in rows:
-        cells = {str(d["name"]): _cell(d) for d in r.diffs}
+        cells = {d.name: _cell(d) for d in r.diffs}
         status = _GRID_STATUS.get(r.status, f"[red]{_t(r.status)}[/]")
         if r.status == "baked" and needs_review(r.diffs):
             status = "[yellow]baked, review[/]"  # merged/fuzz/ambiguous: never a plain pass
@@ -343,7 +342,7 @@ def matrix_grid(console: Console, series: str, rows: list[Row], *, quiet: bool =
             status,
             ("[yellow]stale[/]" if r.port_stale else "yes") if r.port else "-",
             *[_t(cells.get(n, "-")) for n in names],
-            _GRID_VERIFY.get(r.verify or "", "-"),
+            _GRID_VERIFY.get(r.verify, "-") if r.verify else "-",
             f"{r.seconds:.1f}",
         )
     console.print(table)

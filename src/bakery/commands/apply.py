@@ -12,12 +12,13 @@ from bakery.bake.plan import Events, plan
 from bakery.bake.staging import display_path
 from bakery.bake.tree import bake
 from bakery.errors import BakeryError, ReportedError, UsageError
+from bakery.model.identity import Identity
 from bakery.model.report import BakeReport
 from bakery.patch.series import Series, load_series
 from bakery.project import project_root
 from bakery.sources import resolve as sources
 from bakery.sources.cache import Cache, CacheChanged
-from bakery.sources.identity import Identity, identify
+from bakery.sources.identity import identify
 from bakery.sources.resolve import Pristine, Progress
 
 if TYPE_CHECKING:
@@ -211,7 +212,7 @@ def _apply(
                 source=pristine.source,
                 sha256=pristine.sha256,
                 commit=pristine.commit,
-                identity=pristine.identity.to_json() if pristine.identity else None,
+                identity=pristine.identity,
             ),
         ) from None
     finally:

@@ -2,19 +2,54 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
 
 from bakery.patch.series import load_series
 from bakery.project import project_root
 
-if TYPE_CHECKING:
-    pass
-
-
 # --- list --------------------------------------------------------------------------------------
 
 
-def list_series(spec: str | None) -> list[dict[str, Any]]:
+@dataclass
+class ListedDiff:
+    name: str
+    sha256: str
+    #: the paths it touches (a deleted file by its old name)
+    files: list[str]
+    hunks: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "sha256": self.sha256, "files": self.files, "hunks": self.hunks}
+
+
+@dataclass
+class SeriesRow:
+    """One series as ``bakery list`` shows it (``--json``: ``to_json``)."""
+
+    name: str
+    path: str
+    base: str | None
+    root: str | None
+    strip: int | None
+    description: str
+    #: the releases it has a port for (``patches/<series>/<release>/``)
+    ports: list[str] = field(default_factory=list)
+    diffs: list[ListedDiff] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "path": self.path,
+            "base": self.base,
+            "root": self.root,
+            "strip": self.strip,
+            "description": self.description,
+            "ports": self.ports,
+            "diffs": [d.to_json() for d in self.diffs],
+        }
+
+
+def list_series(spec: str | None) -> list[SeriesRow]:
     home = project_root()
     if spec:
         names = [spec]
@@ -33,27 +68,17 @@ def list_series(spec: str | None) -> list[dict[str, Any]]:
             if (home / "patches" / s.name).is_dir()
             else []
         )
+        diffs = [
+            ListedDiff(
+                d.name,
+                d.sha256,
+                [fp.new_name if not fp.is_delete else fp.old_name for fp in d.files],
+                sum(len(fp.hunks) for fp in d.files),
+            )
+            for d in s.load_diffs()
+        ]
         rows.append(
-            {
-                "name": s.name,
-                "path": str(s.path),
-                "base": s.base,
-                "root": s.root,
-                "strip": s.strip,
-                "description": s.description,
-                "ports": ports,
-                "diffs": [
-                    {
-                        "name": d.name,
-                        "sha256": d.sha256,
-                        "files": [
-                            fp.new_name if not fp.is_delete else fp.old_name for fp in d.files
-                        ],
-                        "hunks": sum(len(fp.hunks) for fp in d.files),
-                    }
-                    for d in s.load_diffs()
-                ],
-            }
+            SeriesRow(s.name, str(s.path), s.base, s.root, s.strip, s.description, ports, diffs)
         )
     return rows
 

@@ -11,14 +11,15 @@ import xml.etree.ElementTree as ET
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, get_args
 
 from packaging.version import Version
 
 from bakery.bake import treecopy
 from bakery.bake.strict import needs_review
 from bakery.errors import BakeryError, ReportedError, UsageError
-from bakery.model.results import VerifyState
+from bakery.model.report import DiffResult
+from bakery.model.results import BakeStatus, Outcome, VerifyState
 from bakery.safety import limits
 from bakery.safety.text import clean, md_cell
 
@@ -26,14 +27,14 @@ from bakery.safety.text import clean, md_cell
 @dataclass
 class Row:
     version: str
-    status: str  # baked | conflict | error
+    status: BakeStatus
     port: str | None = None
     error: str | None = None
-    diffs: list[dict[str, object]] = field(default_factory=list)
+    diffs: list[DiffResult] = field(default_factory=list)
     #: passed | known-defects (every test passed but those of registered defects) | failed |
     #: error (asked for, but could not run: no GPU, no tests, pytest crashed) | None (not
     #: asked for). Only "passed" and "known-defects" count as verified.
-    verify: str | None = None
+    verify: VerifyState | None = None
     verify_log: str | None = None
     seconds: float = 0.0
     #: why verify could not run (with verify == "error")
@@ -82,10 +83,31 @@ class Row:
             "verify_log": self.verify_log,
             "known_defects": self.known_defects,
             "seconds": round(self.seconds, 2),
-            "diffs": self.diffs,
+            "diffs": [d.to_json() for d in self.diffs],
             "wheels": self.wheels,
             "wheel_error": self.wheel_error,
         }
+
+    @classmethod
+    def from_json(cls, r: dict[str, object]) -> Row:
+        """A row of a ``matrix --json`` report (``to_json``'s form); TypeError, KeyError,
+        AttributeError or ValueError for one of another shape."""
+        seconds = r.get("seconds", 0.0)
+        return cls(
+            version=str(_str(r["version"])),
+            status=_status(r["status"]),
+            port=_str(r.get("port")),
+            error=_str(r.get("error")),
+            diffs=_diffs(r.get("diffs", [])),
+            verify=_verify_state(r.get("verify")),
+            verify_log=_str(r.get("verify_log")),
+            seconds=float(seconds) if isinstance(seconds, (int, float)) else 0.0,
+            verify_error=_str(r.get("verify_error")),
+            wheels=_lines(r.get("wheels"), "wheels"),
+            wheel_error=_str(r.get("wheel_error")),
+            known_defects=_defects(r.get("known_defects")),
+            port_stale=_lines(r.get("port_stale")),
+        )
 
 
 def select_versions(since: str, include_pre: bool = False) -> list[str]:
@@ -128,14 +150,25 @@ def _check_spec(spec: str) -> None:
     raise UsageError(f"--vllm {spec!r} is not a release, a local tree or git+URL@REF{hint}")
 
 
-def summarize(diff: dict[str, object]) -> str:
+def summarize(diff: DiffResult) -> str:
     """One cell of the grid: the hunk outcomes of one diff, counted."""
-    counts: dict[str, int] = {}
-    for f in diff.get("files", []):  # type: ignore[attr-defined]
-        for h in f["hunks"]:
-            counts[h["status"]] = counts.get(h["status"], 0) + 1
-    order = ["failed", "already-applied", "merged", "ambiguous", "fuzz", "offset", "applied"]
-    return ", ".join(f"{counts[s]} {s}" for s in order if s in counts) or "-"
+    counts: dict[Outcome, int] = {}
+    for f in diff.files:
+        for h in f.hunks:
+            counts[h.status] = counts.get(h.status, 0) + 1
+    return ", ".join(f"{counts[s]} {s.value}" for s in _CELL_ORDER if s in counts) or "-"
+
+
+#: The outcomes a grid cell counts, worst first (merged-syntax is not counted: as before).
+_CELL_ORDER = (
+    Outcome.FAILED,
+    Outcome.ALREADY,
+    Outcome.MERGED,
+    Outcome.AMBIGUOUS,
+    Outcome.FUZZ,
+    Outcome.OFFSET,
+    Outcome.APPLIED,
+)
 
 
 _busy: Any = None  # in a worker: the count of bakes in progress, shared by the workers
@@ -188,14 +221,14 @@ def _bake_release(
     try:
         report = commands.apply(series, vllm=version, out=out, force=True, remember=False)
         row.status, row.port, row.port_stale = report.status, report.port, report.port_stale
-        row.diffs = [d.to_json() for d in report.diffs]
+        row.diffs = report.diffs
         if verify and report.status == "baked":
             _verify(row, series, out, interpret)
         if wheels and report.status == "baked" and (row.verify is None or row.verified):
             _wheels(row, out, Path(out_root) / "wheels")
     except ReportedError as e:
         row.error = e.message
-        row.diffs = [d.to_json() for d in e.report.diffs]
+        row.diffs = e.report.diffs
     except BakeryError as e:
         row.error = e.message
     row.seconds = time.monotonic() - start
@@ -287,8 +320,8 @@ def diff_names(rows: list[Row]) -> list[str]:
     names: list[str] = []
     for r in rows:
         for d in r.diffs:
-            if d["name"] not in names:
-                names.append(str(d["name"]))
+            if d.name not in names:
+                names.append(d.name)
     return names
 
 
@@ -310,7 +343,7 @@ def to_markdown(series: str, rows: list[Row], title: str = "bakery matrix") -> s
         "|" + "---|" * len(head),
     ]
     for r in rows:
-        cells = {str(d["name"]): summarize(d) for d in r.diffs}
+        cells = {d.name: summarize(d) for d in r.diffs}
         # a merged, fuzzed or ambiguous hunk applied but asks for a look: never a plain ✅
         icon = ("⚠️" if needs_review(r.diffs) else "✅") if r.ok else "❌"
         lines.append(
@@ -335,19 +368,16 @@ def _port_cell(r: Row) -> str:
     return r.port + "".join(f" ⚠️ {line}" for line in r.port_stale)
 
 
+#: A diff's outcomes that pass its JUnit case.
+_PASSING = (Outcome.APPLIED, Outcome.OFFSET, Outcome.FUZZ, Outcome.MERGED, Outcome.AMBIGUOUS)
+
+
 def to_junit(series: str, rows: list[Row]) -> bytes:
     # clean(): XML 1.0 cannot hold control characters or lone surrogates; ElementTree
     # escapes the rest
     suites = ET.Element("testsuites", name=clean(f"bakery matrix {series}"))
     for r in rows:
-        cases = [
-            (
-                str(d["name"]),
-                summarize(d),
-                d.get("status") in ("applied", "offset", "fuzz", "merged", "ambiguous"),
-            )
-            for d in r.diffs
-        ]
+        cases = [(d.name, summarize(d), d.status in _PASSING) for d in r.diffs]
         if r.port:  # a port out of step with the series fails its own case
             cases.append(("port", "; ".join(r.port_stale) or r.port, not r.port_stale))
         if r.error:
@@ -431,11 +461,11 @@ def _str(v: object) -> str | None:
     return v
 
 
-def _lines(v: object) -> list[str]:
+def _lines(v: object, what: str = "port_stale") -> list[str]:
     if v is None:
         return []
     if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        raise TypeError("port_stale")
+        raise TypeError(what)
     return list(v)
 
 
@@ -449,49 +479,38 @@ def _defects(v: object) -> dict[str, int]:
     return dict(v)
 
 
-def _diffs(v: object) -> list[dict[str, object]]:
+def _diffs(v: object) -> list[DiffResult]:
     if not isinstance(v, list) or not all(isinstance(d, dict) for d in v):
         raise TypeError("diffs")
-    for d in v:
-        _str(d["name"])
-        for f in d.get("files", []):
-            for h in f["hunks"]:
-                str(h["status"])
-    return v
+    return [DiffResult.from_json(d) for d in v]
+
+
+def _status(v: object) -> BakeStatus:
+    if v not in get_args(BakeStatus):
+        raise ValueError(f"status {v!r}")
+    return cast("BakeStatus", v)
+
+
+def _verify_state(v: object) -> VerifyState | None:
+    if v is not None and v not in get_args(VerifyState):
+        raise ValueError(f"verify {v!r}")
+    return cast("VerifyState | None", v)
 
 
 def _report_rows(data: object) -> tuple[str | None, list[Row]]:
     if not isinstance(data, dict):
         return None, []
     if "releases" in data:
-        rows = []
-        for r in data["releases"]:
-            seconds = r.get("seconds", 0.0)
-            rows.append(
-                Row(
-                    str(_str(r["version"])),
-                    str(_str(r["status"])),
-                    _str(r.get("port")),
-                    _str(r.get("error")),
-                    _diffs(r.get("diffs", [])),
-                    _str(r.get("verify")),
-                    _str(r.get("verify_log")),
-                    float(seconds) if isinstance(seconds, (int, float)) else 0.0,
-                    _str(r.get("verify_error")),
-                    known_defects=_defects(r.get("known_defects")),
-                    port_stale=_lines(r.get("port_stale")),
-                )
-            )
-        return str(data.get("series")), rows
+        return str(data.get("series")), [Row.from_json(r) for r in data["releases"]]
     if "series" in data and "vllm" in data:
         vllm = data["vllm"]
         row = Row(
             str(_str(vllm.get("version")) or _str(vllm.get("source"))),
-            str(_str(data["status"])),
+            _status(data["status"]),
             _str(data.get("port")),
             _str(data.get("error")),
             _diffs(data.get("diffs", [])),
-            _str(data.get("verify")),
+            _verify_state(data.get("verify")),
             port_stale=_lines(data.get("port_stale")),
         )
         return str(_str(data["series"]["name"])), [row]

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from bakery.bake.staging import display_path
 from bakery.bake.tree import bake
 from bakery.errors import BakeryError, UsageError
+from bakery.model.identity import Identity
 from bakery.patch.series import Series, load_series
 from bakery.project import project_root
 from bakery.sources import identity as identities
@@ -123,7 +124,7 @@ def port_next(
     return result
 
 
-def _proven_on_lines(ident: identities.Identity, target: Pristine) -> str:
+def _proven_on_lines(ident: Identity, target: Pristine) -> str:
     return "\n".join(
         [
             "## Proven on",
@@ -139,7 +140,7 @@ def _proven_on_lines(ident: identities.Identity, target: Pristine) -> str:
     )
 
 
-def _write_record(dest: Path, ident: identities.Identity, target: Pristine) -> None:
+def _write_record(dest: Path, ident: Identity, target: Pristine) -> None:
     record = {
         "identity": ident.label,
         "claims": ident.claims,

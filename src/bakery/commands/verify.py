@@ -22,16 +22,15 @@ def _default_series(tree: Path | None) -> str:
     """verify's series when none is named: the one the tree was baked from, else the
     project's only series. Never the cache's record (SECURITY.md: the cache chooses
     nothing that runs)."""
-    from bakery.model.report import read_manifest
+    from bakery.model import manifest as manifests
 
     if tree is not None:
-        manifest = read_manifest(tree) or {}
-        baked = manifest.get("series") or {}
-        for key in ("path", "name"):
-            if isinstance(baked, dict) and baked.get(key):
-                candidate = str(baked[key])
-                if key == "name" or Path(candidate).is_dir():
-                    return candidate
+        manifest = manifests.read(tree)
+        if manifest is not None:
+            if manifest.series_path and Path(manifest.series_path).is_dir():
+                return manifest.series_path
+            if manifest.series_name:
+                return manifest.series_name
         raise UsageError(f"--tree {tree}: not a baked tree (no manifest); name the series")
     launcher = project_root() / "launcher"
     names = sorted(p.name for p in launcher.glob("*") if (p / "diffs").is_dir())
@@ -184,8 +183,7 @@ def refuse_untrusted_default(tree: Path, series: str) -> None:
         found = manifests.read(tree)
     except BakeryError:
         found = None
-    name = (found.raw.get("series") or {}).get("name") if found is not None else None
-    if found is None or found.status != "baked" or name != series:
+    if found is None or found.status != "baked" or found.series_name != series:
         raise VerifyError(f"{shown} is not a tree bakery baked for {series}; pass --tree")
     build = (project_root() / "build").resolve()
     if tree.resolve().is_relative_to(build) and not any(

@@ -6,6 +6,8 @@ go through the one path validator (a manifest listing ``/home/u/.ssh/id_rsa`` mu
 ``refresh`` copy that file into a port), commit ids must be 40 hex digits (never an option
 git would read, such as ``--output=...``), the version must be a plain name (it names
 ``patches/<series>/<version>``). A manifest that breaks a rule is one line, exit 2.
+This is the one reader: every command that acts on a manifest reads it here, as a
+:class:`Manifest`, never as a dict.
 """
 
 from __future__ import annotations
@@ -14,31 +16,65 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast, get_args
 
 from bakery.errors import UsageError
 from bakery.model.report import MANIFEST
+from bakery.model.results import BakeStatus
 from bakery.safety import limits, paths
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
+#: The key of a ``port --update`` tree's manifest that names the series' diffs (name ->
+#: sha256) it carries (bakery.patch.provenance).
+CARRIES = "carries_series"
+
+
+@dataclass(frozen=True)
+class BakedDiff:
+    """One diff the tree was baked from, in the order baked."""
+
+    name: str
+    #: the files it touches
+    files: list[str]
+    #: its commit in the tree (trees baked before per-diff commits have none)
+    commit: str | None = None
+    #: the sha256 of the diff's bytes, and how it applied (an ``Outcome``'s value), as
+    #: the report says: a wheel's ``bakery.json`` carries them
+    sha256: str | None = None
+    status: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The diff as a wheel's ``bakery.json`` lists it."""
+        return {
+            "name": self.name,
+            "sha256": self.sha256,
+            "status": self.status,
+            "commit": self.commit,
+        }
 
 
 @dataclass
 class Manifest:
-    status: str
+    #: what the bake came to: "baked", or "conflict" for a ``.failed`` attempt; None for a
+    #: status bakery does not write (such a tree is neither)
+    status: BakeStatus | None
     version: str | None
     pristine_commit: str | None
     head: str | None
     strip: int
     root: str
     port: str | None
-    #: (diff name, [file paths]) in the order baked
-    diffs: list[tuple[str, list[str]]] = field(default_factory=list)
+    #: the diffs in the order baked
+    diffs: list[BakedDiff] = field(default_factory=list)
     #: path -> sha256 of every file the bake wrote
     files: dict[str, str] = field(default_factory=dict)
-    #: the whole manifest, as read, once the fields above passed their checks (each
-    #: diff's ``commit`` too); its other keys are only shown, never used as paths
-    raw: dict[str, Any] = field(default_factory=dict)
+    #: the series the tree was baked from: its name, and the folder it was read from
+    series_name: str | None = None
+    series_path: str | None = None
+    #: the diff a conflicted bake stopped at (a ``.failed`` attempt)
+    stopped_at: str | None = None
+    #: a ``port --update`` tree: the series' diffs (name -> sha256) it carries
+    carries: dict[str, str] | None = None
 
 
 class ManifestError(UsageError):
@@ -110,13 +146,15 @@ def parse(data: object, where: str) -> Manifest:
             paths.rel_path(_str(f, "path", where), f"{where}: {name}")
             for f in _list(d, "files", where)
         ]
-        _commit(_get(d, "commit", str, where), f"{name}: commit", where)
-        diffs.append((name, listed))
+        commit = _commit(_get(d, "commit", str, where), f"{name}: commit", where)
+        digest, status = _str(d, "sha256", where), _str(d, "status", where)
+        diffs.append(BakedDiff(name, listed, commit, digest, status))
     files: dict[str, str] = {}
     for rel, sha in _dict(data, "files", where).items():
         files[paths.rel_path(rel, f"{where}: files")] = str(sha)
+    series = _dict(data, "series", where)
     return Manifest(
-        status=_str(data, "status", where) or "",
+        status=_status(_str(data, "status", where)),
         version=paths.name(version, f"{where}: vllm.version") if version is not None else None,
         pristine_commit=_commit(
             _get(data, "pristine_commit", str, where), "pristine_commit", where
@@ -127,5 +165,18 @@ def parse(data: object, where: str) -> Manifest:
         port=port,
         diffs=diffs,
         files=files,
-        raw=data if isinstance(data, dict) else {},
+        series_name=_str(series, "name", where),
+        series_path=_str(series, "path", where),
+        stopped_at=_str(data, "stopped_at", where),
+        carries=_carries(data, where),
     )
+
+
+def _status(value: str | None) -> BakeStatus | None:
+    return cast("BakeStatus", value) if value in get_args(BakeStatus) else None
+
+
+def _carries(data: object, where: str) -> dict[str, str] | None:
+    if _get(data, CARRIES, dict, where) is None:
+        return None
+    return {str(name): str(sha) for name, sha in _dict(data, CARRIES, where).items()}

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bakery import __version__
+from bakery.model.identity import Identity
 from bakery.model.results import BakeStatus, FileResult, HunkResult, Outcome, worst
 
 MANIFEST = Path(".bakery") / "manifest.json"
@@ -57,9 +57,12 @@ class DiffResult:
         TypeError, KeyError or ValueError for one of another shape."""
         files = d.get("files", [])
         warnings = d.get("warnings", [])
+        notes = d.get("notes", [])
         commit = d.get("commit")
-        if not isinstance(files, list) or not isinstance(warnings, list):
+        if not (isinstance(files, list) and isinstance(warnings, list)):
             raise TypeError("files, warnings")
+        if not isinstance(notes, list):
+            raise TypeError("notes")
         if not isinstance(d["name"], str) or not isinstance(d.get("sha256", ""), str):
             raise TypeError("name, sha256")
         if commit is not None and not isinstance(commit, str):
@@ -75,6 +78,7 @@ class DiffResult:
             ],
             commit=commit,
             warnings=[str(w) for w in warnings],
+            notes=[str(n) for n in notes],
         )
 
 
@@ -99,8 +103,8 @@ class BakeReport:
     pristine_commit: str | None = None
     head: str | None = None
     files_sha256: dict[str, str] = field(default_factory=dict)
-    #: What the tree is (sources/identity.py Identity.to_json()); None when not known
-    identity: dict[str, object] | None = None
+    #: What the tree is (made by sources/identity.py); None when not known
+    identity: Identity | None = None
 
     @property
     def ok(self) -> bool:
@@ -109,7 +113,7 @@ class BakeReport:
     @property
     def foreign_port(self) -> bool:
         """A release's port taken for a tree that is not that pristine release."""
-        return bool(self.port and self.identity and not self.identity.get("pristine"))
+        return bool(self.port and self.identity and not self.identity.pristine)
 
     def failed_hunks(self) -> list[tuple[str, str, int, int, str]]:
         """(diff, path, hunk index, line, status) of each hunk that did not apply."""
@@ -139,8 +143,7 @@ class BakeReport:
     def _vllm(self) -> dict[str, object]:
         sha = self.sha256
         if sha is None and self.identity:  # a local tree or git source: its files' hash
-            tree_sha = self.identity.get("tree_sha256")
-            sha = tree_sha if isinstance(tree_sha, str) else None
+            sha = self.identity.tree_sha256 or None
         vllm: dict[str, object] = {
             "version": self.version,
             "source": self.source,
@@ -149,7 +152,7 @@ class BakeReport:
         if self.commit:  # a git+ source or a local checkout
             vllm["commit"] = self.commit
         if self.identity is not None:
-            vllm["identity"] = self.identity
+            vllm["identity"] = self.identity.to_json()
         return vllm
 
     def manifest(self) -> dict[str, object]:
@@ -163,11 +166,3 @@ def write_json(path: Path, data: dict[str, object]) -> None:
     from bakery.outputs import replace_bytes
 
     replace_bytes(path, (json.dumps(data, indent=2) + "\n").encode())
-
-
-def read_manifest(tree: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((tree / MANIFEST).read_text())
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        return None

@@ -10,7 +10,6 @@ bytes of the bake, or is not written.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from pathlib import Path
 from typing import NamedTuple
@@ -84,36 +83,27 @@ def local_version(upstream: str, series: str, digest: str) -> str:
     return str(Version(f"{v}{'.' if v.local else '+'}{label}.{digest[:8]}"))
 
 
-#: report.MANIFEST, named again: importing report.py brings the patch engine along, a
-#: tenth of a second that `bakery wheel` in a matrix worker or bench pays for nothing.
-MANIFEST = Path(".bakery") / "manifest.json"
-
-
 def read_baked(tree: Path) -> Baked:
+    from bakery.model import manifest as manifests
+
     try:
-        manifest = json.loads((tree / MANIFEST).read_text())
-    except (OSError, ValueError):
-        manifest = None
-    if not isinstance(manifest, dict) or manifest.get("status") != "baked":
+        m = manifests.read(tree)
+    except manifests.ManifestError:
+        m = None
+    if m is None or m.status != "baked" or not (m.pristine_commit and m.head and m.series_name):
         raise BakeryError(f"{tree}: not a baked tree (no .bakery/manifest.json of a bake)")
-    version = (manifest.get("vllm") or {}).get("version")
-    if not version:
+    if not m.version:
         raise BakeryError(f"{tree}: baked from a tree without a release version")
-    port = manifest.get("port")
-    pristine, head = str(manifest["pristine_commit"]), str(manifest["head"])
     return Baked(
         tree=tree,
-        series=str(manifest["series"]["name"]),
-        vllm=str(version),
-        port=Path(port).name if port else None,
-        diffs=[
-            {k: d.get(k) for k in ("name", "sha256", "status", "commit")}
-            for d in manifest.get("diffs", [])
-        ],
-        pristine_commit=pristine,
-        head=head,
-        changes=_changes(tree, pristine, head),
-        sha256=dict(manifest.get("files") or {}),
+        series=m.series_name,
+        vllm=m.version,
+        port=Path(m.port).name if m.port else None,
+        diffs=[d.to_json() for d in m.diffs],
+        pristine_commit=m.pristine_commit,
+        head=m.head,
+        changes=_changes(tree, m.pristine_commit, m.head),
+        sha256=dict(m.files),
     )
 
 

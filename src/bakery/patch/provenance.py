@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,9 +35,6 @@ else:  # pragma: no cover
 
 FILE = "FROM.toml"
 NO_RECORD = "port has no provenance record"
-#: The manifest key of a ``port --update`` conflict tree: the series diffs (name ->
-#: sha256) the resolved tree carries, so that its refresh records them.
-CARRIES = "carries_series"
 #: How the record came to be.
 MADE_BY = ("refresh", "port", "update", "backfill")
 
@@ -95,13 +93,14 @@ def of_series(series_path: Path, made_by: str, fixes: list[Path] | None = None) 
     return rec
 
 
-def carried(series_path: Path, manifest: dict[str, object]) -> bool:
-    """True when a tree's manifest says it carries the series' diffs as they are now."""
+def carried(series_path: Path, carries: Mapping[str, str] | None) -> bool:
+    """True when a tree's manifest says it carries (``Manifest.carries``) the series'
+    diffs as they are now."""
     want = {
         p.name: Entry.of(p.read_bytes()).sha256
         for p in ordered_diffs(series_path / "diffs", allow_empty=True)
     }
-    return manifest.get(CARRIES) == want
+    return carries == want
 
 
 def write(port_dir: Path, record: Record) -> None:

@@ -25,10 +25,9 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -36,6 +35,7 @@ from bakery.bake.plan import Plan, plan
 from bakery.bake.staging import umask
 from bakery.errors import BakeryError, UsageError
 from bakery.git import cmd as gitutil
+from bakery.model.manifest import BakedDiff
 from bakery.model.manifest import read as read_checked
 from bakery.model.report import MANIFEST
 from bakery.patch import provenance
@@ -257,11 +257,8 @@ def _new_diff_name(names: list[str], wanted: str) -> str:
     return f"{nxt:0{width}d}-{stem}.diff"
 
 
-def _target(
-    series: Series, manifest: dict[str, Any], version: str, home: Path
-) -> tuple[Path, bool]:
-    """(folder the refreshed diffs go to, is it a port)."""
-    port_rel = manifest.get("port")
+def _target(series: Series, port_rel: str | None, version: str, home: Path) -> tuple[Path, bool]:
+    """(folder the refreshed diffs go to, is it a port); port_rel: the manifest's port."""
     if port_rel:
         port = paths.inside(home, port_rel, "the manifest's port")
         if port.is_dir():
@@ -272,14 +269,14 @@ def _target(
 
 
 def _made_from(
-    series: Series, home: Path, port_rel: str | None, raw: dict[str, Any], tree: Path
+    series: Series, home: Path, port_rel: str | None, carries: Mapping[str, str] | None, tree: Path
 ) -> provenance.Record | None:
     """What the refreshed diffs are made from (FROM.toml); a tree baked from a port makes
     the series use that port."""
     if not (port_rel and (home / port_rel).is_dir()):
         return provenance.of_series(series.path, "refresh")
     series.use_port(paths.inside(home, port_rel, f"--tree {tree}: port"))
-    if provenance.carried(series.path, raw):  # a resolved `port --update` tree
+    if provenance.carried(series.path, carries):  # a resolved `port --update` tree
         return provenance.of_series(series.path, "update")
     return provenance.read(series.diffs_dir)
 
@@ -306,34 +303,33 @@ def refresh(
     gitutil.check_foreign(tree, f"--tree {tree}")
     if into and new_diff:
         raise UsageError("--into and --new-diff: give one of them")
-    version = paths.name(_release(tree, manifest.raw, release_version), "--release")
+    version = paths.name(_release(tree, manifest.version, release_version), "--release")
     pristine_commit = manifest.pristine_commit
     if not pristine_commit:
         raise UsageError(f"--tree {tree}: the manifest records no pristine commit")
     strip, root = manifest.strip, manifest.root
-    folder, is_port = _target(series, manifest.raw, version, home)
+    folder, is_port = _target(series, manifest.port, version, home)
     # the diffs the tree was baked from: the port if it used one, else the series'
     port_rel = manifest.port
     # what the refreshed port is made from: the series' diffs now, or, for a tree baked
     # from a port, what that port was made from (a stale port stays stale until the
     # series' change is carried into it: ``bakery port --update``)
-    record = _made_from(series, home, port_rel, manifest.raw, tree)
+    record = _made_from(series, home, port_rel, manifest.carries, tree)
     diffs = series.load_diffs()
     for d in diffs:
         d.resolve_paths(strip, root)
     names = [d.name for d in diffs]
     labels = _series_labels(series.path, home, strip, root)
-    mdiffs: list[dict[str, Any]] = list(manifest.raw.get("diffs") or [])
-    baked = [name for name, _ in manifest.diffs]
+    baked = [d.name for d in manifest.diffs]
     if baked != names:
         raise UsageError(f"--tree {tree}: baked from diffs {baked}, the series has {names}")
-    stopped = manifest.raw.get("stopped_at")
-    last = names.index(str(stopped)) if stopped in names else len(names) - 1
+    stopped = manifest.stopped_at
+    last = names.index(stopped) if stopped in names else len(names) - 1
 
     touched: dict[str, list[int]] = {}
-    for k, entry in enumerate(mdiffs[: last + 1]):
-        for f in entry.get("files", []):
-            touched.setdefault(str(f["path"]), []).append(k)
+    for k, entry in enumerate(manifest.diffs[: last + 1]):
+        for path in entry.files:
+            touched.setdefault(path, []).append(k)
     notes: list[str] = []
     extra = _unclaimed(tree, pristine_commit, touched, notes)
     new_name: str | None = None
@@ -359,7 +355,7 @@ def refresh(
         for path in extra:
             touched[path] = [*touched.get(path, []), where]
 
-    commits = _commits(tree, pristine_commit, mdiffs, names)
+    commits = _commits(tree, pristine_commit, manifest.diffs, names)
     per_diff, edited = _changes(tree, pristine_commit, touched, names, commits)
     texts: dict[str, bytes | None] = {}  # None: keep the diff as it is
     pending = {name for k, name in enumerate(names) if k > last and name != new_name}
@@ -385,9 +381,9 @@ def refresh(
     return done
 
 
-def _release(tree: Path, manifest: dict[str, Any], asked: str | None) -> str:
-    """The release the tree was baked from; --release must agree with the manifest."""
-    baked = (manifest.get("vllm") or {}).get("version")
+def _release(tree: Path, baked: str | None, asked: str | None) -> str:
+    """The release the tree was baked from (baked: the manifest's); --release must agree
+    with the manifest."""
     if asked is not None:
         asked = versions.normalize(asked)
         if baked and versions.normalize(str(baked)) != asked:
@@ -432,10 +428,10 @@ def _unclaimed(
 
 
 def _commits(
-    tree: Path, pristine_commit: str, mdiffs: list[dict[str, Any]], names: list[str]
+    tree: Path, pristine_commit: str, baked: list[BakedDiff], names: list[str]
 ) -> dict[str, str]:
     """Each diff's commit in the tree: the manifest's, or (older trees) by subject."""
-    commits = {str(d["name"]): str(d["commit"]) for d in mdiffs if d.get("commit")}
+    commits = {d.name: d.commit for d in baked if d.commit}
     if commits:
         return commits
     log = gitutil.git(

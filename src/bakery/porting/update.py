@@ -34,6 +34,7 @@ from bakery.bake.staging import display_path
 from bakery.bake.tree import bake, failed_state
 from bakery.errors import BakeryError, UsageError
 from bakery.git import cmd as gitutil
+from bakery.model.manifest import CARRIES
 from bakery.model.report import MANIFEST
 from bakery.patch import provenance
 from bakery.patch.series import Series, load_series
@@ -449,7 +450,7 @@ def _leave_conflicts(
             line = text[: m.start()].count(b"\n") + 1
             res.conflicts.append({"diff": names[k], "path": path, "line": line})
     manifest = json.loads((tree / MANIFEST).read_text())
-    manifest[provenance.CARRIES] = {d.name: d.sha256 for d in series.load_diffs()}
+    manifest[CARRIES] = {d.name: d.sha256 for d in series.load_diffs()}
     manifest["update_files"] = written
     (tree / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     res.state = "conflict"

@@ -27,7 +27,7 @@ import hashlib
 import logging
 import os
 import stat
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +35,7 @@ from packaging.version import InvalidVersion, Version
 
 from bakery.errors import BakeryError
 from bakery.git import cmd as gitutil
+from bakery.model.identity import Identity
 from bakery.safety import limits
 
 if TYPE_CHECKING:
@@ -47,50 +48,6 @@ log = logging.getLogger(__name__)
 _SKIP_DIRS = frozenset({".git", "__pycache__", ".bakery"})
 #: How many differing paths a report lists (the count is always whole).
 SHOWN = 20
-
-
-@dataclass(frozen=True)
-class Identity:
-    """What a tree is. ``pristine``: its files are the release it claims."""
-
-    claims: str | None
-    label: str | None
-    pristine: bool
-    tree_sha256: str | None = None
-    commit: str | None = None
-    describe: str | None = None
-    #: the release the files were compared with (None: no comparison was possible)
-    compared_with: str | None = None
-    differs: tuple[str, ...] = ()
-    count: int = 0
-    note: str | None = None
-
-    def to_json(self) -> dict[str, object]:
-        d: dict[str, object] = {
-            "version": self.label,
-            "claims": self.claims,
-            "pristine": self.pristine,
-            "compared_with": self.compared_with,
-            "differs": self.count,
-            "paths": list(self.differs),
-        }
-        if self.tree_sha256:
-            d["tree_sha256"] = self.tree_sha256
-        if self.describe:
-            d["describe"] = self.describe
-        if self.note:
-            d["note"] = self.note
-        return d
-
-    def line(self) -> str:
-        """One line for a person: what the tree is and why."""
-        if self.pristine:
-            return f"vLLM {self.label}: the pristine release"
-        why = self.note or (
-            f"{self.count} file(s) differ from the pristine {self.compared_with}"
-            + (f": {', '.join(self.differs[:3])}" + (", ..." if self.count > 3 else ""))
-        )
-        return f"vLLM {self.label}: not the pristine {self.claims or 'release'} ({why})"
 
 
 def release_identity(version: str) -> Identity:

@@ -28,8 +28,8 @@ from bakery.sources import bounded, versions
 from bakery.sources.cache import Cache, Entry, Hold
 
 if TYPE_CHECKING:
+    from bakery.model.identity import Identity
     from bakery.sources.bounded import IndexFile
-    from bakery.sources.identity import Identity
 
 #: (bytes done, bytes total or None) while downloading.
 Progress = Callable[[int, int | None], None]
