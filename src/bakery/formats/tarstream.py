@@ -4,7 +4,7 @@ Python's tarfile spends ~0.1 ms a member on its header (0.9 s of a 3 s cold bake
 8,000 members of a vLLM sdist); this reads the same formats at a fraction of it: POSIX
 ustar (with its name prefix), pax extended headers (path, linkpath, size, mtime; global
 headers too), GNU long names and links (``L``, ``K``) and base-256 numbers, with header
-checksums checked. tests/sources/test_unpack.py holds it to tarfile's reading of the same archives.
+checksums checked. tests/formats/test_unpack.py holds it to tarfile's reading of the same archives.
 
 It only reads: what is safe to write is unpack.py's decision.
 """
