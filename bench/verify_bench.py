@@ -71,12 +71,25 @@ def _env(src: Path, cache: Path | None = None) -> dict[str, str]:
     return env
 
 
+def _pristine(tree: Path) -> list[str]:
+    """The pristine oracle's tree, from the cache the bake used: each run below has an
+    empty cache of its own (no reuse), which holds no pristine release."""
+    cache = os.environ.get("BAKERY_CACHE_DIR")
+    if cache is None:
+        import platformdirs
+
+        cache = platformdirs.user_cache_dir("bakery")
+    release = tree.name.removeprefix(f"{SERIES}-")
+    pristine = Path(cache) / "trees" / f"vllm-{release}"
+    return [f"--bakery-pristine={pristine}"] if (pristine / "vllm").is_dir() else []
+
+
 def verify_once(
     src: Path, tree: Path, cache: Path, *extra: str, pytest_args: tuple[str, ...] = ("-q",)
 ) -> dict[str, Any]:
     """One ``bakery verify --interpret`` with the code in ``src``: cpu, wall, its verdict."""
     cmd = [PY, "-m", "bakery", "verify", SERIES, "--tree", str(tree), "--interpret", *extra]
-    cmd += ["--", *pytest_args]
+    cmd += ["--", *pytest_args, *_pristine(tree)]
     cpu, start = _cpu(), time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(src, cache), capture_output=True, text=True)
     wall, cpu = time.perf_counter() - start, _cpu() - cpu

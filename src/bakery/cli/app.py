@@ -427,7 +427,7 @@ def verify(
             "-j",
             min=1,
             metavar="N",
-            help="Test worker processes (pytest-xdist; default: the cores, up to 4, "
+            help="Test worker processes (pytest-xdist; default: half the cores, up to 4, "
             "with --interpret, else 1).",
         ),
     ] = None,

@@ -232,11 +232,13 @@ def cuda_available() -> bool:
 
 
 def default_jobs(interpret: bool) -> int:
-    """Workers for a verify run: the cores, up to 4, under the interpreter (CPU-bound);
-    one on a GPU (the ranks already hold the GPUs); one without pytest-xdist."""
+    """Workers for a verify run: half the cores, up to 4, under the interpreter (the
+    other half runs the tests' rank processes: on 2 cores a second worker cost 50% more
+    CPU for no gain in wall time, BENCHMARKS.md); one on a GPU (the ranks already hold
+    the GPUs); one without pytest-xdist."""
     if not interpret or importlib.util.find_spec("xdist") is None:
         return 1
-    return max(1, min(os.cpu_count() or 1, 4))
+    return max(1, min((os.cpu_count() or 1) // 2, 4))
 
 
 def _check_series_data(series_dir: Path, tree: Path, pytest_args: Sequence[str]) -> None:
