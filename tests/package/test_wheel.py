@@ -16,8 +16,6 @@ import io
 import json
 import os
 import struct
-import subprocess
-import sys
 import tarfile
 import zipfile
 from collections.abc import Callable, Iterator
@@ -27,7 +25,7 @@ import pytest
 from packaging.utils import parse_wheel_filename
 from typer.testing import Result
 
-from tests.support.archives import check_record
+from tests.support.archives import check_record, pip_install_wheel
 from tests.support.archives import record_hash as _record_hash
 from tests.support.index import Index, serve_index
 from tests.support.series import make_series, udiff
@@ -235,18 +233,7 @@ def test_pip_installs_it(
     assert wheel_cli(cli, "demo", "--platform", "x86_64", "--out", "dist").exit_code == 0
     (path,) = (tmp_path / "dist").iterdir()
     target = tmp_path / "site"
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-            "--no-compile", "--disable-pip-version-check",
-            "--platform", PLATFORMS["x86_64"], "--only-binary=:all:",
-            "--target", str(target), str(path),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    pip_install_wheel(path, target, PLATFORMS["x86_64"])
     tree = tmp_path / "home" / "build" / f"demo-{VERSION}"
     installed = target / "vllm/model_executor/k.py"
     assert installed.read_bytes() == (tree / "vllm/model_executor/k.py").read_bytes()
@@ -298,18 +285,7 @@ def test_a_new_module_and_a_deleted_one_are_carried(
     changed = json.loads(zipfile.ZipFile(path).read(bakery_json))["changed"]
     assert changed["vllm/myteam_ext.py"] == "A" and changed["vllm/old.py"] == "D"
     target = tmp_path / "site"
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-            "--no-compile", "--disable-pip-version-check",
-            "--platform", PLATFORMS["x86_64"], "--only-binary=:all:",
-            "--target", str(target), str(path),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    pip_install_wheel(path, target, PLATFORMS["x86_64"])
     assert (target / "vllm/myteam_ext.py").read_bytes() == new
     assert not (target / "vllm/old.py").exists()
     assert (target / "vllm/model_executor/k.py").read_text() == K_BAKED

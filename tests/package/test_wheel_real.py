@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +18,7 @@ import pytest
 from packaging.utils import parse_wheel_filename
 from typer.testing import Result
 
-from tests.support.archives import check_record
+from tests.support.archives import check_record, pip_install_wheel
 from tests.support.paths import PROJECT, TEST_CACHE
 
 pytestmark = pytest.mark.network
@@ -64,17 +62,7 @@ def test_real_wheel_installs_the_baked_file(
     del contents
 
     target = tmp_path / "site"
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-            "--no-compile", "--disable-pip-version-check", "--only-binary=:all:",
-            "--platform", f"manylinux_2_28_{platform}", "--target", str(target), str(path),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    pip_install_wheel(path, target, f"manylinux_2_28_{platform}")
     tree = tmp_path / "home" / "build" / f"dcp2-{RELEASE}"
     assert (target / FILE).read_bytes() == (tree / FILE).read_bytes()
     assert (target / info_dir / "METADATA").read_text().splitlines()[2] == (

@@ -8,6 +8,8 @@ import csv
 import hashlib
 import io
 import struct
+import subprocess
+import sys
 import tarfile
 import zipfile
 from collections.abc import Mapping
@@ -89,3 +91,19 @@ def check_record(path: Path) -> dict[str, bytes]:
         else:
             assert (hash_, size) == (record_hash(contents[name]), str(len(contents[name]))), name
     return contents
+
+
+def pip_install_wheel(path: Path, target: Path, platform_tag: str) -> None:
+    """Install the wheel at ``path`` into ``target`` with pip, as a user would on that
+    platform (no index, no dependencies): pip's own reading of the wheel and its RECORD."""
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+            "--no-compile", "--disable-pip-version-check", "--only-binary=:all:",
+            "--platform", platform_tag, "--target", str(target), str(path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
