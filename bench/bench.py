@@ -348,8 +348,9 @@ def bench_history(runs: int, rev: str) -> Result:
         PY,
         "-c",
         f"import sys; sys.path.insert(0, {str(src / 'src')!r})\n"
-        "try:\n    from bakery.cli.app import main\n"  # the layout since issue 13
-        "except ImportError:\n    from bakery.cli import main\n"  # before it
+        "try:\n    from bakery.cli.start import main\n"  # the layout since issue 23
+        "except ImportError:\n    try:\n        from bakery.cli.app import main\n"  # since 13
+        "    except ImportError:\n        from bakery.cli import main\n"  # before it
         "main()",
     ]
     warm_up([BASE])

@@ -128,6 +128,65 @@ def test_packages_import_each_other_without_cycles() -> None:
     assert not cycles, "import cycles between packages:\n" + "\n".join(cycles)
 
 
+def _module_graph() -> dict[str, dict[str, int]]:
+    """module -> imported module -> the first line importing it (``from bakery.x import
+    name`` counts as importing module ``bakery.x``; a package's ``__init__`` is left out,
+    since importing a submodule runs it without depending on it)."""
+    modules = {}
+    for path in _modules():
+        dotted = _dotted(path)
+        if dotted[-1] != "__init__":
+            modules[".".join(dotted)] = path
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in modules.items():
+        edges: dict[str, int] = {}
+        for line, target in _targets(path, ast.parse(path.read_text(), str(path))):
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                edges.setdefault(target, line)
+        graph[name] = edges
+    return graph
+
+
+def test_modules_import_each_other_without_cycles() -> None:
+    """Inside a package too: no module imports (at the top, lazily in a function, or for
+    types) a module that imports it back, directly or through others."""
+    graph = _module_graph()
+    cycles: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(mod: str, path: list[str]) -> None:
+        state[mod] = 1
+        for theirs in sorted(graph[mod]):
+            if state.get(theirs) == 1:
+                loop = [*path[path.index(theirs) :], theirs]
+                cycles.append(
+                    " -> ".join(
+                        f"{a} (line {graph[a][b]})" for a, b in zip(loop, loop[1:], strict=False)
+                    )
+                )
+            elif theirs not in state:
+                visit(theirs, [*path, theirs])
+        state[mod] = 2
+
+    for mod in sorted(graph):
+        if mod not in state:
+            visit(mod, [mod])
+    assert not cycles, "import cycles between modules:\n" + "\n".join(cycles)
+
+
+def test_the_module_check_sees_a_lazy_cycle(tmp_path: Path) -> None:
+    """The module graph resolves ``from bakery.x import name`` and relative imports inside
+    functions to their module (so the cycle test above can fail)."""
+    graph = _module_graph()
+    src = "def f():\n    from .resolve import release\n    from bakery.sources.cache import Cache\n"
+    path = SRC / "sources" / "gitsource.py"
+    names = [name for _, name in _targets(path, ast.parse(src))]
+    assert names == ["bakery.sources.resolve.release", "bakery.sources.cache.Cache"]
+    assert "bakery.sources.gitsource" in graph["bakery.sources.resolve"]
+
+
 def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     """The parser above resolves relative and function-level imports (so the tests above
     can fail): a relative import two levels up from a bake module names its package."""

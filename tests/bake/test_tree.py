@@ -20,7 +20,7 @@ from bakery.errors import BakeryError, UnsafePathError
 from bakery.git import cmd as gitutil
 from bakery.model.manifest import read as read_manifest
 from bakery.patch.series import load_series
-from bakery.sources.resolve import Pristine
+from bakery.sources.pristine import Pristine
 from tests.support.repos import commits, git
 from tests.support.series import make_series, udiff
 from tests.support.trees import Tiny, tree_digest, write_files

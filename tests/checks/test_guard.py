@@ -18,7 +18,7 @@ from bakery.bake.strict import needs_review, strict_problems
 from bakery.cli.app import app
 from bakery.model.report import DiffResult
 from bakery.patch.engine import Outcome, apply_file
-from bakery.sources.resolve import Pristine
+from bakery.sources.pristine import Pristine
 from tests.support.gnupatch import assert_same_as_gnu, fpatch, needs_patch
 
 

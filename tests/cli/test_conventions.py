@@ -185,7 +185,7 @@ def test_completion_comes_from_typer(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import sys; from bakery.cli.app import main; sys.argv[0] = 'bakery'; main()",
+            "import sys; from bakery.cli.start import main; sys.argv[0] = 'bakery'; main()",
         ],
         env={
             **os.environ,

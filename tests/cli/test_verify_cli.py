@@ -98,8 +98,8 @@ def test_verify_that_cannot_run_exits_2(cli: Cli, tiny: Tiny, tmp_path: Path, ca
 
 @pytest.fixture
 def main_argv(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., int]]:
-    """Run ``bakery.cli.app.main()`` (the console script) with argv; its exit code."""
-    from bakery.cli.app import main
+    """Run ``bakery.cli.start.main()`` (the console script) with argv; its exit code."""
+    from bakery.cli.start import main
 
     saved = signal.getsignal(signal.SIGTERM)
 

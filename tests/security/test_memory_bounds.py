@@ -32,7 +32,7 @@ import os, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 sys.argv = ["bakery", *sys.argv[1:]]
 try:
-    from bakery.cli.app import main
+    from bakery.cli.start import main
     main()
 finally:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

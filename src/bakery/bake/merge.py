@@ -26,7 +26,7 @@ from bakery.patch.parse import Diff, FilePatch
 from bakery.patch.series import Series, detect_layout, load_series
 from bakery.sources import resolve as sources
 from bakery.sources.cache import Cache
-from bakery.sources.resolve import Pristine, Progress
+from bakery.sources.pristine import Pristine, Progress
 
 if TYPE_CHECKING:
     from bakery.checks.contracts import Reader

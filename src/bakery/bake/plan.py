@@ -16,7 +16,7 @@ from bakery.patch import provenance
 from bakery.patch.engine import FileResult, apply_file
 from bakery.patch.parse import Diff, FilePatch
 from bakery.patch.series import Series, detect_layout
-from bakery.sources.resolve import Pristine
+from bakery.sources.pristine import Pristine
 
 #: Called with (event, detail) as the bake proceeds; the CLI renders these.
 Events = Callable[[str, str], None]

@@ -40,7 +40,7 @@ from bakery.patch import mail
 from bakery.patch.series import Series
 from bakery.safety import paths
 from bakery.sources.cache import discard as _discard
-from bakery.sources.resolve import Pristine
+from bakery.sources.pristine import Pristine
 
 
 def _populate(pristine: Pristine, staging: Path) -> str:
@@ -259,6 +259,29 @@ def failed_state(failed_out: Path) -> str | None:
     except BakeryError as e:
         return f"it cannot be checked ({e.message})"
     return "unchanged"
+
+
+def refuse_to_discard_attempts(folder: Path, what: str) -> None:
+    """Before folder (a scratch folder bakery made and remakes whole: a port's
+    ``build/port/S-V/``) is removed: every attempt in it (``*.failed``) must be one
+    bakery can prove unchanged, as ``apply --keep-failed`` proves it (failed_state:
+    the same head, every recorded file as written, nothing else changed or added). An
+    attempt the user edited, or a folder bakery did not make, is refused with one line
+    naming it, before anything is removed. A folder that is a link is refused too
+    (removing it whole would remove through the link)."""
+    if not os.path.lexists(folder):
+        return
+    if os.path.islink(folder) or not folder.is_dir():
+        raise BakeryError(f"{what} {folder}: not a folder bakery made; move it away")
+    for p in sorted(folder.iterdir()):
+        if not p.name.endswith(".failed"):
+            continue
+        state = failed_state(p)
+        if state not in (None, "unchanged"):
+            raise BakeryError(
+                f"{p}: {state}; bakery will not remove it (refresh it into a port, or move "
+                "it away, then run again)"
+            )
 
 
 def _changed_files(tree: Path, recorded: dict[str, str]) -> list[str]:

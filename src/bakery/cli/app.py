@@ -8,7 +8,6 @@ stderr and the contract's exit code. A command is a plain ``@app.command(cls=...
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -997,15 +996,3 @@ def upstream(
     render.bake_report(human(), result.check)
     render.upstream_commits(human(), result)
     raise typer.Exit(code=0 if result.check.ok else 1)
-
-
-def main() -> None:
-    """Console entry point: ``python -m bakery``'s (SIGTERM treated like SIGINT, exit 130)."""
-    from bakery.cli.start import main as start
-
-    start()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    main()

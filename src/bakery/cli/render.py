@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from bakery.commands.bisect import BisectResult
     from bakery.commands.listing import SeriesRow
     from bakery.commands.matrix import Row
-    from bakery.commands.port import PortResult
+    from bakery.commands.proving import PortResult
     from bakery.commands.upstream import UpstreamReport
     from bakery.porting.refresh import Refreshed
     from bakery.porting.review import PortView

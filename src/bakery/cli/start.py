@@ -1,5 +1,5 @@
-"""Where the command line starts (the ``bakery`` script, ``python -m bakery`` and
-``bakery.cli.app.main``): signals handled from the first line.
+"""Where the command line starts (the ``bakery`` script and ``python -m bakery``): signals
+handled from the first line.
 
 SIGTERM becomes KeyboardInterrupt before the CLI (typer, rich) is imported, and the CLI is
 imported inside the handler, so a Ctrl-C or SIGTERM while bakery starts exits 130 with one

@@ -19,7 +19,7 @@ from bakery.project import project_root
 from bakery.sources import resolve as sources
 from bakery.sources.cache import Cache, CacheChanged
 from bakery.sources.identity import identify
-from bakery.sources.resolve import Pristine, Progress
+from bakery.sources.pristine import Pristine, Progress
 
 if TYPE_CHECKING:
     from bakery.bake.merge import Fallback

@@ -28,7 +28,7 @@ from bakery.safety import paths
 from bakery.sources import resolve as sources
 from bakery.sources import versions
 from bakery.sources.cache import Cache
-from bakery.sources.resolve import Progress
+from bakery.sources.pristine import Progress
 
 #: The module the example test imports (pure Python, in every release bakery supports).
 EXAMPLE_MODULE = "vllm.sampling_params"

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from packaging.version import Version
 
 from bakery.bake.merge import Fallback
-from bakery.bake.staging import display_path, refuse_to_discard_attempts
-from bakery.bake.tree import bake
+from bakery.bake.staging import display_path
+from bakery.bake.tree import bake, refuse_to_discard_attempts
+from bakery.commands.proving import PortResult, Tried, attention, prove, verify_line, verify_tree
 from bakery.errors import BakeryError, UsageError
 from bakery.patch.series import Series, load_series
 from bakery.porting import differential
@@ -30,54 +29,9 @@ from bakery.porting.propose import Candidate, candidates, provenance, write_port
 from bakery.project import project_root
 from bakery.sources import resolve as sources
 from bakery.sources.cache import Cache
-from bakery.sources.resolve import Pristine
-from bakery.testing.runner import VerifyResult, run_verify
+from bakery.sources.pristine import Pristine
 
 Events = Callable[[str, str], None]
-
-
-@dataclass
-class Tried:
-    """What became of one candidate that had no conflict."""
-
-    start: str
-    verify: str  # "passed", "failed (N failed)", or why it did not run
-    differences: list[str] = field(default_factory=list)
-    accepted: bool = False
-
-
-@dataclass
-class PortResult:
-    series: str
-    target: str
-    candidates: list[Candidate]
-    tried: list[Tried] = field(default_factory=list)
-    written: str | None = None
-    failed_out: str | None = None
-    #: The best candidate's hunks that did not apply as they are (merged, merged by
-    #: syntax, failed), with the upstream commits that touched their lines (--upstream).
-    hunks: list[dict[str, object]] = field(default_factory=list)
-    previous: str | None = None
-    #: The series' own diffs apply exactly (offsets at most) and verify passes: no port.
-    no_port_needed: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.written is not None or self.no_port_needed
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "series": self.series,
-            "vllm": self.target,
-            "ok": self.ok,
-            "port": self.written,
-            "no_port_needed": self.no_port_needed,
-            "failed_out": self.failed_out,
-            "previous": self.previous,
-            "candidates": [c.to_json() for c in self.candidates],
-            "tried": [t.__dict__ for t in self.tried],
-            "hunks": self.hunks,
-        }
 
 
 def _previous_release(series: Series, target: str, cache: Cache) -> str | None:
@@ -88,12 +42,6 @@ def _previous_release(series: Series, target: str, cache: Cache) -> str | None:
     tv, base = Version(target), Version(series.base)
     older = [v for v in sources.release_versions() if base <= v < tv]
     return str(max(older)) if older else None
-
-
-def _verify_line(code: int, passed: int, failed: int, skipped: int) -> str:
-    if code == 0:
-        return f"passed ({passed} passed, {skipped} skipped)"
-    return f"failed ({failed} failed, {passed} passed)"
 
 
 def port(
@@ -145,7 +93,7 @@ def port(
             prev_record = _record_previous(series_spec, result.previous, scratch, cache)
     for n, cand in enumerate(c for c in result.candidates if c.failed == 0 and not _plain(c)):
         folder = scratch / f"candidate-{n + 1}"
-        tried = _prove(series, cand, target, folder, interpret, events)
+        tried = prove(series, cand, target, folder, interpret, events)
         result.tried.append(tried)
         if not tried.verify.startswith("passed"):
             continue
@@ -157,11 +105,11 @@ def port(
             note = provenance(cand, version, tried.verify, tried.differences)
             write_port(dest, series, cand.texts, note)
         result.written = display_path(dest)
-        result.hunks = _attention(cand, result.target, upstream)
+        result.hunks = attention(cand, result.target, upstream)
         return result
     _leave_best(series_spec, result, target, scratch, cache, syntax=syntax)
     if result.candidates:
-        result.hunks = _attention(result.candidates[0], result.target, upstream)
+        result.hunks = attention(result.candidates[0], result.target, upstream)
     return result
 
 
@@ -176,26 +124,6 @@ def _clear_scratch(scratch: Path) -> None:
 def _plain(cand: Candidate) -> bool:
     """The series' own diffs, applying as written (at most at an offset)."""
     return cand.start.port is None and set(cand.kinds) <= {"applied", "offset"}
-
-
-def _verify_tree(
-    series: Series, folder: Path, interpret: bool, events: Events | None
-) -> VerifyResult:
-    """The series' tests on ``folder/tree``, in the series' test environment, the result
-    recorded (and reused) in bakery's cache."""
-    from bakery.commands.verify import test_environment
-
-    mode, python = test_environment(series.env, folder / "tree", interpret, events)
-    return run_verify(
-        series.path / "tests",
-        folder / "tree",
-        interpret=interpret,
-        log=folder / "verify.log",
-        python=python,
-        env_mode=mode,
-        series_dir=series.path,
-        cache_root=Cache().root,
-    )
 
 
 def _no_port_needed(
@@ -217,11 +145,11 @@ def _no_port_needed(
     if report.status != "baked":
         return False
     try:
-        res = _verify_tree(series, folder, interpret, events)
+        res = verify_tree(series, folder, interpret, events)
     except BakeryError as e:
         result.tried.append(Tried(cand.start.label, f"not run: {e.message}"))
         return False
-    line = _verify_line(res.exit_code, res.passed, res.failed, res.skipped)
+    line = verify_line(res.exit_code, res.passed, res.failed, res.skipped)
     result.tried.append(Tried(cand.start.label, line, accepted=res.exit_code == 0))
     result.no_port_needed = res.exit_code == 0
     return result.no_port_needed
@@ -263,33 +191,6 @@ def _record_previous(spec: str, release: str, scratch: Path, cache: Cache) -> Pa
     return out
 
 
-def _prove(
-    series: Series,
-    cand: Candidate,
-    target: Pristine,
-    folder: Path,
-    interpret: bool,
-    events: Events | None,
-) -> Tried:
-    """Bake the candidate from its own port diffs, then verify that tree."""
-    if events:
-        events("port", f"Verifying the proposal from {cand.start.label}")
-    port_dir = folder / "port"
-    port_dir.mkdir(parents=True)
-    s = load_series(str(series.path))
-    for d, text in zip(s.load_diffs(), cand.texts, strict=True):
-        (port_dir / d.name).write_bytes(text)
-    s.use_port(port_dir)
-    report = bake(s, target, folder / "tree")
-    if report.status != "baked":
-        return Tried(cand.start.label, "not run: the proposed diffs do not bake as written")
-    try:
-        res = _verify_tree(series, folder, interpret, events)
-    except BakeryError as e:
-        return Tried(cand.start.label, f"not run: {e.message}")
-    return Tried(cand.start.label, _verify_line(res.exit_code, res.passed, res.failed, res.skipped))
-
-
 def _leave_best(
     spec: str, result: PortResult, target: Pristine, scratch: Path, cache: Cache, *, syntax: bool
 ) -> None:
@@ -308,40 +209,3 @@ def _leave_best(
     fallback = Fallback(s, target, base, True, syntax=syntax, start=start)
     report = bake(s, target, scratch / "attempt", keep_failed=True, fallback=fallback)
     result.failed_out = report.failed_out
-
-
-def _attention(cand: Candidate, target: str, upstream: Path | None) -> list[dict[str, object]]:
-    """Each hunk that was merged or failed, with the upstream commits behind it."""
-    by_name = {d.name: d for d in cand.series.load_diffs()}
-    rows: list[dict[str, object]] = []
-    for d in cand.plan.report.diffs:
-        for f in d.files:
-            for h in f.hunks:
-                if h.status.value in ("applied", "offset"):
-                    continue
-                row: dict[str, object] = {
-                    "diff": d.name,
-                    "path": f.path,
-                    "hunk": h.index,
-                    "status": h.status.value,
-                    "reason": h.reason,
-                }
-                hunk = next(
-                    (fp.hunks[h.index - 1] for fp in by_name[d.name].files if fp.path == f.path),
-                    None,
-                )
-                if upstream is not None and hunk is not None:
-                    row["upstream"] = _blame(upstream, cand.start.release, target, f.path, h, hunk)
-                rows.append(row)
-    return rows
-
-
-def _blame(upstream: Path, since: str, until: str, path: str, res: Any, hunk: Any) -> list[str]:
-    """The upstream commits in since..until that touched the lines the hunk needs, as they
-    stand in the target release (where the engine looked for them)."""
-    from bakery.git import history
-
-    first = max(res.line, 1)
-    last = first + max(hunk.old_len, 1) - 1
-    a, b = history.release_ref(upstream, since), history.release_ref(upstream, until)
-    return [history.line(c) for c in history.touching(upstream, a, b, path, (first, last))]

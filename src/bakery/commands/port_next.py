@@ -23,10 +23,10 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from bakery.bake.staging import display_path
 from bakery.bake.tree import bake
+from bakery.commands.proving import PortResult, attention, prove, verify_line
 from bakery.errors import BakeryError, UsageError
 from bakery.model.identity import Identity
 from bakery.patch.series import Series, load_series
@@ -34,10 +34,7 @@ from bakery.project import project_root
 from bakery.sources import identity as identities
 from bakery.sources import resolve as sources
 from bakery.sources.cache import Cache
-from bakery.sources.resolve import Pristine
-
-if TYPE_CHECKING:
-    from bakery.commands.port import PortResult
+from bakery.sources.pristine import Pristine
 
 Events = Callable[[str, str], None]
 
@@ -77,7 +74,6 @@ def port_next(
     cache: Cache | None = None,
 ) -> PortResult:
     """The port of a tree that is no release, to patches/SERIES/next/ (a PortResult)."""
-    from bakery.commands import port as ports
     from bakery.porting.propose import candidates, provenance, write_port
 
     home = project_root()
@@ -94,7 +90,7 @@ def port_next(
     if not (series.path / "tests").is_dir():
         raise UsageError(f"{series.path}: no tests/ folder: a port cannot be proven")
     label = ident.label or NEXT
-    result = ports.PortResult(
+    result = PortResult(
         series.name,
         label,
         candidates(series_spec, target, cache, home, syntax=syntax, events=events),
@@ -103,9 +99,7 @@ def port_next(
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     for n, cand in enumerate(c for c in result.candidates if c.failed == 0):
-        tried = ports._prove(
-            series, cand, target, scratch / f"candidate-{n + 1}", interpret, events
-        )
+        tried = prove(series, cand, target, scratch / f"candidate-{n + 1}", interpret, events)
         result.tried.append(tried)
         if not tried.verify.startswith("passed"):
             continue
@@ -117,10 +111,10 @@ def port_next(
             write_port(dest, series, cand.texts, note)
             _write_record(dest, ident, target)
         result.written = display_path(dest)
-        result.hunks = ports._attention(cand, label, None)
+        result.hunks = attention(cand, label, None)
         return result
     if result.candidates:
-        result.hunks = ports._attention(result.candidates[0], label, None)
+        result.hunks = attention(result.candidates[0], label, None)
     return result
 
 
@@ -248,7 +242,6 @@ def _reprove(
     interpret: bool,
     events: Events | None,
 ) -> str:
-    from bakery.commands.port import _verify_line
     from bakery.testing.runner import run_verify
 
     if events:
@@ -267,7 +260,7 @@ def _reprove(
         )
     except BakeryError as e:
         return f"not run: {e.message}"
-    return _verify_line(res.exit_code, res.passed, res.failed, res.skipped)
+    return verify_line(res.exit_code, res.passed, res.failed, res.skipped)
 
 
 def _move(nxt: Path, dest: Path, line: str) -> None:

@@ -25,7 +25,7 @@ from bakery.errors import UsageError
 from bakery.git import history
 from bakery.model.report import BakeReport
 from bakery.patch.parse import Diff
-from bakery.sources.resolve import Pristine, Progress
+from bakery.sources.pristine import Pristine, Progress
 
 
 @dataclass

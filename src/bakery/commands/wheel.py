@@ -17,7 +17,8 @@ from bakery.commands import apply as bake_cmd
 from bakery.errors import UsageError
 from bakery.model.report import BakeReport
 from bakery.sources.cache import Cache
-from bakery.sources.resolve import Progress, is_version
+from bakery.sources.pristine import Progress
+from bakery.sources.resolve import is_version
 
 
 @dataclass

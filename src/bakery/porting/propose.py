@@ -31,7 +31,8 @@ from bakery.patch.engine import Outcome
 from bakery.patch.series import Series, load_series
 from bakery.porting.refresh import port_texts
 from bakery.sources.cache import Cache
-from bakery.sources.resolve import Pristine, release
+from bakery.sources.pristine import Pristine
+from bakery.sources.resolve import release
 
 Events = Callable[[str, str], None]
 

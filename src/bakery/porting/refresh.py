@@ -45,7 +45,8 @@ from bakery.project import project_root
 from bakery.safety import paths
 from bakery.sources import versions
 from bakery.sources.cache import Cache
-from bakery.sources.resolve import Pristine, release
+from bakery.sources.pristine import Pristine
+from bakery.sources.resolve import release
 
 Events = Callable[[str, str], None]
 #: (path, before, after) for each file a diff changes; None is "absent".

@@ -41,7 +41,8 @@ from bakery.patch.series import Series, load_series
 from bakery.porting.refresh import Change, render_port
 from bakery.project import project_root
 from bakery.sources.cache import Cache
-from bakery.sources.resolve import Pristine, release
+from bakery.sources.pristine import Pristine
+from bakery.sources.resolve import release
 from bakery.testing.runner import run_verify
 
 Events = Callable[[str, str], None]

@@ -14,15 +14,12 @@ import hashlib
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
 from bakery.safety.urls import redact_url, split_userinfo
 from bakery.sources.cache import Cache, Entry, discard
-
-if TYPE_CHECKING:
-    from bakery.sources.resolve import Pristine
+from bakery.sources.pristine import Pristine, local_version, unpack_archive
 
 _HEX = re.compile(r"[0-9a-f]{7,40}")
 _FULL = re.compile(r"[0-9a-f]{40}")
@@ -120,8 +117,6 @@ def git_source(spec: str, cache: Cache, defer_check: bool = False) -> Pristine:
                 hold = cache.hold(key)
         finally:
             mirror_hold.release()
-    from bakery.sources.resolve import Pristine
-
     return Pristine(
         entry.tree,
         entry.meta.get("version"),
@@ -137,7 +132,6 @@ def git_source(spec: str, cache: Cache, defer_check: bool = False) -> Pristine:
 
 def _build(cache: Cache, key: str, mirror: Path, url: str, commit: str) -> Entry:
     """The tree of commit, extracted from the mirror (git archive) and committed."""
-    from bakery.sources.resolve import _local_version, _unpack
 
     with cache.building(key) as tmp:
         top = tmp / "tree"
@@ -149,11 +143,11 @@ def _build(cache: Cache, key: str, mirror: Path, url: str, commit: str) -> Entry
         except gitutil.GitError as e:
             raise SourceError(f"{_label(url, commit)}: {e.message}") from None
         shown = redact_url(url)
-        _unpack(archive, top, f"vLLM {shown}@{commit}", strip_top=False)
+        unpack_archive(archive, top, f"vLLM {shown}@{commit}", strip_top=False)
         meta: dict[str, str | None] = {
             "source": f"{shown}@{commit}",
             "sha256": None,
-            "version": _local_version(top),
+            "version": local_version(top),
             "upstream": commit,
             "describe": _describe(mirror, commit),
         }

@@ -40,7 +40,7 @@ from bakery.safety import limits
 
 if TYPE_CHECKING:
     from bakery.sources.cache import Cache
-    from bakery.sources.resolve import Pristine
+    from bakery.sources.pristine import Pristine
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from bakery.sources import bounded, resolve
 from bakery.sources.bounded import IndexFile
 from bakery.sources.cache import Cache
 from bakery.sources.pipconf import configured_index
-from bakery.sources.resolve import Progress
+from bakery.sources.pristine import Progress
 
 #: The machines bakery builds wheels for, as wheel platform tags end.
 PLATFORMS = ("x86_64", "aarch64")
