@@ -163,9 +163,11 @@ def _moved_defs(
 
 def _check(series: str, version: str, use_port: bool) -> dict[str, object]:
     from bakery.commands import apply as commands
+    from bakery.context import Context
 
     try:
-        report = commands.check(series, vllm=version, use_port=use_port)
+        opts = commands.BakeOptions(vllm=version, use_port=use_port)
+        report = commands.check(Context.here(), series, opts)
     except commands.ReportedError as e:
         report = e.report
     hunks = [(f.path, h) for d in report.diffs for f in d.files for h in f.hunks]

@@ -49,11 +49,13 @@ def main() -> None:
     cache_dsa_releases()
     dsa_series(work / "home", tests=mod.PROMISE)
     from bakery.commands.bisect import bisect
+    from bakery.context import Context
 
     out = {}
     for mode in ("apply", "verify"):
         t0 = time.perf_counter()
         r = bisect(
+            Context.here(),
             "dsa",
             vllm=f"git+file://{work}/up",
             good="v0.30.0",

@@ -24,6 +24,7 @@ T0 = time.perf_counter()
 from bakery.bake import tree as bake  # noqa: E402
 from bakery.cli import app as cli  # noqa: E402,F401
 from bakery.commands import apply as commands  # noqa: E402
+from bakery.context import Context  # noqa: E402
 from bakery.git import cmd as gitutil  # noqa: E402
 from bakery.sources import resolve as sources  # noqa: E402
 
@@ -91,7 +92,7 @@ def main() -> None:
     _wrap(bake, "remove_tree", "remove old --out")
     _wrap(commands, "bake", "rest of bake (staging, rename)")
     start = time.perf_counter()
-    report = commands.apply(series, vllm=version, out=out)
+    report = commands.apply(Context.here(), series, commands.ApplyOptions(vllm=version, out=out))
     total = time.perf_counter() - start
     if report.status != "baked":
         raise SystemExit(f"bake failed: {report.status}")

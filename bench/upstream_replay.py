@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from bakery.commands import upstream
+from bakery.context import Context
 from bakery.sources.cache import Cache
 from bakery.sources.resolve import release
 
@@ -74,7 +75,7 @@ def main() -> int:
         repo = args.repo or Path(tmp) / "vllm"
         if not (repo / ".git").is_dir():
             build(repo, args.tagged, args.main)
-        result = upstream.upstream(args.series, f"git+{repo}@main")
+        result = upstream.upstream(Context.here(), args.series, f"git+{repo}@main")
         out = result.to_json()
         out.pop("check")
         out["warnings"] = [w for d in result.check.diffs for w in d.warnings]

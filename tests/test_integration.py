@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import Result
 
+from bakery.context import Context
 from bakery.git import cmd as gitutil
 from bakery.sources.cache import Cache
 from tests.support.gnupatch import gnu_patch, needs_patch
@@ -242,8 +243,9 @@ def test_dcp2_is_not_ambiguous_nor_moved_and_ports_resolve_its_contracts(
     from bakery.commands import apply as commands
 
     shutil.copytree(PROJECT / "patches" / "dcp2", home / "patches" / "dcp2")
-    own = commands.check("dcp2", vllm=version, use_port=False)
-    ported = commands.check("dcp2", vllm=version)
+    ctx = Context.here()
+    own = commands.check(ctx, "dcp2", commands.BakeOptions(vllm=version, use_port=False))
+    ported = commands.check(ctx, "dcp2", commands.BakeOptions(vllm=version))
     hunks = [h for d in own.diffs for f in d.files for h in f.hunks]
     assert hunks and all(h.status.value != "ambiguous" for h in hunks)
     moved = [h for h in hunks if h.moved_def is not None]

@@ -4,8 +4,9 @@ Every module under src/bakery is parsed (ast, never imported), and each of its i
 another bakery package (at the top, inside a function, or under ``TYPE_CHECKING``) must go
 to a package of its own layer or a lower one:
 
-    cli > commands > porting, package > testing > bake > checks
-        > patch, sources, formats, git > model, project, safety, errors, outputs, redaction
+    cli > commands > porting, package > testing > bake > checks > context
+        > patch, sources, formats, git
+        > model, project, safety, errors, outputs, redaction, logs
 
 Packages of one layer may import each other, but the package graph has no cycle. The
 README's "Layout" section names each package and each of its modules, so a newcomer finds
@@ -31,8 +32,9 @@ LAYERS: list[set[str]] = [
     {"testing"},
     {"bake"},
     {"checks"},
+    {"context"},
     {"patch", "sources", "formats", "git"},
-    {"model", "project", "safety", "errors", "outputs", "redaction"},
+    {"model", "project", "safety", "errors", "outputs", "redaction", "logs"},
     {"bakery"},
 ]
 RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}

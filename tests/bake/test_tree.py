@@ -3,6 +3,7 @@ manifest, and nothing half-written when something goes wrong."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import stat
@@ -42,13 +43,20 @@ def cached(tree: Path, version: str) -> Pristine:
     )
 
 
-def test_plan_applies_in_memory_and_writes_nothing(tiny: Tiny, tmp_path: Path) -> None:
+def _events(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    """What the core narrated (bakery.logs): (kind, line) of each record."""
+    return [(getattr(r, "event", ""), r.getMessage()) for r in caplog.records]
+
+
+def test_plan_applies_in_memory_and_writes_nothing(
+    tiny: Tiny, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     before = tree_digest(tmp_path)
-    events: list[tuple[str, str]] = []
-    pl = plan(load_series("demo"), local(tiny.src), events=lambda e, d: events.append((e, d)))
+    caplog.set_level(logging.INFO, logger="bakery")
+    pl = plan(load_series("demo"), local(tiny.src))
     assert tree_digest(tmp_path) == before
     assert pl.report.ok and pl.report.status == "checked"
-    assert events == [
+    assert _events(caplog) == [
         ("diff", "Applying 01-kernel.diff (1/3)"),
         ("diff", "Applying 2-files.diff (2/3)"),
         ("diff", "Applying 10-again.diff (3/3)"),
@@ -59,11 +67,13 @@ def test_plan_applies_in_memory_and_writes_nothing(tiny: Tiny, tmp_path: Path) -
     assert pl.writes[1]["vllm/tools/run.sh"][1] == 0o644
 
 
-def test_bake_returns_the_report_and_writes_the_manifest(tiny: Tiny, tmp_path: Path) -> None:
+def test_bake_returns_the_report_and_writes_the_manifest(
+    tiny: Tiny, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     out = tmp_path / "out"
-    events: list[str] = []
-    report = bake(load_series("demo"), local(tiny.src), out, events=lambda e, d: events.append(e))
-    assert report.status == "baked" and events[-1] == "write"
+    caplog.set_level(logging.INFO, logger="bakery")
+    report = bake(load_series("demo"), local(tiny.src), out)
+    assert report.status == "baked" and _events(caplog)[-1][0] == "write"
     manifest = read_manifest(out)
     assert manifest is not None
     assert manifest.head == gitutil.head(out) == report.head

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from bakery.commands.apply import check
+from bakery.commands.apply import BakeOptions, check
+from bakery.context import Context
 from bakery.errors import ReportedError
 from bakery.model.report import BakeReport
 from bakery.porting.propose import candidates
@@ -23,7 +24,7 @@ def _kinds(report: BakeReport) -> Counter[str]:
 
 def _check(spec: str, use_port: bool) -> BakeReport:
     try:
-        return check("dsa", vllm=spec, use_port=use_port)
+        return check(Context.here(), "dsa", BakeOptions(vllm=spec, use_port=use_port))
     except ReportedError as e:
         assert e.report is not None
         return e.report
@@ -48,7 +49,7 @@ def test_check_and_port_agree_on_every_commit(tmp_path: Path, home: Path) -> Non
         ported = _check(spec, use_port=True)
         target = resolve.resolve(spec, Cache())
         try:
-            found = {c.start.label: c for c in candidates("dsa", target, Cache(), home)}
+            found = {c.start.label: c for c in candidates(Context(home), "dsa", target)}
         finally:
             target.close()
         assert _kinds(own) == Counter(found["series"].kinds), subject

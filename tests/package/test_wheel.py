@@ -25,6 +25,7 @@ import pytest
 from packaging.utils import parse_wheel_filename
 from typer.testing import Result
 
+from bakery.context import Context
 from tests.support.archives import check_record, pip_install_wheel
 from tests.support.archives import record_hash as _record_hash
 from tests.support.index import Index, serve_index
@@ -303,7 +304,9 @@ def test_zip64_records(
     from bakery.package import wheel as wheel_mod
     from bakery.package.baked import read_baked
 
-    commands.apply("demo", vllm=VERSION, out=tmp_path / "tree")
+    commands.apply(
+        Context.here(), "demo", commands.ApplyOptions(vllm=VERSION, out=tmp_path / "tree")
+    )
     upstream = tmp_path / wheel_filename("x86_64")
     upstream.write_bytes(index.files[wheel_filename("x86_64")])
     monkeypatch.setattr(wheel_mod, "LIMIT32", 1000)
@@ -488,7 +491,9 @@ def test_upstream_with_data_descriptors(index: Index, series: Path, tmp_path: Pa
     from bakery.package.baked import read_baked
     from bakery.package.wheel import write_wheel
 
-    commands.apply("demo", vllm=VERSION, out=tmp_path / "tree")
+    commands.apply(
+        Context.here(), "demo", commands.ApplyOptions(vllm=VERSION, out=tmp_path / "tree")
+    )
     source = zipfile.ZipFile(io.BytesIO(index.files[wheel_filename("x86_64")]))
     stream = _Unseekable()
     with zipfile.ZipFile(stream, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -556,7 +561,9 @@ def test_damaged_upstream_wheel(
     from bakery.package.baked import read_baked
     from bakery.package.wheel import write_wheel
 
-    commands.apply("demo", vllm=VERSION, out=tmp_path / "tree")
+    commands.apply(
+        Context.here(), "demo", commands.ApplyOptions(vllm=VERSION, out=tmp_path / "tree")
+    )
     upstream = tmp_path / wheel_filename("x86_64")
     upstream.write_bytes(damage(index.files[wheel_filename("x86_64")]))
     with pytest.raises(SourceError, match=message):

@@ -144,8 +144,11 @@ def test_apply_writes_nothing_in_the_working_directory(
     assert r.exit_code == 0, r.output
     assert list(work.iterdir()) == []
     from bakery.commands.verify import last_tree
+    from bakery.context import Context
 
-    assert last_tree("demo") == tmp_path / "out"  # verify's default, kept in the cache
+    assert (
+        last_tree(Context.here(), "demo") == tmp_path / "out"
+    )  # verify's default, kept in the cache
 
 
 # --- the one output writer ---------------------------------------------------------------------

@@ -7,6 +7,7 @@ tests/test_second_series.py's (network)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -73,15 +74,16 @@ def test_a_requirements_file_may_not_leave_its_folder(tmp_path: Path) -> None:
         fullenv.requirements(tmp_path, cpu=False)
 
 
-def test_an_environment_is_built_once_and_layered_on_bakerys(tmp_path: Path) -> None:
+def test_an_environment_is_built_once_and_layered_on_bakerys(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Nothing to install (torch is bakery's): a real venv, whose Python imports bakery's
     torch through the layer, and which the second call finds in the cache."""
     write_files(tmp_path / "tree", {"requirements/common.txt": "torch\n"})
     cache = Cache(tmp_path / "cache")
-    events: list[str] = []
-    first = fullenv.ensure(
-        tmp_path / "tree", cpu=False, cache=cache, events=lambda e, d: events.append(d)
-    )
+    caplog.set_level(logging.INFO, logger="bakery")
+    first = fullenv.ensure(tmp_path / "tree", cpu=False, cache=cache)
+    events = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert first.built and events and "building the full test environment" in events[0]
     marker = json.loads((cache.root / "envs" / f"{first.key}.json").read_text())
     assert marker["requirements"] == [] and marker["installed"] == []

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bakery.checks.pyindex import Definition, definitions, span
+from bakery.context import Context
 from bakery.git import cmd as gitutil
 from bakery.patch.engine import FileResult, HunkResult, Outcome, apply_file
 from bakery.patch.parse import Diff, FilePatch
 from bakery.patch.series import Series, detect_layout, load_series
 from bakery.sources import resolve as sources
-from bakery.sources.cache import Cache
-from bakery.sources.pristine import Pristine, Progress
+from bakery.sources.pristine import Pristine
 
 if TYPE_CHECKING:
     from bakery.checks.contracts import Reader
@@ -241,10 +241,9 @@ def _shown(target: Pristine) -> str | None:
 def make_fallback(
     series: Series,
     target: Pristine,
-    cache: Cache,
+    ctx: Context,
     *,
     merge: bool = True,
-    progress: Progress | None = None,
     defer_check: bool = False,
 ) -> Fallback:
     """The base release takes part when the series names one and the target's files are
@@ -259,15 +258,15 @@ def make_fallback(
     # a port on its own release: the series' base takes part as before, so the contract
     # checks still say what upstream changed and that the port's code fits it
     if port_release is not None and not _is_base(target, port_release):
-        return _port_fallback(series, target, cache, port_release, merge, progress, defer_check)
-    base = None
+        return _port_fallback(series, target, ctx, port_release, merge, defer_check)
+    cache, base = ctx.cache, None
     if (
         merge
         and series.base
         and not _is_base(target, series.base)
         and (target.sha256 is not None or cache.tree_entry(f"vllm-{series.base}") is not None)
     ):
-        base = sources.release(series.base, cache, progress, defer_check)
+        base = sources.release(series.base, cache, ctx.progress, defer_check)
     return Fallback(series, target, base, merge, syntax=merge)
 
 
@@ -281,10 +280,9 @@ def _port_release(series: Series) -> str | None:
 def _port_fallback(
     series: Series,
     target: Pristine,
-    cache: Cache,
+    ctx: Context,
     release: str,
     merge: bool,
-    progress: Progress | None,
     defer_check: bool,
 ) -> Fallback:
     """A port taken for a tree that is not its release's (a checkout of main after 0.34.0
@@ -293,9 +291,9 @@ def _port_fallback(
     series' base with its own diffs, which would bring back code the port had left."""
     if not merge or _is_base(target, release):
         return Fallback(series, target, None, merge)
-    if target.sha256 is None and cache.tree_entry(f"vllm-{release}") is None:
+    if target.sha256 is None and ctx.cache.tree_entry(f"vllm-{release}") is None:
         return Fallback(series, target, None, merge)
-    base = sources.release(release, cache, progress, defer_check)
+    base = sources.release(release, ctx.cache, ctx.progress, defer_check)
     start = load_series(str(series.path))
     if series.port is not None:
         start.use_port(series.port)

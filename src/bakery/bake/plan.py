@@ -3,8 +3,8 @@ byte is written: ``check`` and a conflicting ``apply`` never copy the tree."""
 
 from __future__ import annotations
 
+import logging
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,8 +18,9 @@ from bakery.patch.parse import Diff, FilePatch
 from bakery.patch.series import Series, detect_layout
 from bakery.sources.pristine import Pristine
 
+_log = logging.getLogger(__name__)
+
 #: Called with (event, detail) as the bake proceeds; the CLI renders these.
-Events = Callable[[str, str], None]
 
 
 @dataclass
@@ -173,7 +174,6 @@ def plan(
     *,
     fuzz: int = 0,
     fallback: Fallback | None = None,
-    events: Events | None = None,
 ) -> Plan:
     """Apply the whole series in memory. Raises DiffError for bad diffs.
 
@@ -199,13 +199,15 @@ def plan(
         port_stale=provenance.stale_lines(series.path, series.port) if series.port else [],
         layout={"strip": strip, "root": root, "detected": detected},
     )
-    if detected and events:
-        events("detected", f"strip {strip}, root {root or '.'!r} (no series.toml setting)")
+    if detected:
+        _log.info(
+            f"strip {strip}, root {root or '.'!r} (no series.toml setting)",
+            extra={"event": "detected"},
+        )
     overlay = _Overlay(pristine)
     result = Plan(report)
     for i, d in enumerate(diffs, 1):
-        if events:
-            events("diff", f"Applying {d.name} ({i}/{len(diffs)})")
+        _log.info(f"Applying {d.name} ({i}/{len(diffs)})", extra={"event": "diff"})
         dres = DiffResult(d.name, d.sha256, notes=_notes(d, strip))
         writes: dict[str, tuple[bytes | None, int | None]] = {}
         for fp in d.files:

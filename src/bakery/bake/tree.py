@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
 import stat
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bakery.bake.merge import Fallback
-from bakery.bake.plan import Events, Plan, plan
+from bakery.bake.plan import Plan, plan
 from bakery.bake.staging import (
     LocalChanges,
     baked_manifest,
@@ -35,12 +36,15 @@ from bakery.git import cmd as gitutil
 from bakery.git import conflicts
 from bakery.git.index import restat_index
 from bakery.git.repo import NEW_CONFIG, clone_local, commit_series, link_objects
+from bakery.logs import muted
 from bakery.model.report import MANIFEST, BakeReport, write_json
 from bakery.patch import mail
 from bakery.patch.series import Series
 from bakery.safety import paths
 from bakery.sources.cache import discard as _discard
 from bakery.sources.pristine import Pristine
+
+_log = logging.getLogger(__name__)
 
 
 def _populate(pristine: Pristine, staging: Path) -> str:
@@ -319,7 +323,6 @@ def _plan_over(
     pristine: Pristine,
     fuzz: int,
     fallback: Fallback | None,
-    events: Events | None,
     confirm: Callable[[], None],
 ) -> Plan:
     """The plan, once out is known replaceable (staging.refuse_unless_replaceable)."""
@@ -328,11 +331,12 @@ def _plan_over(
     except LocalChanges:
         # a tree whose changes were refreshed into the diffs being baked holds nothing
         # that this bake loses: it is replaced without --force
-        pl = _plan_confirmed(series, pristine, fuzz, fallback, None, confirm)
+        with muted():  # the plan again, to compare: narrated once
+            pl = _plan_confirmed(series, pristine, fuzz, fallback, confirm)
         if not _equals_plan(out, pl, pristine):
             raise
         return pl
-    return _plan_confirmed(series, pristine, fuzz, fallback, events, confirm)
+    return _plan_confirmed(series, pristine, fuzz, fallback, confirm)
 
 
 def _equals_plan(out: Path, pl: Plan, pristine: Pristine) -> bool:
@@ -385,14 +389,13 @@ def _plan_confirmed(
     pristine: Pristine,
     fuzz: int,
     fallback: Fallback | None,
-    events: Events | None,
     confirm: Callable[[], None],
 ) -> Plan:
     """plan(); where it fails, the cached trees are confirmed first: a changed cached
     tree (a file replaced by a link) is the cause, not the series, so CacheChanged wins
     and the entry is extracted again (commands.apply)."""
     try:
-        return plan(series, pristine, fuzz=fuzz, fallback=fallback, events=events)
+        return plan(series, pristine, fuzz=fuzz, fallback=fallback)
     except BakeryError:
         confirm()
         raise
@@ -407,7 +410,6 @@ def bake(
     keep_failed: bool = False,
     force: bool = False,
     fallback: Fallback | None = None,
-    events: Events | None = None,
 ) -> BakeReport:
     """Bake the series into out. Returns the report; out holds a tree only if it applied."""
     out = out.absolute()
@@ -421,7 +423,7 @@ def bake(
         if base is not None:
             base.confirm()
 
-    pl = _plan_over(out, force, series, pristine, fuzz, fallback, events, confirm)
+    pl = _plan_over(out, force, series, pristine, fuzz, fallback, confirm)
     report = pl.report
     failed_out = out.with_name(out.name + ".failed")
     failed = failed_state(failed_out)
@@ -442,8 +444,7 @@ def bake(
         return report
     staging = make_staging(out)
     try:
-        if events:
-            events("write", f"Writing {display_path(out)}")
+        _log.info(f"Writing {display_path(out)}", extra={"event": "write"})
         write_tree(pl, series, pristine, staging)
         confirm()  # before the tree takes its place
         report.status = "baked"
@@ -456,6 +457,6 @@ def bake(
     if failed == "unchanged":  # only an attempt bakery made and nobody touched
         with contextlib.suppress(OSError):
             remove_tree(failed_out)
-    elif failed is not None and events:
-        events("detected", f"kept {display_path(failed_out)}: {failed}")
+    elif failed is not None:
+        _log.info(f"kept {display_path(failed_out)}: {failed}", extra={"event": "detected"})
     return report

@@ -18,7 +18,8 @@ import typer
 from bakery import __version__
 from bakery.cli import hints, render
 from bakery.cli.console import Invocation as _Invocation
-from bakery.cli.console import err_console, human, out_console
+from bakery.cli.console import context as _context
+from bakery.cli.console import err_console, human, log_to_console, out_console
 from bakery.cli.console import fit_consoles as _fit_consoles
 from bakery.cli.console import safe as _safe
 from bakery.cli.parsing import (
@@ -93,21 +94,7 @@ def _root(
     _Invocation.quiet, _Invocation.verbose = quiet and not verbose, verbose
     _Invocation.human = out_console
     _fit_consoles()
-
-
-def _progress() -> render.ProgressFn | None:
-    return None if _Invocation.quiet else render.download_progress(err_console)
-
-
-def _events(event: str, detail: str) -> None:
-    if _Invocation.quiet:
-        return
-    err_console.print(
-        f"[dim]{_safe(detail)}[/]" if event == "detected" else _safe(detail),
-        markup=True,
-        highlight=False,
-        soft_wrap=True,
-    )
+    log_to_console(quiet=_Invocation.quiet, verbose=verbose)
 
 
 SeriesArg = Annotated[
@@ -199,9 +186,7 @@ def init(
     pristine git checkout of the release to edit; refresh --new-diff makes the diffs."""
     from bakery.commands.init import init as run_init
 
-    done = run_init(
-        series, vllm, tree=tree, with_tree=not no_tree, events=_events, progress=_progress()
-    )
+    done = run_init(_context(), series, vllm, tree=tree, with_tree=not no_tree)
     console = human()
     console.print(f"series {_safe(series)} (base vLLM {done.base}) in {_safe(str(done.series))}")
     if done.tree is not None:
@@ -255,18 +240,19 @@ def apply(
     _json_target(json_file)
     report = _run_bake(
         lambda: commands.apply(
+            _context(),
             series,
-            vllm=vllm,
-            out=out,
-            fuzz=fuzz,
-            keep_failed=keep_failed,
-            allow_dirty=allow_dirty,
-            use_port=not no_port,
-            merge=not no_merge,
-            force=force,
-            events=_events,
-            progress=_progress(),
-            with_fixes=with_fixes,
+            commands.ApplyOptions(
+                vllm=vllm,
+                fuzz=fuzz,
+                allow_dirty=allow_dirty,
+                use_port=not no_port,
+                merge=not no_merge,
+                with_fixes=with_fixes,
+                out=out,
+                keep_failed=keep_failed,
+                force=force,
+            ),
         ),
         json_file,
     )
@@ -302,14 +288,15 @@ def check(
     _json_target(json_file)
     report = _run_bake(
         lambda: commands.check(
+            _context(),
             series,
-            vllm=vllm,
-            fuzz=fuzz,
-            allow_dirty=allow_dirty,
-            use_port=not no_port,
-            merge=not no_merge,
-            events=_events,
-            progress=_progress(),
+            commands.BakeOptions(
+                vllm=vllm,
+                fuzz=fuzz,
+                allow_dirty=allow_dirty,
+                use_port=not no_port,
+                merge=not no_merge,
+            ),
         ),
         json_file,
     )
@@ -319,7 +306,7 @@ def check(
     code = code or _strict(strict, report.diffs, report)
     code = code or _strict_port(strict, report)
     if up_to_date and code == 0:
-        stale = commands.up_to_date(series, events=_events, vllm=vllm)
+        stale = commands.up_to_date(_context(), series, vllm=vllm)
         for line in stale:
             err_console.print(f"[red]not up to date:[/] {_safe(line)}", markup=True)
         code = 1 if stale else 0
@@ -375,7 +362,7 @@ def list_(
     """The series, their diffs, the files they touch, and their base release."""
     from bakery.commands import listing as commands
 
-    rows = commands.list_series(series)
+    rows = commands.list_series(_context(), series)
     if as_json:
         typer.echo(json.dumps([r.to_json() for r in rows], indent=2))
     else:
@@ -465,12 +452,12 @@ def verify(
     _preflight((junit, "--junit"))
     pytest_args = [*ctx.args, *ctx.meta.get(PYTEST_ARGS, [])]
     result, edited = commands.verify(
+        _context(),
         series,
         tree=tree,
         interpret=interpret,
         junit=junit,
         pytest_args=pytest_args,
-        events=_events,
         jobs=jobs,
         env=env,
         reuse=not no_reuse,
@@ -533,7 +520,6 @@ def matrix(
     """Bake (and verify) a series on many vLLM releases, in parallel."""
     from bakery.commands import matrix as mx
     from bakery.patch.series import load_series
-    from bakery.project import project_root
 
     _json_target(json_file)
     _preflight((json_file, "--json"), (markdown, "--markdown"), (junit, "--junit"))
@@ -551,14 +537,16 @@ def matrix(
         if not _Invocation.quiet:
             err_console.print(_safe(f"verifying each baked tree {where}"))
     rows = mx.run(
+        _context(),
         str(s.path),
         versions,
-        out_root=out.absolute(),
-        jobs=jobs,
-        verify=do_verify,
-        interpret=bool(interpret),
-        home=project_root(),
-        wheels=wheels,
+        mx.MatrixOptions(
+            out_root=out.absolute(),
+            jobs=jobs,
+            verify=do_verify,
+            interpret=bool(interpret),
+            wheels=wheels,
+        ),
     )
     render.matrix_grid(human(), s.name, rows, quiet=_Invocation.quiet)
     render.matrix_wheels(human(), err_console, rows)
@@ -611,14 +599,13 @@ def wheel(
 
     _package(
         lambda: wheel_cmd.wheel(
+            _context(),
             series,
             vllm=vllm,
             platform=platform,
             out_dir=out,
             tree=tree,
             force=force,
-            events=_events,
-            progress=render.download_progress(err_console),
         )
     )
 
@@ -639,13 +626,12 @@ def sdist(
 
     _package(
         lambda: wheel_cmd.sdist(
+            _context(),
             series,
             vllm=vllm,
             out_dir=out,
             tree=tree,
             force=force,
-            events=_events,
-            progress=render.download_progress(err_console),
         )
     )
 
@@ -714,7 +700,7 @@ def refresh(
     its port in patches/<series>/<release>/."""
     from bakery.porting import refresh as refresh_mod
 
-    done = refresh_mod.refresh(series, tree, release, events=_events, into=into, new_diff=new_diff)
+    done = refresh_mod.refresh(_context(), series, tree, release, into=into, new_diff=new_diff)
     for n in done.notes:
         err_console.print(f"[dim]{_safe(n)}[/]", markup=True, soft_wrap=True)
     render.refresh_done(
@@ -821,6 +807,7 @@ def port(
     if vllm is None:
         raise UsageError("bakery port needs --vllm SPEC or --promote VERSION (or --update)")
     result = run_port(
+        _context(),
         series,
         vllm=vllm,
         out_root=out,
@@ -828,7 +815,6 @@ def port(
         upstream=upstream,
         write=not dry_run,
         syntax=not lines_only,
-        events=_events,
     )
     if json_file is not None:
         write_json(json_file, result.to_json())
@@ -847,7 +833,7 @@ def _port_update(
     from bakery.porting.update import update as run_update
 
     result = run_update(
-        series, vllm=vllm, out_root=out, interpret=interpret, write=not dry_run, events=_events
+        _context(), series, vllm=vllm, out_root=out, interpret=interpret, write=not dry_run
     )
     if json_file is not None:
         write_json(json_file, result.to_json())
@@ -878,7 +864,7 @@ def diff_ports(
 
     _json_target(json_file)
     _preflight((json_file, "--json"))
-    views = run_review(series, vllm=vllm, since=since)
+    views = run_review(_context(), series, vllm=vllm, since=since)
     if json_file is not None:
         write_json(json_file, {"series": series, "ports": [v.to_json() for v in views]})
     render.port_review(human(), views)
@@ -916,6 +902,7 @@ def bisect(
     _json_target(json_file)
     _preflight((json_file, "--json"))
     result = run_bisect(
+        _context(),
         series,
         vllm=vllm,
         good=good,
@@ -923,7 +910,6 @@ def bisect(
         verify=verify,
         interpret=interpret,
         out_root=out,
-        events=_events,
     )
     if json_file is not None:
         write_json(json_file, result.to_json())
@@ -934,7 +920,7 @@ def bisect(
 def _promote(series: str, version: str, interpret: bool, out: Path, json_file: Path | None) -> None:
     from bakery.commands.port_next import promote
 
-    done = promote(series, version, interpret=interpret, out_root=out, events=_events)
+    done = promote(_context(), series, version, interpret=interpret, out_root=out)
     if json_file is not None:
         write_json(json_file, done.to_json())
     console = human()
@@ -985,11 +971,10 @@ def upstream(
 
     _json_target(json_file)
     result = up.upstream(
+        _context(),
         series,
         vllm,
         since=since,
-        events=_events,
-        progress=render.download_progress(err_console),
     )
     if json_file is not None:
         write_json(json_file, result.to_json())

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from bakery.cli.console import err_console, out_console
+from bakery.cli.console import context, err_console, out_console
 from bakery.safety.text import clean as printable
 
 cache_app = typer.Typer(
@@ -43,9 +43,7 @@ def _ago(when: float) -> str:
 @cache_app.command("dir")
 def dir_() -> None:
     """Print the cache's folder (BAKERY_CACHE_DIR, else the user's cache folder)."""
-    from bakery.sources.cache import Cache
-
-    out_console.print(escape(str(Cache().root)), soft_wrap=True)
+    out_console.print(escape(str(context().cache.root)), soft_wrap=True)
 
 
 @cache_app.command("list")
@@ -55,7 +53,7 @@ def list_(
     """The cache's entries, the one used last first, with their sizes."""
     from bakery.commands import cache as commands
 
-    cache, rows = commands.listing()
+    cache, rows = commands.listing(context())
     if as_json:
         data = {
             "root": str(cache.root),
@@ -110,7 +108,7 @@ def clean(
     An entry that a running bake holds is left alone (and named)."""
     from bakery.commands import cache as commands
 
-    result = commands.clean(keep=keep, older_than=older_than, dry_run=dry_run)
+    result = commands.clean(context(), keep=keep, older_than=older_than, dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
     for r in result.removed:
         out_console.print(escape(f"{verb} {r.key} ({size(r.size)})"), soft_wrap=True)

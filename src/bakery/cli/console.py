@@ -14,6 +14,7 @@ other.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -23,7 +24,9 @@ from rich.markup import escape
 from typer import _click  # typer 0.26-0.28 vendor click: its exceptions have no public name
 
 from bakery.cli import render
+from bakery.context import Context, Verbosity
 from bakery.errors import BakeryError
+from bakery.logs import Unmuted, event
 from bakery.safety.text import CILineGuard, clean
 from bakery.safety.urls import redact_text
 
@@ -57,11 +60,50 @@ def human() -> Console:
     return Invocation.human
 
 
+def context() -> Context:
+    """The context of this command (bakery.context), from what the root options asked:
+    made where each command starts, so that a command that needs no cache pays nothing."""
+    verbosity: Verbosity = (
+        "quiet" if Invocation.quiet else "verbose" if Invocation.verbose else "normal"
+    )
+    progress = None if Invocation.quiet else render.download_progress(err_console)
+    return Context.here(verbosity=verbosity, progress=progress)
+
+
 def fit_consoles() -> None:
     for console in (out_console, err_console):
         console.width = None  # type: ignore[assignment]  # rich: measure again
         if not console.is_terminal and "COLUMNS" not in os.environ:
             console.width = render.PIPE_WIDTH
+
+
+class ConsoleHandler(logging.Handler):
+    """The core's progress and notes (the ``bakery`` loggers, see bakery.logs) on stderr,
+    one line each, made safe to print; what bakery detected, and ``-v``'s detail, dim."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.addFilter(Unmuted())
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            detail = safe(record.getMessage())
+            dim = event(record) == "detected" or record.levelno < logging.INFO
+            err_console.print(
+                f"[dim]{detail}[/]" if dim else detail, markup=True, highlight=False, soft_wrap=True
+            )
+        except Exception:  # a handler never raises into the core (logging's rule)
+            self.handleError(record)
+
+
+def log_to_console(*, quiet: bool, verbose: bool) -> None:
+    """The one handler on the ``bakery`` logger, at the level -q/-v ask for (each command
+    of a process sets it again: tests run many in one)."""
+    logger = logging.getLogger("bakery")
+    for old in [h for h in logger.handlers if isinstance(h, ConsoleHandler)]:
+        logger.removeHandler(old)
+    logger.addHandler(ConsoleHandler())
+    logger.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
 
 
 def usage_line(e: _click.exceptions.UsageError) -> str:

@@ -4,13 +4,16 @@ each series' last apply (verify's default tree). Nothing here prints."""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bakery import project
-from bakery.bake.plan import Events, plan
+from bakery.bake.plan import plan
 from bakery.bake.staging import display_path
 from bakery.bake.tree import bake
+from bakery.context import Context
 from bakery.errors import BakeryError, ReportedError, UsageError
 from bakery.model.identity import Identity
 from bakery.model.report import BakeReport
@@ -19,25 +22,46 @@ from bakery.project import project_root
 from bakery.sources import resolve as sources
 from bakery.sources.cache import Cache, CacheChanged
 from bakery.sources.identity import identify
-from bakery.sources.pristine import Pristine, Progress
+from bakery.sources.pristine import Pristine
+
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from bakery.bake.merge import Fallback
 
 
+@dataclass(frozen=True)
+class BakeOptions:
+    """What ``check`` is asked (``apply`` too): the tree, and how the diffs may land."""
+
+    vllm: str | None = None  #: the pristine tree's spec; None: the series' base
+    fuzz: int = 0
+    allow_dirty: bool = False
+    use_port: bool = True
+    merge: bool = True
+    with_fixes: bool = False
+
+
+@dataclass(frozen=True)
+class ApplyOptions(BakeOptions):
+    """``apply``'s own: where the tree goes and what may be replaced. ``remember``: note
+    the baked tree as the series' last apply (verify's default tree); matrix rows and
+    bisect steps do not."""
+
+    out: Path | None = None
+    keep_failed: bool = False
+    force: bool = False
+    remember: bool = True
+
+
 def _pristine(
-    series: Series,
-    spec: str | None,
-    cache: Cache,
-    allow_dirty: bool,
-    progress: Progress | None,
-    defer_check: bool = False,
+    ctx: Context, series: Series, spec: str | None, allow_dirty: bool, defer_check: bool
 ) -> Pristine:
     spec = spec or series.base
     if not spec:
         raise UsageError(f"series {series.name} names no base release: pass --vllm")
     return sources.resolve(
-        spec, cache, allow_dirty=allow_dirty, progress=progress, defer_check=defer_check
+        spec, ctx.cache, allow_dirty=allow_dirty, progress=ctx.progress, defer_check=defer_check
     )
 
 
@@ -57,147 +81,76 @@ def port_dir(series: Series, version: str | None, home: Path | None = None) -> P
 
 
 def _prepare(
-    series_spec: str,
-    vllm: str | None,
-    *,
-    allow_dirty: bool,
-    use_port: bool,
-    progress: Progress | None,
-    cache: Cache | None = None,
-    defer_check: bool = False,
-    with_fixes: bool = False,
-    events: Events | None = None,
-) -> tuple[Series, Pristine, Cache]:
-    series = load_series(series_spec)
-    cache = cache or Cache()
+    ctx: Context, series_spec: str, opts: BakeOptions, *, defer_check: bool = False
+) -> tuple[Series, Pristine]:
+    series = load_series(series_spec, ctx.home)
     try:
         series.require_diffs()
         series.load_diffs()  # a bad diff is reported before any download
-        pristine = _pristine(series, vllm, cache, allow_dirty, progress, defer_check)
-        pristine.identity = identify(pristine, cache)
+        pristine = _pristine(ctx, series, opts.vllm, opts.allow_dirty, defer_check)
+        pristine.identity = identify(pristine, ctx.cache)
         claimed = pristine.version or pristine.identity.claims
-        port = port_dir(series, claimed) if use_port else None
+        port = port_dir(series, claimed, ctx.home) if opts.use_port else None
         if port is not None:
             series.use_port(port)
-            if not pristine.identity.pristine and events:
-                events("identity", foreign_port_line(pristine.identity, port))
-        if with_fixes:
+            if not pristine.identity.pristine:
+                _log.info(foreign_port_line(pristine.identity, port), extra={"event": "identity"})
+        if opts.with_fixes:
             series.use_fixes(pristine.version)
         series.load_diffs()
     except BakeryError as e:
         raise ReportedError(
             e, BakeReport(series.name, display_path(series.path), error=e.message)
         ) from None
-    return series, pristine, cache
+    return series, pristine
 
 
 def _fallback(
-    series: Series,
-    pristine: Pristine,
-    cache: Cache,
-    merge: bool,
-    progress: Progress | None,
-    defer_check: bool = False,
+    ctx: Context, series: Series, pristine: Pristine, merge: bool, defer_check: bool = False
 ) -> Fallback:
     from bakery.bake.merge import make_fallback
 
-    return make_fallback(
-        series, pristine, cache, merge=merge, progress=progress, defer_check=defer_check
-    )
+    return make_fallback(series, pristine, ctx, merge=merge, defer_check=defer_check)
 
 
-def apply(
-    series_spec: str,
-    *,
-    vllm: str | None = None,
-    out: Path | None = None,
-    fuzz: int = 0,
-    keep_failed: bool = False,
-    allow_dirty: bool = False,
-    use_port: bool = True,
-    merge: bool = True,
-    force: bool = False,
-    events: Events | None = None,
-    progress: Progress | None = None,
-    cache: Cache | None = None,
-    remember: bool = True,
-    with_fixes: bool = False,
-) -> BakeReport:
-    """remember: note the baked tree as the series' last apply (verify's default tree);
-    matrix workers do not."""
+def apply(ctx: Context, series_spec: str, opts: ApplyOptions) -> BakeReport:
+    """Bake the series into a new tree (``opts.out``, default build/SERIES-VERSION/)."""
     # A cached tree is checked for changes (git status) while the bake copies it; if it
     # had changed, the entry is extracted again and the bake done again, once.
     for again in (False, True):
-        series, pristine, cache = _prepare(
-            series_spec,
-            vllm,
-            allow_dirty=allow_dirty,
-            use_port=use_port,
-            progress=progress,
-            cache=cache,
-            defer_check=not again,
-            with_fixes=with_fixes,
-            events=events,
-        )
-        if events:
-            for note in cache.notes:
-                events("detected", note)
-        cache.notes.clear()
+        series, pristine = _prepare(ctx, series_spec, opts, defer_check=not again)
+        for note in ctx.cache.notes:
+            _log.info(note, extra={"event": "detected"})
+        ctx.cache.notes.clear()
         try:
-            return _apply(
-                series,
-                pristine,
-                cache,
-                out,
-                fuzz=fuzz,
-                keep_failed=keep_failed,
-                merge=merge,
-                force=force,
-                events=events,
-                progress=progress,
-                defer_check=not again,
-                remember=remember,
-            )
+            return _apply(ctx, series, pristine, opts, defer_check=not again)
         except CacheChanged as e:
-            if events:
-                events("detected", e.message)
+            _log.info(e.message, extra={"event": "detected"})
         finally:
             pristine.close()
     raise AssertionError("unreachable: the second pass does not defer its check")
 
 
 def _apply(
-    series: Series,
-    pristine: Pristine,
-    cache: Cache,
-    out: Path | None,
-    *,
-    fuzz: int,
-    keep_failed: bool,
-    merge: bool,
-    force: bool,
-    events: Events | None,
-    progress: Progress | None,
-    defer_check: bool,
-    remember: bool,
+    ctx: Context, series: Series, pristine: Pristine, opts: ApplyOptions, *, defer_check: bool
 ) -> BakeReport:
+    out = opts.out
     if out is None:
         label = pristine.version or Path(pristine.source).name or "tree"
-        out = project_root() / "build" / f"{series.name}-{label}"
+        out = ctx.home / "build" / f"{series.name}-{label}"
     base: Pristine | None = None
     try:
-        _refuse_in_cache(out, cache)
-        fallback = _fallback(series, pristine, cache, merge, progress, defer_check)
+        _refuse_in_cache(out, ctx.cache)
+        fallback = _fallback(ctx, series, pristine, opts.merge, defer_check)
         base = fallback.base
         report = bake(
             series,
             pristine,
             out,
-            fuzz=fuzz,
-            keep_failed=keep_failed,
-            force=force,
+            fuzz=opts.fuzz,
+            keep_failed=opts.keep_failed,
+            force=opts.force,
             fallback=fallback,
-            events=events,
         )  # it confirms both trees
     except CacheChanged:
         raise
@@ -218,9 +171,9 @@ def _apply(
     finally:
         if base is not None:
             base.close()
-    if report.status == "baked" and remember:
-        cache.path(".")  # the cache folder and its README
-        project.remember(cache.root / project.LAST_BAKES, series.name, out)
+    if report.status == "baked" and opts.remember:
+        ctx.cache.path(".")  # the cache folder and its README
+        project.remember(ctx.cache.root / project.LAST_BAKES, series.name, out)
     return report
 
 
@@ -233,34 +186,15 @@ def _refuse_in_cache(out: Path, cache: Cache) -> None:
         raise UsageError(f"--out {out}: inside bakery's cache {root}; choose another --out")
 
 
-def check(
-    series_spec: str,
-    *,
-    vllm: str | None = None,
-    fuzz: int = 0,
-    allow_dirty: bool = False,
-    use_port: bool = True,
-    merge: bool = True,
-    events: Events | None = None,
-    progress: Progress | None = None,
-    cache: Cache | None = None,
-) -> BakeReport:
-    series, pristine, cache = _prepare(
-        series_spec,
-        vllm,
-        allow_dirty=allow_dirty,
-        use_port=use_port,
-        progress=progress,
-        cache=cache,
-        events=events,
-    )
+def check(ctx: Context, series_spec: str, opts: BakeOptions) -> BakeReport:
+    """The same run as apply, planned in memory: no tree is written."""
+    series, pristine = _prepare(ctx, series_spec, opts)
     try:
         return plan(
             series,
             pristine,
-            fuzz=fuzz,
-            fallback=_fallback(series, pristine, cache, merge, progress),
-            events=events,
+            fuzz=opts.fuzz,
+            fallback=_fallback(ctx, series, pristine, opts.merge),
         ).report
     except BakeryError as e:
         raise ReportedError(
@@ -268,9 +202,7 @@ def check(
         ) from None
 
 
-def up_to_date(
-    series_spec: str, events: Events | None = None, vllm: str | None = None
-) -> list[str]:
+def up_to_date(ctx: Context, series_spec: str, vllm: str | None = None) -> list[str]:
     """Stale ports of the series: every port, or with ``vllm`` a release version, only that
     release's port (where CI has that release cached; a path or git+ spec checks them all)."""
     from packaging.version import InvalidVersion, Version
@@ -281,4 +213,4 @@ def up_to_date(
         only = Version(vllm) if vllm else None
     except InvalidVersion:
         only = None
-    return refresh.stale_ports(load_series(series_spec), Cache(), events=events, only=only)
+    return refresh.stale_ports(ctx, load_series(series_spec, ctx.home), only=only)

@@ -16,19 +16,20 @@ mirror is only read and each step is a bake in bakery's own scratch folder.
 
 from __future__ import annotations
 
+import logging
 import shutil
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from bakery.context import Context
 from bakery.errors import BakeryError, ReportedError, UsageError
 from bakery.git import cmd as gitutil
+from bakery.logs import muted
 from bakery.model.report import BakeReport
 from bakery.patch.series import load_series
 from bakery.safety.urls import redact_url
-from bakery.sources.cache import Cache
 
-Events = Callable[[str, str], None]
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -89,32 +90,27 @@ class _Run:
     scratch: Path
     verify: bool
     interpret: bool
-    cache: Cache
-    events: Events | None
+    ctx: Context  # no progress bar: each step's bake is one line of the bisect
     reports: dict[str, BakeReport] = field(default_factory=dict)
 
     def bake(self, commit: str) -> tuple[BakeReport, Path]:
-        from bakery.commands.apply import apply
+        from bakery.commands.apply import ApplyOptions, apply
 
         out = self.scratch / commit[:12]
         shutil.rmtree(out, ignore_errors=True)
         try:
-            report = apply(
-                self.series,
-                vllm=f"git+{self.url}@{commit}",
-                out=out,
-                force=True,
-                cache=self.cache,
-                remember=False,
-            )
+            with muted():
+                opts = ApplyOptions(
+                    vllm=f"git+{self.url}@{commit}", out=out, force=True, remember=False
+                )
+                report = apply(self.ctx, self.series, opts)
         except ReportedError as e:
             report = e.report
         self.reports[commit] = report
         return report, out
 
     def judge(self, commit: str, subject: str) -> Step:
-        if self.events:
-            self.events("bisect", f"Testing {commit[:12]} {subject}")
+        _log.info(f"Testing {commit[:12]} {subject}", extra={"event": "bisect"})
         report, out = self.bake(commit)
         if report.status != "baked":
             why = report.error or f"{len(report.failed_hunks())} hunk(s) do not apply"
@@ -163,6 +159,7 @@ def _first_parent(mirror: Path, good: str, bad: str) -> list[tuple[str, str]]:
 
 
 def bisect(
+    ctx: Context,
     series_spec: str,
     *,
     vllm: str,
@@ -171,12 +168,10 @@ def bisect(
     verify: bool = False,
     interpret: bool = True,
     out_root: Path = Path("build/bisect"),
-    events: Events | None = None,
-    cache: Cache | None = None,
 ) -> BisectResult:
     from bakery.sources.gitsource import mirror_commit, split_spec
 
-    series = load_series(series_spec)
+    series = load_series(series_spec, ctx.home)
     if not vllm.startswith("git+"):
         raise UsageError(f"bakery bisect needs --vllm git+URL, not {vllm!r}")
     url, ref = split_spec(vllm[4:])
@@ -184,15 +179,14 @@ def bisect(
         raise UsageError("bakery bisect: give the refs as --good and --bad, not in --vllm")
     if verify and not (series.path / "tests").is_dir():
         raise UsageError(f"{series.path}: no tests/ folder: --verify has nothing to run")
-    cache = cache or Cache()
-    mirror, good_c = mirror_commit(url, good, cache)
-    _, bad_c = mirror_commit(url, bad, cache)
+    mirror, good_c = mirror_commit(url, good, ctx.cache)
+    _, bad_c = mirror_commit(url, bad, ctx.cache)
     commits = _first_parent(mirror, good_c, bad_c)
     if not commits or commits[-1][0] != bad_c:
         raise UsageError(f"--bad {bad} is not a first-parent descendant of --good {good}")
     scratch = (out_root / series.name).absolute()
     scratch.mkdir(parents=True, exist_ok=True)
-    run = _Run(series_spec, url, scratch, verify, interpret, cache, events)
+    run = _Run(series_spec, url, scratch, verify, interpret, replace(ctx, progress=None))
     result = BisectResult(
         series.name,
         f"git+{redact_url(url)}",

@@ -3,23 +3,19 @@
 
 from __future__ import annotations
 
+from bakery.context import Context
 from bakery.errors import UsageError
 from bakery.sources import housekeeping
 from bakery.sources.cache import Cache
 from bakery.sources.housekeeping import Cleaned, Item
 
 
-def listing(cache: Cache | None = None) -> tuple[Cache, list[Item]]:
-    cache = cache or Cache()
-    return cache, housekeeping.items(cache)
+def listing(ctx: Context) -> tuple[Cache, list[Item]]:
+    return ctx.cache, housekeeping.items(ctx.cache)
 
 
 def clean(
-    *,
-    keep: int | None,
-    older_than: float | None,
-    dry_run: bool = False,
-    cache: Cache | None = None,
+    ctx: Context, *, keep: int | None, older_than: float | None, dry_run: bool = False
 ) -> Cleaned:
     if keep is not None and older_than is not None:
         raise UsageError("cache clean: give --keep N or --older-than DAYS, not both")
@@ -27,4 +23,4 @@ def clean(
         raise UsageError(f"cache clean --keep {keep}: a count of entries, 0 or more")
     if older_than is not None and older_than < 0:
         raise UsageError(f"cache clean --older-than {older_than:g}: days, 0 or more")
-    return housekeeping.clean(cache or Cache(), keep=keep, older_than=older_than, dry_run=dry_run)
+    return housekeeping.clean(ctx.cache, keep=keep, older_than=older_than, dry_run=dry_run)

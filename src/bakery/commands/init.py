@@ -19,16 +19,13 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from bakery.bake.plan import Events
 from bakery.bake.staging import display_path
+from bakery.context import Context
 from bakery.errors import BakeryError, UsageError
 from bakery.patch.series import Series
-from bakery.project import project_root
 from bakery.safety import paths
 from bakery.sources import resolve as sources
 from bakery.sources import versions
-from bakery.sources.cache import Cache
-from bakery.sources.pristine import Progress
 
 #: The module the example test imports (pure Python, in every release bakery supports).
 EXAMPLE_MODULE = "vllm.sampling_params"
@@ -122,17 +119,10 @@ class Initialized:
 
 
 def init(
-    name: str,
-    vllm: str,
-    *,
-    tree: Path | None = None,
-    with_tree: bool = True,
-    events: Events | None = None,
-    progress: Progress | None = None,
-    home: Path | None = None,
+    ctx: Context, name: str, vllm: str, *, tree: Path | None = None, with_tree: bool = True
 ) -> Initialized:
     """Write launcher/NAME/ and (with_tree) a pristine working tree; see the module."""
-    home = (home or project_root()).absolute()
+    home = ctx.home.absolute()
     try:
         name = paths.name(name, "SERIES")
     except paths.UnsafeDataError as e:
@@ -148,7 +138,7 @@ def init(
     _write_series(folder, name, base)
     try:
         if work is not None:
-            _write_tree(folder, name, base, work, events, progress)
+            _write_tree(ctx, folder, name, base, work)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)  # made just now: no half series stays
         raise
@@ -192,17 +182,15 @@ def _write_series(folder: Path, name: str, base: str) -> None:
         raise UsageError(f"{display_path(folder)}: {e.strerror}") from None
 
 
-def _write_tree(
-    folder: Path, name: str, base: str, work: Path, events: Events | None, progress: Progress | None
-) -> None:
+def _write_tree(ctx: Context, folder: Path, name: str, base: str, work: Path) -> None:
     """The pristine release as a baked tree of the empty series (a git checkout whose
     manifest refresh reads), through the same path as ``bakery apply``."""
     from bakery.bake.tree import bake
 
     series = Series(name=name, path=folder, diff_paths=[], base=base, tests=folder / "tests")
-    pristine = sources.resolve(base, Cache(), progress=progress)
+    pristine = sources.resolve(base, ctx.cache, progress=ctx.progress)
     try:
-        report = bake(series, pristine, work, events=events)
+        report = bake(series, pristine, work)
     finally:
         pristine.close()
     if report.status != "baked":  # an empty series always bakes

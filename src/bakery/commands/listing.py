@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bakery.context import Context
 from bakery.patch.series import load_series
-from bakery.project import project_root
 
 # --- list --------------------------------------------------------------------------------------
 
@@ -49,8 +49,8 @@ class SeriesRow:
         }
 
 
-def list_series(spec: str | None) -> list[SeriesRow]:
-    home = project_root()
+def list_series(ctx: Context, spec: str | None) -> list[SeriesRow]:
+    home = ctx.home
     if spec:
         names = [spec]
     else:

@@ -17,7 +17,9 @@ from packaging.version import Version
 
 from bakery.bake import treecopy
 from bakery.bake.strict import needs_review
+from bakery.context import Context
 from bakery.errors import BakeryError, ReportedError, UsageError
+from bakery.logs import muted
 from bakery.model.report import DiffResult
 from bakery.model.results import BakeStatus, Outcome, VerifyState
 from bakery.safety import limits
@@ -191,7 +193,21 @@ def _bake_release_in_worker(
     home: str,
     wheels: bool = False,
 ) -> Row:
-    """Runs in a worker process: bake one release, verify it if asked."""
+    """Runs in a worker process (or, with one job, in this one): bake one release, verify
+    it if asked; its progress is not narrated (the matrix reports rows)."""
+    with muted():
+        return _counted(series, version, out_root, verify, interpret, home, wheels)
+
+
+def _counted(
+    series: str,
+    version: str,
+    out_root: str,
+    verify: bool,
+    interpret: bool,
+    home: str,
+    wheels: bool,
+) -> Row:
     if _busy is None:
         return _bake_release(series, version, out_root, verify, interpret, home, wheels)
     with _busy.get_lock():
@@ -215,17 +231,19 @@ def _bake_release(
     os.environ["BAKERY_HOME"] = home
     from bakery.commands import apply as commands
 
+    ctx = Context(Path(home))
     start = time.monotonic()
     out = Path(out_root) / f"{Path(series).name}-{version}"
     row = Row(version, "error")
     try:
-        report = commands.apply(series, vllm=version, out=out, force=True, remember=False)
+        opts = commands.ApplyOptions(vllm=version, out=out, force=True, remember=False)
+        report = commands.apply(ctx, series, opts)
         row.status, row.port, row.port_stale = report.status, report.port, report.port_stale
         row.diffs = report.diffs
         if verify and report.status == "baked":
-            _verify(row, series, out, interpret)
+            _verify(ctx, row, series, out, interpret)
         if wheels and report.status == "baked" and (row.verify is None or row.verified):
-            _wheels(row, out, Path(out_root) / "wheels")
+            _wheels(ctx, row, out, Path(out_root) / "wheels")
     except ReportedError as e:
         row.error = e.message
         row.diffs = e.report.diffs
@@ -235,7 +253,7 @@ def _bake_release(
     return row
 
 
-def _verify(row: Row, series: str, out: Path, interpret: bool) -> None:
+def _verify(ctx: Context, row: Row, series: str, out: Path, interpret: bool) -> None:
     """Verify a baked tree into ``row``. A verify that cannot run (no GPU, no tests/
     folder, pytest stopped) is "error", never left unset: unset would read as ok."""
     from bakery.commands import verify as commands
@@ -243,7 +261,7 @@ def _verify(row: Row, series: str, out: Path, interpret: bool) -> None:
     log = out.with_name(out.name + ".verify.log")
     try:
         result, _ = commands.verify(
-            series, tree=out, interpret=interpret, junit=None, pytest_args=["-q"], log=log
+            ctx, series, tree=out, interpret=interpret, junit=None, pytest_args=["-q"], log=log
         )
     except BakeryError as e:
         row.verify, row.verify_error = "error", e.message
@@ -271,34 +289,36 @@ def exit_code(rows: list[Row], allow_fail: bool) -> int:
     return 0 if allow_fail or all(r.ok for r in rows) else 1
 
 
-def _wheels(row: Row, tree: Path, out_dir: Path) -> None:
+def _wheels(ctx: Context, row: Row, tree: Path, out_dir: Path) -> None:
     """matrix --wheels: the release's baked wheel for every platform, into out_dir."""
     from bakery.commands.wheel import platforms, wheels_from_tree
-    from bakery.sources.cache import Cache
 
     try:
-        paths = wheels_from_tree(tree, platforms("all"), out_dir, Cache())
+        paths = wheels_from_tree(ctx, tree, platforms("all"), out_dir)
     except BakeryError as e:
         row.wheel_error = e.message
         return
     row.wheels = [str(p) for p in paths]
 
 
-def run(
-    series: str,
-    versions: list[str],
-    *,
-    out_root: Path,
-    jobs: int,
-    verify: bool,
-    interpret: bool,
-    home: Path,
-    wheels: bool = False,
-) -> list[Row]:
-    """Bake every version; the cache is shared safely between the workers (file locks).
-    With wheels, each baked release's wheels go to <out_root>/wheels/."""
-    # Download/extract each release once, before the workers race for it.
-    args = [(series, v, str(out_root), verify, interpret, str(home), wheels) for v in versions]
+@dataclass(frozen=True)
+class MatrixOptions:
+    """What ``bakery matrix`` is asked, beyond the series and the releases."""
+
+    out_root: Path  #: each release's tree goes to <out_root>/SERIES-VERSION/
+    jobs: int = 2
+    verify: bool = False
+    interpret: bool = True
+    wheels: bool = False  #: each baked release's wheels go to <out_root>/wheels/
+
+
+def run(ctx: Context, series: str, versions: list[str], opts: MatrixOptions) -> list[Row]:
+    """Bake every version; the cache is shared safely between the workers (file locks)."""
+    jobs = opts.jobs
+    args = [
+        (series, v, str(opts.out_root), opts.verify, opts.interpret, str(ctx.home), opts.wheels)
+        for v in versions
+    ]
     if jobs <= 1 or len(versions) == 1:
         results = [_bake_release_in_worker(*a) for a in args]
     else:

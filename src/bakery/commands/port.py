@@ -12,8 +12,8 @@ upstream commits that touched its lines (``--upstream``).
 
 from __future__ import annotations
 
+import logging
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 from packaging.version import Version
@@ -22,16 +22,17 @@ from bakery.bake.merge import Fallback
 from bakery.bake.staging import display_path
 from bakery.bake.tree import bake, refuse_to_discard_attempts
 from bakery.commands.proving import PortResult, Tried, attention, prove, verify_line, verify_tree
+from bakery.context import Context
 from bakery.errors import BakeryError, UsageError
+from bakery.logs import muted
 from bakery.patch.series import Series, load_series
 from bakery.porting import differential
 from bakery.porting.propose import Candidate, candidates, provenance, write_port
-from bakery.project import project_root
 from bakery.sources import resolve as sources
 from bakery.sources.cache import Cache
 from bakery.sources.pristine import Pristine
 
-Events = Callable[[str, str], None]
+_log = logging.getLogger(__name__)
 
 
 def _previous_release(series: Series, target: str, cache: Cache) -> str | None:
@@ -45,6 +46,7 @@ def _previous_release(series: Series, target: str, cache: Cache) -> str | None:
 
 
 def port(
+    ctx: Context,
     series_spec: str,
     *,
     vllm: str,
@@ -54,25 +56,21 @@ def port(
     previous: str | None = None,
     write: bool = True,
     syntax: bool = True,
-    events: Events | None = None,
-    cache: Cache | None = None,
 ) -> PortResult:
-    home = project_root()
+    home, cache = ctx.home, ctx.cache
     series = load_series(series_spec, home)
     series.require_diffs()
-    cache = cache or Cache()
     if not sources.is_version(vllm):  # a tree that is no release: patches/SERIES/next/
         from bakery.commands.port_next import port_next
 
         return port_next(
+            ctx,
             series_spec,
             vllm=vllm,
             out_root=out_root,
             interpret=interpret,
             write=write,
             syntax=syntax,
-            events=events,
-            cache=cache,
         )
     target = sources.resolve(vllm, cache)
     version = target.version or vllm
@@ -80,20 +78,20 @@ def port(
     result = PortResult(
         series.name,
         version,
-        candidates(series_spec, target, cache, home, syntax=syntax, events=events),
+        candidates(ctx, series_spec, target, syntax=syntax),
     )
     scratch = (out_root / f"{series.name}-{version}").absolute()
     _clear_scratch(scratch)
-    if _no_port_needed(series, result, target, scratch, interpret, events):
+    if _no_port_needed(series, result, target, scratch, interpret):
         return result
     prev_record = None
     if (series.path / differential.CASES_FILE).is_file():
         result.previous = previous or _previous_release(series, version, cache)
         if result.previous:
-            prev_record = _record_previous(series_spec, result.previous, scratch, cache)
+            prev_record = _record_previous(ctx, series_spec, result.previous, scratch)
     for n, cand in enumerate(c for c in result.candidates if c.failed == 0 and not _plain(c)):
         folder = scratch / f"candidate-{n + 1}"
-        tried = prove(series, cand, target, folder, interpret, events)
+        tried = prove(series, cand, target, folder, interpret)
         result.tried.append(tried)
         if not tried.verify.startswith("passed"):
             continue
@@ -107,7 +105,7 @@ def port(
         result.written = display_path(dest)
         result.hunks = attention(cand, result.target, upstream)
         return result
-    _leave_best(series_spec, result, target, scratch, cache, syntax=syntax)
+    _leave_best(ctx, series_spec, result, target, scratch, syntax=syntax)
     if result.candidates:
         result.hunks = attention(result.candidates[0], result.target, upstream)
     return result
@@ -132,20 +130,19 @@ def _no_port_needed(
     target: Pristine,
     scratch: Path,
     interpret: bool,
-    events: Events | None,
 ) -> bool:
     """True when the series' own diffs bake and verify on the target: nothing to write."""
     cand = next((c for c in result.candidates if _plain(c)), None)
     if cand is None:
         return False
-    if events:
-        events("port", "Verifying the series' own diffs, which apply as they are")
+    _log.info("Verifying the series' own diffs, which apply as they are", extra={"event": "port"})
     folder = scratch / "series"
-    report = bake(load_series(str(series.path)), target, folder / "tree")
+    with muted():
+        report = bake(load_series(str(series.path)), target, folder / "tree")
     if report.status != "baked":
         return False
     try:
-        res = verify_tree(series, folder, interpret, events)
+        res = verify_tree(series, folder, interpret)
     except BakeryError as e:
         result.tried.append(Tried(cand.start.label, f"not run: {e.message}"))
         return False
@@ -177,14 +174,15 @@ def _unexplained(
     return any(d.explained is None for d in diffs)
 
 
-def _record_previous(spec: str, release: str, scratch: Path, cache: Cache) -> Path:
-    from bakery.commands.apply import apply
+def _record_previous(ctx: Context, spec: str, release: str, scratch: Path) -> Path:
+    from bakery.commands.apply import ApplyOptions, apply
 
     tree = scratch / f"previous-{release}"
-    report = apply(spec, vllm=release, out=tree, cache=cache)
+    with muted():
+        report = apply(ctx, spec, ApplyOptions(vllm=release, out=tree))
     if report.status != "baked":
         raise BakeryError(f"the previous release {release} does not bake: no differential check")
-    series = load_series(spec)
+    series = load_series(spec, ctx.home)
     out = scratch / f"previous-{release}.pt"
     # recorded inputs are CPU tensors: both sides run under Triton's interpreter
     differential.record(tree, series.path / differential.CASES_FILE, out, interpret=True)
@@ -192,7 +190,7 @@ def _record_previous(spec: str, release: str, scratch: Path, cache: Cache) -> Pa
 
 
 def _leave_best(
-    spec: str, result: PortResult, target: Pristine, scratch: Path, cache: Cache, *, syntax: bool
+    ctx: Context, spec: str, result: PortResult, target: Pristine, scratch: Path, *, syntax: bool
 ) -> None:
     """The best attempt as a conflict tree, for a person to finish (merged by lines only
     with --lines-only)."""
@@ -202,10 +200,10 @@ def _leave_best(
     if not result.candidates:
         return
     best = result.candidates[0]
-    home = project_root()
-    s = _series_for(spec, best.start, home)
-    start = _series_for(spec, best.start, home)
-    base = release(best.start.release, cache)
+    s = _series_for(spec, best.start, ctx.home)
+    start = _series_for(spec, best.start, ctx.home)
+    base = release(best.start.release, ctx.cache)
     fallback = Fallback(s, target, base, True, syntax=syntax, start=start)
-    report = bake(s, target, scratch / "attempt", keep_failed=True, fallback=fallback)
+    with muted():
+        report = bake(s, target, scratch / "attempt", keep_failed=True, fallback=fallback)
     result.failed_out = report.failed_out

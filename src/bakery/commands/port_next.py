@@ -19,24 +19,24 @@ provenance saying so. Nothing is written otherwise.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from bakery.bake.staging import display_path
 from bakery.bake.tree import bake
 from bakery.commands.proving import PortResult, attention, prove, verify_line
+from bakery.context import Context
 from bakery.errors import BakeryError, UsageError
+from bakery.logs import muted
 from bakery.model.identity import Identity
 from bakery.patch.series import Series, load_series
-from bakery.project import project_root
 from bakery.sources import identity as identities
 from bakery.sources import resolve as sources
-from bakery.sources.cache import Cache
 from bakery.sources.pristine import Pristine
 
-Events = Callable[[str, str], None]
+_log = logging.getLogger(__name__)
 
 #: The folder a port of an unreleased tree is written to.
 NEXT = "next"
@@ -63,6 +63,7 @@ def _listing(target: Pristine) -> identities.Listing:
 
 
 def port_next(
+    ctx: Context,
     series_spec: str,
     *,
     vllm: str,
@@ -70,15 +71,12 @@ def port_next(
     interpret: bool,
     write: bool,
     syntax: bool,
-    events: Events | None,
-    cache: Cache | None = None,
 ) -> PortResult:
     """The port of a tree that is no release, to patches/SERIES/next/ (a PortResult)."""
     from bakery.porting.propose import candidates, provenance, write_port
 
-    home = project_root()
+    home, cache = ctx.home, ctx.cache
     series = load_series(series_spec, home)
-    cache = cache or Cache()
     target = sources.resolve(vllm, cache)
     ident = identities.identify(target, cache)
     target.identity = ident
@@ -93,13 +91,13 @@ def port_next(
     result = PortResult(
         series.name,
         label,
-        candidates(series_spec, target, cache, home, syntax=syntax, events=events),
+        candidates(ctx, series_spec, target, syntax=syntax),
     )
     scratch = (out_root / f"{series.name}-{NEXT}").absolute()
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     for n, cand in enumerate(c for c in result.candidates if c.failed == 0):
-        tried = prove(series, cand, target, scratch / f"candidate-{n + 1}", interpret, events)
+        tried = prove(series, cand, target, scratch / f"candidate-{n + 1}", interpret)
         result.tried.append(tried)
         if not tried.verify.startswith("passed"):
             continue
@@ -185,17 +183,16 @@ def _read_record(nxt: Path) -> dict[str, object]:
 
 
 def promote(
+    ctx: Context,
     series_spec: str,
     version: str,
     *,
     interpret: bool = True,
     out_root: Path = Path("build/port"),
-    events: Events | None = None,
-    cache: Cache | None = None,
 ) -> Promoted:
     """next/ to the release's own port: as it is where the release's package files are the
     ones it was proven on, else only once baked and verified on the release."""
-    home = project_root()
+    home = ctx.home
     series = load_series(series_spec, home)
     if not sources.is_version(version):
         raise UsageError(f"--promote {version!r}: not a release version")
@@ -206,8 +203,7 @@ def promote(
     if dest.exists():
         raise UsageError(f"{display_path(dest)} exists: a release's port is never replaced")
     record = _read_record(nxt)
-    cache = cache or Cache()
-    release = sources.release(version, cache)
+    release = sources.release(version, ctx.cache)
     try:
         have = package_listing(identities.committed_listing(release.tree))
         proven = record["package"]
@@ -216,7 +212,7 @@ def promote(
         if not differs:
             _move(nxt, dest, f"- promoted to {version}: its package files are the ones proven on\n")
             return Promoted(series.name, version, "same files", display_path(dest))
-        line = _reprove(series, nxt, release, out_root, interpret, events)
+        line = _reprove(series, nxt, release, out_root, interpret)
     finally:
         release.close()
     if not line.startswith("passed"):
@@ -240,18 +236,17 @@ def _reprove(
     release: Pristine,
     out_root: Path,
     interpret: bool,
-    events: Events | None,
 ) -> str:
     from bakery.testing.runner import run_verify
 
-    if events:
-        events("port", f"Proving {display_path(nxt)} on vLLM {release.version}")
+    _log.info(f"Proving {display_path(nxt)} on vLLM {release.version}", extra={"event": "port"})
     folder = (out_root / f"{series.name}-promote-{release.version}").absolute()
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     s = load_series(str(series.path))
     s.use_port(nxt)
-    report = bake(s, release, folder / "tree")
+    with muted():
+        report = bake(s, release, folder / "tree")
     if report.status != "baked":
         return "not run: the port does not bake on the release as written"
     try:

@@ -7,20 +7,21 @@ the result both commands return (``PortResult``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bakery.bake.tree import bake
 from bakery.errors import BakeryError
+from bakery.logs import muted
 from bakery.patch.series import Series, load_series
 from bakery.porting.propose import Candidate
 from bakery.sources.cache import Cache
 from bakery.sources.pristine import Pristine
 from bakery.testing.runner import VerifyResult, run_verify
 
-Events = Callable[[str, str], None]
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -73,14 +74,12 @@ def verify_line(code: int, passed: int, failed: int, skipped: int) -> str:
     return f"failed ({failed} failed, {passed} passed)"
 
 
-def verify_tree(
-    series: Series, folder: Path, interpret: bool, events: Events | None
-) -> VerifyResult:
+def verify_tree(series: Series, folder: Path, interpret: bool) -> VerifyResult:
     """The series' tests on ``folder/tree``, in the series' test environment, the result
     recorded (and reused) in bakery's cache."""
     from bakery.commands.verify import test_environment
 
-    mode, python = test_environment(series.env, folder / "tree", interpret, events)
+    mode, python = test_environment(series.env, folder / "tree", interpret)
     return run_verify(
         series.path / "tests",
         folder / "tree",
@@ -99,22 +98,21 @@ def prove(
     target: Pristine,
     folder: Path,
     interpret: bool,
-    events: Events | None,
 ) -> Tried:
     """Bake the candidate from its own port diffs, then verify that tree."""
-    if events:
-        events("port", f"Verifying the proposal from {cand.start.label}")
+    _log.info(f"Verifying the proposal from {cand.start.label}", extra={"event": "port"})
     port_dir = folder / "port"
     port_dir.mkdir(parents=True)
     s = load_series(str(series.path))
     for d, text in zip(s.load_diffs(), cand.texts, strict=True):
         (port_dir / d.name).write_bytes(text)
     s.use_port(port_dir)
-    report = bake(s, target, folder / "tree")
+    with muted():
+        report = bake(s, target, folder / "tree")
     if report.status != "baked":
         return Tried(cand.start.label, "not run: the proposed diffs do not bake as written")
     try:
-        res = verify_tree(series, folder, interpret, events)
+        res = verify_tree(series, folder, interpret)
     except BakeryError as e:
         return Tried(cand.start.label, f"not run: {e.message}")
     return Tried(cand.start.label, verify_line(res.exit_code, res.passed, res.failed, res.skipped))

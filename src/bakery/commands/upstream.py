@@ -18,14 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bakery.bake.plan import Events, plan
+from bakery.bake.plan import plan
 from bakery.checks.contracts import GONE, World
 from bakery.checks.guard import LANDED
+from bakery.context import Context
 from bakery.errors import UsageError
 from bakery.git import history
+from bakery.logs import muted
 from bakery.model.report import BakeReport
 from bakery.patch.parse import Diff
-from bakery.sources.pristine import Pristine, Progress
+from bakery.sources.pristine import Pristine
 
 
 @dataclass
@@ -149,24 +151,18 @@ def _read(pristine: Pristine, rel: str) -> bytes | None:
 
 
 def upstream(
-    series_spec: str,
-    vllm: str,
-    *,
-    since: str | None = None,
-    events: Events | None = None,
-    progress: Progress | None = None,
+    ctx: Context, series_spec: str, vllm: str, *, since: str | None = None
 ) -> UpstreamReport:
     from bakery.commands import apply as commands
 
     if not vllm.startswith("git+"):
         raise UsageError(f"--vllm {vllm!r}: upstream reads history: pass git+URL@REF")
-    series, pristine, cache = commands._prepare(
-        series_spec, vllm, allow_dirty=False, use_port=True, progress=progress
-    )
+    with muted():
+        series, pristine = commands._prepare(ctx, series_spec, commands.BakeOptions(vllm=vllm))
     try:
-        fallback = commands._fallback(series, pristine, cache, True, progress)
+        fallback = commands._fallback(ctx, series, pristine, True)
         try:
-            report = plan(series, pristine, fallback=fallback, events=events).report
+            report = plan(series, pristine, fallback=fallback).report
         finally:
             if fallback.base is not None:
                 fallback.base.close()
@@ -174,7 +170,7 @@ def upstream(
         url, _, commit = pristine.source.rpartition("@")
         from bakery.sources.gitsource import git_mirror
 
-        mirror = git_mirror(url, cache)
+        mirror = git_mirror(url, ctx.cache)
         tag = _since_tag(mirror, commit, since)
         diffs = series.load_diffs()
         strip, root = report.layout.get("strip", 1), report.layout.get("root", "")

@@ -4,21 +4,23 @@ series' last apply), where the tests run (CPU or GPU), and the run itself
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bakery import project
-from bakery.bake.plan import Events
 from bakery.bake.staging import display_path
+from bakery.context import Context
 from bakery.errors import BakeryError, UsageError
 from bakery.patch.series import load_series
-from bakery.project import project_root
+
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from bakery.testing.runner import VerifyResult
 
 
-def _default_series(tree: Path | None) -> str:
+def _default_series(home: Path, tree: Path | None) -> str:
     """verify's series when none is named: the one the tree was baked from, else the
     project's only series. Never the cache's record (SECURITY.md: the cache chooses
     nothing that runs)."""
@@ -32,7 +34,7 @@ def _default_series(tree: Path | None) -> str:
             if manifest.series_name:
                 return manifest.series_name
         raise UsageError(f"--tree {tree}: not a baked tree (no manifest); name the series")
-    launcher = project_root() / "launcher"
+    launcher = home / "launcher"
     names = sorted(p.name for p in launcher.glob("*") if (p / "diffs").is_dir())
     if len(names) == 1:
         return names[0]
@@ -74,6 +76,7 @@ def choose_device(interpret: bool | None) -> tuple[bool, str]:
 
 
 def verify(
+    ctx: Context,
     series_spec: str | None,
     *,
     tree: Path | None,
@@ -81,7 +84,6 @@ def verify(
     junit: Path | None,
     pytest_args: list[str],
     log: Path | None = None,
-    events: Events | None = None,
     jobs: int | None = None,
     env: str | None = None,
     reuse: bool = True,
@@ -89,40 +91,38 @@ def verify(
 ) -> tuple[VerifyResult, list[str]]:
     """Run the series' bundled tests against a baked tree: (result, files edited since
     the bake). The tree: ``tree``, else the series' last ``bakery apply`` (never a
-    matrix worker's); ``events`` hears which tree, and where the tests run. ``env``:
+    matrix worker's); the ``bakery`` logger hears which tree, and where the tests run. ``env``:
     "light" (bakery's environment, the light loader), "full" (vLLM's dependencies, see
     :func:`test_environment`), None: the series' ``env`` (series.toml), else full on a GPU
     and light under the interpreter.
     The result is recorded in bakery's cache; with ``reuse``, an earlier result whose
     inputs all equal this run's is returned without running (:mod:`bakery.testing.reuse`)."""
     from bakery.errors import VerifyError
-    from bakery.sources.cache import Cache
     from bakery.testing.runner import check_inputs, run_verify
 
     if env is not None and env not in ENVS:
         raise UsageError(f"--env {env!r}: use light or full")
-    series = load_series(series_spec or _default_series(tree))
+    series = load_series(series_spec or _default_series(ctx.home, tree), ctx.home)
     if series.tests is None:
         raise VerifyError(f"series {series.name} has no tests/ folder")
     why = "--tree"
     if tree is None:
-        tree, why = last_tree(series.name), f"the last `bakery apply {series.name}`"
+        tree, why = last_tree(ctx, series.name), f"the last `bakery apply {series.name}`"
         if tree is None:
             raise VerifyError(
                 f"no baked tree for {series.name}: run `bakery apply "
                 f"{series.name}` first, or pass --tree"
             )
-        refuse_untrusted_default(tree, series.name)
+        refuse_untrusted_default(ctx.home, tree, series.name)
     if not tree.is_dir():
         raise VerifyError(f"--tree {tree}: no such folder")
     interpret, where = choose_device(interpret)
     check_inputs(series.tests, tree, interpret)  # bad input is one line, before any other
-    if events:
-        events("verify", f"verifying {display_path(tree)} ({why}) {where}")
+    _log.info(f"verifying {display_path(tree)} ({why}) {where}", extra={"event": "verify"})
     edited = edited_files(tree)
-    mode, python = test_environment(env or series.env, tree, interpret, events)
+    mode, python = test_environment(env or series.env, tree, interpret)
     if pristine:
-        return _verify_both(series, tree, interpret, junit, pytest_args, jobs, events), edited
+        return _verify_both(series, tree, interpret, junit, pytest_args, jobs), edited
     result = run_verify(
         series.tests,
         tree,
@@ -134,7 +134,7 @@ def verify(
         jobs=jobs,
         python=python,
         env_mode=mode,
-        cache_root=Cache().root,
+        cache_root=ctx.cache.root,
         reuse=reuse,
     )
     return result, edited
@@ -143,9 +143,7 @@ def verify(
 ENVS = ("light", "full")
 
 
-def test_environment(
-    env: str | None, tree: Path, interpret: bool, events: Events | None
-) -> tuple[str, str | None]:
+def test_environment(env: str | None, tree: Path, interpret: bool) -> tuple[str, str | None]:
     """(mode, interpreter) of the test run. "full": the tree's requirements installed
     once into a cached environment layered on bakery's (bakery.testing.fullenv); its
     requirements are those of a CPU host (cpu.txt too) when torch sees no GPU."""
@@ -158,18 +156,17 @@ def test_environment(
     from bakery.testing import fullenv
     from bakery.testing.runner import cuda_available
 
-    found = fullenv.ensure(tree, cpu=not cuda_available(), events=events)
-    if events:
-        how = f"built in {found.seconds:.0f}s" if found.built else "cached"
-        events(
-            "env",
-            f"full test environment {found.key} ({how}, {found.size / 1e6:.0f} MB): "
-            "vLLM's requirements, with bakery's torch and Triton",
-        )
+    found = fullenv.ensure(tree, cpu=not cuda_available())
+    how = f"built in {found.seconds:.0f}s" if found.built else "cached"
+    _log.info(
+        f"full test environment {found.key} ({how}, {found.size / 1e6:.0f} MB): "
+        "vLLM's requirements, with bakery's torch and Triton",
+        extra={"event": "env"},
+    )
     return "full", str(found.python)
 
 
-def refuse_untrusted_default(tree: Path, series: str) -> None:
+def refuse_untrusted_default(home: Path, tree: Path, series: str) -> None:
     """The last-bake record lives in the cache, which is data (SECURITY.md): the tree it
     names is verified (its code run) only when it is one bakery made for this project and
     series: a baked tree of that series inside the project's ``build/`` (where the user
@@ -185,7 +182,7 @@ def refuse_untrusted_default(tree: Path, series: str) -> None:
         found = None
     if found is None or found.status != "baked" or found.series_name != series:
         raise VerifyError(f"{shown} is not a tree bakery baked for {series}; pass --tree")
-    build = (project_root() / "build").resolve()
+    build = (home / "build").resolve()
     if tree.resolve().is_relative_to(build) and not any(
         p.is_symlink() for p in (tree, *tree.parents) if p.resolve().is_relative_to(build)
     ):
@@ -201,7 +198,6 @@ def _verify_both(
     junit: Path | None,
     pytest_args: list[str],
     jobs: int | None,
-    events: Events | None,
 ) -> VerifyResult:
     """verify --pristine: the baked run, then the pristine release's, split
     (bakery.testing.pristine). Exit 1 also when no test passes only on the baked tree."""
@@ -222,8 +218,7 @@ def _verify_both(
             series_dir=series.path,
             jobs=jobs,
         )
-        if events:
-            events("verify", "the same tests on the pristine release (--pristine)")
+        _log.info("the same tests on the pristine release (--pristine)", extra={"event": "verify"})
         _, split = run_pristine(
             series.tests,
             tree,
@@ -237,13 +232,11 @@ def _verify_both(
     return dataclasses.replace(result, exit_code=code, pristine=tuple(split.lines()))
 
 
-def last_applies() -> dict[str, str]:
+def last_applies(ctx: Context) -> dict[str, str]:
     """The project's series and their last applied trees (the record in the cache)."""
-    from bakery.sources.cache import Cache
-
-    return project.last_applies(Cache().root / project.LAST_BAKES)
+    return project.last_applies(ctx.cache.root / project.LAST_BAKES)
 
 
-def last_tree(series: str) -> Path | None:
-    p = last_applies().get(series)
+def last_tree(ctx: Context, series: str) -> Path | None:
+    p = last_applies(ctx).get(series)
     return Path(p) if p and Path(p).is_dir() else None

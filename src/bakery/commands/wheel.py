@@ -9,16 +9,17 @@ tests what the wheel installs.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bakery.bake.plan import Events
 from bakery.commands import apply as bake_cmd
+from bakery.context import Context
 from bakery.errors import UsageError
 from bakery.model.report import BakeReport
-from bakery.sources.cache import Cache
-from bakery.sources.pristine import Progress
 from bakery.sources.resolve import is_version
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -44,27 +45,20 @@ def platforms(choice: str | None) -> list[str]:
 
 
 def _bake(
-    series: str,
-    vllm: str,
-    tree: Path | None,
-    force: bool,
-    events: Events | None,
-    progress: Progress | None,
-    cache: Cache,
+    ctx: Context, series: str, vllm: str, tree: Path | None, force: bool
 ) -> tuple[BakeReport, Path | None]:
     if not is_version(vllm):
         raise UsageError(
             f"--vllm {vllm}: packages are baked from a release (X.Y.Z) on the package index"
         )
-    report = bake_cmd.apply(
-        series, vllm=vllm, out=tree, force=force, events=events, progress=progress, cache=cache
-    )
+    report = bake_cmd.apply(ctx, series, bake_cmd.ApplyOptions(vllm=vllm, out=tree, force=force))
     if report.status != "baked" or report.out is None:
         return report, None
     return report, Path(report.out).absolute()
 
 
 def wheel(
+    ctx: Context,
     series: str,
     *,
     vllm: str,
@@ -72,33 +66,22 @@ def wheel(
     out_dir: Path = Path("dist"),
     tree: Path | None = None,
     force: bool = False,
-    events: Events | None = None,
-    progress: Progress | None = None,
-    cache: Cache | None = None,
 ) -> Packaged:
     """Bake the series on release vllm and write its wheel for each platform."""
     wanted = platforms(platform)
-    cache = cache or Cache()
-    report, baked_tree = _bake(series, vllm, tree, force, events, progress, cache)
+    report, baked_tree = _bake(ctx, series, vllm, tree, force)
     if baked_tree is None:
         return Packaged(report)
     from bakery.package.wheel import CannotCarry
 
     try:
-        paths = wheels_from_tree(baked_tree, wanted, out_dir, cache, events, progress)
+        paths = wheels_from_tree(ctx, baked_tree, wanted, out_dir)
     except CannotCarry as e:
         raise e.naming(series) from None
     return Packaged(report, list(zip(wanted, paths, strict=True)))
 
 
-def wheels_from_tree(
-    tree: Path,
-    wanted: list[str],
-    out_dir: Path,
-    cache: Cache,
-    events: Events | None = None,
-    progress: Progress | None = None,
-) -> list[Path]:
+def wheels_from_tree(ctx: Context, tree: Path, wanted: list[str], out_dir: Path) -> list[Path]:
     """The wheels of a baked tree (a release's bake) for each platform in wanted."""
     from bakery.package.baked import read_baked
     from bakery.package.wheel import refuse_built, write_wheel
@@ -108,35 +91,30 @@ def wheels_from_tree(
     refuse_built(baked)  # before any download
     written = []
     for plat in wanted:
-        found, path = upstream_wheel(baked.vllm, plat, cache, progress)
-        if events:
-            events("write", f"Writing the {plat} wheel from {found.filename}")
+        found, path = upstream_wheel(baked.vllm, plat, ctx.cache, ctx.progress)
+        _log.info(f"Writing the {plat} wheel from {found.filename}", extra={"event": "write"})
         written.append(write_wheel(path, baked, out_dir, upstream_sha256=found.sha256))
     return written
 
 
 def sdist(
+    ctx: Context,
     series: str,
     *,
     vllm: str,
     out_dir: Path = Path("dist"),
     tree: Path | None = None,
     force: bool = False,
-    events: Events | None = None,
-    progress: Progress | None = None,
-    cache: Cache | None = None,
 ) -> Packaged:
     """Bake the series on release vllm and write its source distribution."""
     from bakery.package.baked import read_baked
     from bakery.package.sdist import write_sdist
     from bakery.sources.wheels import upstream_sdist
 
-    cache = cache or Cache()
-    report, baked_tree = _bake(series, vllm, tree, force, events, progress, cache)
+    report, baked_tree = _bake(ctx, series, vllm, tree, force)
     if baked_tree is None:
         return Packaged(report)
     baked = read_baked(baked_tree)
-    upstream = upstream_sdist(baked.vllm, cache, progress)
-    if events:
-        events("write", f"Writing the sdist from {upstream.name}")
+    upstream = upstream_sdist(baked.vllm, ctx.cache, ctx.progress)
+    _log.info(f"Writing the sdist from {upstream.name}", extra={"event": "write"})
     return Packaged(report, [("sdist", write_sdist(upstream, baked, out_dir))])

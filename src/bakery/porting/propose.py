@@ -16,9 +16,9 @@ release's outputs on recorded inputs except where the series explains the differ
 from __future__ import annotations
 
 import difflib
+import logging
 import shutil
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,15 +26,16 @@ from packaging.version import InvalidVersion, Version
 
 from bakery.bake.merge import Fallback
 from bakery.bake.plan import Plan, plan
+from bakery.context import Context
+from bakery.logs import muted
 from bakery.patch import provenance as records
 from bakery.patch.engine import Outcome
 from bakery.patch.series import Series, load_series
 from bakery.porting.refresh import port_texts
-from bakery.sources.cache import Cache
 from bakery.sources.pristine import Pristine
 from bakery.sources.resolve import release
 
-Events = Callable[[str, str], None]
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def _version(text: str) -> Version | None:
         return None
 
 
-def starts(series: Series, home: Path, target: str, events: Events | None = None) -> list[Start]:
+def starts(series: Series, home: Path, target: str) -> list[Start]:
     """The series' own diffs on its base release, then each committed port on its own
     release (oldest first); never the target's own port, and never a port out of step
     with the series (or with no record of what it was made from: it may lack a fix)."""
@@ -97,8 +98,7 @@ def starts(series: Series, home: Path, target: str, events: Events | None = None
     for p in sorted(ports, key=lambda p: _version(p.name) or Version("0")):
         stale = records.stale_lines(series.path, p)
         if stale:
-            if events:
-                events("detected", f"not starting from port {p.name}: {stale[0]}")
+            _log.info(f"not starting from port {p.name}: {stale[0]}", extra={"event": "detected"})
             continue
         out.append(Start(f"port {p.name}", p.name, p))
     return out
@@ -138,28 +138,23 @@ def _distance(a: list[bytes], b: list[bytes]) -> int:
 
 
 def candidates(
-    spec: str,
-    target: Pristine,
-    cache: Cache,
-    home: Path,
-    *,
-    syntax: bool = True,
-    events: Events | None = None,
+    ctx: Context, spec: str, target: Pristine, *, syntax: bool = True
 ) -> list[Candidate]:
     """Every start planned against the target, ranked best first."""
+    home = ctx.home
     base_series = load_series(spec, home)
     version = target.version or ""
     previous = _previous(base_series, home, version)
     found = []
-    for st in starts(base_series, home, version, events):
-        if events:
-            events("port", f"Trying {st.label} (merge base {st.release})")
+    for st in starts(base_series, home, version):
+        _log.info(f"Trying {st.label} (merge base {st.release})", extra={"event": "port"})
         s = _series_for(spec, st, home)
-        start_release = release(st.release, cache)
+        start_release = release(st.release, ctx.cache)
         fallback = Fallback(
             s, target, start_release, True, syntax=syntax, start=_series_for(spec, st, home)
         )
-        pl = plan(s, target, fallback=fallback)
+        with muted():
+            pl = plan(s, target, fallback=fallback)
         kinds: dict[str, int] = {}
         for d in pl.report.diffs:
             for f in d.files:

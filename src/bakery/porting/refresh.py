@@ -20,12 +20,13 @@ kept as they are, for the next ``apply`` to try.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,22 +34,23 @@ from packaging.version import InvalidVersion, Version
 
 from bakery.bake.plan import Plan, plan
 from bakery.bake.staging import umask
+from bakery.context import Context
 from bakery.errors import BakeryError, UsageError
 from bakery.git import cmd as gitutil
+from bakery.logs import muted
 from bakery.model.manifest import BakedDiff
 from bakery.model.manifest import read as read_checked
 from bakery.model.report import MANIFEST
 from bakery.patch import provenance
 from bakery.patch.parse import Diff
 from bakery.patch.series import Series, load_series, ordered_diffs
-from bakery.project import project_root
 from bakery.safety import paths
 from bakery.sources import versions
-from bakery.sources.cache import Cache
 from bakery.sources.pristine import Pristine
 from bakery.sources.resolve import release
 
-Events = Callable[[str, str], None]
+_log = logging.getLogger(__name__)
+
 #: (path, before, after) for each file a diff changes; None is "absent".
 Change = tuple[str, bytes | None, bytes | None]
 
@@ -163,16 +165,10 @@ def render_port(
     return texts
 
 
-def stale_ports(
-    series: Series,
-    cache: Cache,
-    events: Events | None = None,
-    home: Path | None = None,
-    only: Version | None = None,
-) -> list[str]:
+def stale_ports(ctx: Context, series: Series, only: Version | None = None) -> list[str]:
     """Ports whose committed diffs differ from what refresh writes for their own bake;
     with ``only``, just that release's port (a CI job checks the release it has cached)."""
-    home = home or project_root()
+    home = ctx.home
     root_dir = home / "patches" / series.name
     problems: list[str] = []
     if not root_dir.is_dir():
@@ -180,14 +176,14 @@ def stale_ports(
     for port in sorted(p for p in root_dir.iterdir() if p.is_dir()):
         if only is not None and not _is_port_of(port.name, only):
             continue
-        if events:
-            events("diff", f"Checking port {port.relative_to(home)}")
+        _log.info(f"Checking port {port.relative_to(home)}", extra={"event": "diff"})
         rel = port.relative_to(home)
         problems += [f"{rel}: {line}" for line in provenance.stale_lines(series.path, port)]
         s = load_series(str(series.path), home)
         s.use_port(port)
-        pristine = release(port.name, cache)
-        pl = plan(s, pristine)
+        pristine = release(port.name, ctx.cache)
+        with muted():
+            pl = plan(s, pristine)
         if not pl.report.ok:
             problems.append(f"{port.relative_to(home)}: does not apply to vLLM {port.name}")
             continue
@@ -283,17 +279,16 @@ def _made_from(
 
 
 def refresh(
+    ctx: Context,
     series_spec: str,
     tree: Path,
     release_version: str | None = None,
-    events: Events | None = None,
-    home: Path | None = None,
     *,
     into: str | None = None,
     new_diff: str | None = None,
 ) -> Refreshed:
     """Write the tree's changes back into the diffs it was baked from (see the module)."""
-    home = home or project_root()
+    home = ctx.home
     series = load_series(series_spec, home)
     if not tree.is_dir():
         raise UsageError(f"--tree {tree}: no such folder")

@@ -21,11 +21,11 @@ import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bakery.context import Context
 from bakery.errors import UsageError
 from bakery.git import cmd as gitutil
 from bakery.patch.parse import Hunk, read_diff
 from bakery.patch.series import load_series, ordered_diffs
-from bakery.project import project_root
 
 
 @dataclass
@@ -178,11 +178,11 @@ def _at(home: Path, rev: str, rel: str) -> dict[str, bytes]:
 
 
 def diff_ports(
-    series_spec: str, *, vllm: str | None = None, since: str | None = None
+    ctx: Context, series_spec: str, *, vllm: str | None = None, since: str | None = None
 ) -> list[PortView]:
     """Per port (or --vllm's), the series' diffs against the port's; with ``since``
     (``REV`` or ``A..B``), the port at A against the port at B (the working tree)."""
-    home = project_root()
+    home = ctx.home
     series = load_series(series_spec, home)
     root = home / "patches" / series.name
     names = sorted(p.name for p in (root.iterdir() if root.is_dir() else []) if p.is_dir())

@@ -22,9 +22,9 @@ ids the record holds (``git cat-file``, through :mod:`bakery.git.cmd`).
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,20 +32,21 @@ from bakery.bake.merge import merge_file
 from bakery.bake.plan import Plan, plan
 from bakery.bake.staging import display_path
 from bakery.bake.tree import bake, failed_state
+from bakery.context import Context
 from bakery.errors import BakeryError, UsageError
 from bakery.git import cmd as gitutil
+from bakery.logs import muted
 from bakery.model.manifest import CARRIES
 from bakery.model.report import MANIFEST
 from bakery.patch import provenance
 from bakery.patch.series import Series, load_series
 from bakery.porting.refresh import Change, render_port
-from bakery.project import project_root
-from bakery.sources.cache import Cache
 from bakery.sources.pristine import Pristine
 from bakery.sources.resolve import release
 from bakery.testing.runner import run_verify
 
-Events = Callable[[str, str], None]
+_log = logging.getLogger(__name__)
+
 _MARKER = re.compile(rb"^<<<<<<< ", re.MULTILINE)
 
 
@@ -217,18 +218,16 @@ def _check_names(series: Series, port: Series, old: Series) -> list[str]:
 
 
 def update(
+    ctx: Context,
     series_spec: str,
     *,
     vllm: str | None = None,
     out_root: Path = Path("build/port"),
     interpret: bool = True,
     write: bool = True,
-    events: Events | None = None,
-    cache: Cache | None = None,
 ) -> UpdateResult:
-    home = project_root()
+    home = ctx.home
     series = load_series(series_spec, home)
-    cache = cache or Cache()
     if not series.base:
         raise UsageError(f"series {series.name} names no base release: nothing to update from")
     root = home / "patches" / series.name
@@ -239,23 +238,14 @@ def update(
             raise UsageError(f"{series.name} has no port for {vllm} (patches/{series.name}/{vllm})")
     result = UpdateResult(series.name, dry_run=not write)
     for port_dir in ports:
-        result.ports.append(
-            _one(series_spec, port_dir, home, cache, out_root, interpret, write, events)
-        )
+        result.ports.append(_one(ctx, series_spec, port_dir, out_root, interpret, write))
     return result
 
 
 def _one(
-    spec: str,
-    port_dir: Path,
-    home: Path,
-    cache: Cache,
-    out_root: Path,
-    interpret: bool,
-    write: bool,
-    events: Events | None,
+    ctx: Context, spec: str, port_dir: Path, out_root: Path, interpret: bool, write: bool
 ) -> Updated:
-    series = load_series(spec, home)
+    series = load_series(spec, ctx.home)
     rel = display_path(port_dir)
     record = provenance.read(port_dir)
     stale = provenance.stale_lines(series.path, port_dir, record)
@@ -265,12 +255,11 @@ def _one(
     if record is None:
         res.state, res.why = "cannot", "no record of the series diffs it was made from"
         return res
-    if events:
-        events("port", f"Carrying the series' change into {rel}")
+    _log.info(f"Carrying the series' change into {rel}", extra={"event": "port"})
     scratch = (out_root / f"{series.name}-{port_dir.name}-update").absolute()
     _clear(scratch)
     try:
-        _carry_into(series, spec, port_dir, record, home, cache, scratch, res, interpret, write)
+        _carry_into(ctx, series, spec, port_dir, record, scratch, res, interpret, write)
     except BakeryError as e:
         res.state, res.why = "cannot", e.message
     return res
@@ -307,22 +296,21 @@ def _untouched(tree: Path) -> bool:
 
 
 def _carry_into(
+    ctx: Context,
     series: Series,
     spec: str,
     port_dir: Path,
     record: provenance.Record,
-    home: Path,
-    cache: Cache,
     scratch: Path,
     res: Updated,
     interpret: bool,
     write: bool,
 ) -> None:
-    base = release(str(series.base), cache)
-    target = release(port_dir.name, cache)
+    base = release(str(series.base), ctx.cache)
+    target = release(port_dir.name, ctx.cache)
     try:
         _carry_sides(
-            series, spec, port_dir, record, home, scratch, res, interpret, write, base, target
+            series, spec, port_dir, record, ctx.home, scratch, res, interpret, write, base, target
         )
     finally:
         base.close()
@@ -346,7 +334,8 @@ def _carry_sides(
     port = load_series(spec, home)
     port.use_port(port_dir)
     names = _check_names(series, port, old)
-    plans = [plan(s, p) for s, p in ((old, base), (series, base), (port, target))]
+    with muted():
+        plans = [plan(s, p) for s, p in ((old, base), (series, base), (port, target))]
     for pl, what in zip(plans, ("the old series", "the series", "the port"), strict=True):
         if not pl.report.ok:
             raise BakeryError(f"{what} does not apply to vLLM {pl.report.version}")
@@ -390,7 +379,8 @@ def _prove(
     """Bake the updated port from its own diffs, then verify that tree."""
     s = load_series(spec, home)
     s.use_port(new_dir)
-    report = bake(s, target, scratch / "baked")
+    with muted():
+        report = bake(s, target, scratch / "baked")
     if report.status != "baked":
         return "not run: the updated diffs do not bake as written"
     if series.tests is None:
@@ -440,7 +430,8 @@ def _leave_conflicts(
     import hashlib
 
     tree = scratch / "tree"
-    report = bake(port, target, tree)
+    with muted():
+        report = bake(port, target, tree)
     if report.status != "baked":
         raise BakeryError("the port does not bake on its own release")
     written: dict[str, str] = {}

@@ -211,7 +211,7 @@ def identify(pristine: Pristine, cache: Cache) -> Identity:
     assert claims is not None
     release, why = _release_listing(claims, cache)
     if release is None:
-        log.info("%s", why)
+        log.debug("%s", why)
         return replace(base, note=why)
     diff = differences(listing, release)
     if not diff:

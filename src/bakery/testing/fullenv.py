@@ -26,7 +26,7 @@ bakery's environment (torch, Triton): enough for kernels, not for ``vllm.samplin
 The build happens in a temporary folder beside its place, under the key's lock, and is
 renamed into place; ``envs/<key>.json``, written last, says it is complete, with what was
 asked, what was left out and why, what got installed (``pip freeze``), the time and the
-size. Nothing here prints: progress goes to ``logging`` and to ``events``.
+size. Nothing here prints: progress goes to ``logging``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ import sys
 import tempfile
 import time
 import venv
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,8 +71,6 @@ EXCLUDED = {
 #: What the tests of a full environment may rely on bakery to keep (pinned by constraints).
 PINNED = ("torch", "triton")
 _INSTALL_TIMEOUT = 3600
-
-Events = Callable[[str, str], None]
 
 
 @dataclass
@@ -253,9 +250,7 @@ def _load_marker(marker: Path, prefix: Path) -> dict[str, object] | None:
     return meta if _python(prefix).exists() else None
 
 
-def ensure(
-    tree: Path, *, cpu: bool, cache: Cache | None = None, events: Events | None = None
-) -> FullEnv:
+def ensure(tree: Path, *, cpu: bool, cache: Cache | None = None) -> FullEnv:
     """The full environment for ``tree``'s requirements: from the cache, else built now."""
     cache = cache or Cache()
     reqs = requirements(tree, cpu=cpu)
@@ -277,9 +272,10 @@ def ensure(
         marker.unlink(missing_ok=True)
         if prefix.exists():
             discard(prefix)
-        if events:
-            events("env", f"building the full test environment {key} (once; then cached)")
-        meta = _build(prefix, reqs, pinned, key, events)
+        log.info(
+            f"building the full test environment {key} (once; then cached)", extra={"event": "env"}
+        )
+        meta = _build(prefix, reqs, pinned, key)
         meta["seconds"] = round(time.monotonic() - started)
         tmp = marker.with_suffix(f".json.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -294,9 +290,7 @@ def _number(value: object) -> int:
     return int(value) if isinstance(value, (int, float)) else 0
 
 
-def _build(
-    prefix: Path, reqs: Requirements, pinned: dict[str, str], key: str, events: Events | None
-) -> dict[str, object]:
+def _build(prefix: Path, reqs: Requirements, pinned: dict[str, str], key: str) -> dict[str, object]:
     from bakery.sources.pipconf import configured_index
 
     index = configured_index().url
@@ -353,7 +347,7 @@ def _freeze(prefix: Path) -> list[str]:
 
 def _install(work: Path, key: str, command: list[str]) -> None:
     """Run the installer; its output goes to ``bakery-install.log`` in the environment."""
-    log.info("full env %s: %s", key, " ".join(command))
+    log.debug("full env %s: %s", key, " ".join(command))
     proc = subprocess.run(
         command, capture_output=True, text=True, timeout=_INSTALL_TIMEOUT, check=False,
         env={**os.environ, "PIP_REQUIRE_VIRTUALENV": "0"},

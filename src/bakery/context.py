@@ -1,0 +1,44 @@
+"""The context a command runs in: built once where the CLI starts and passed down, as
+pre-commit passes its ``Store``.
+
+One frozen value instead of ``cache``, ``progress`` and ``home`` threaded by hand through
+every signature: the project (the folder holding ``launcher/`` and ``patches/``), bakery's
+cache, how much the user asked to hear, and the download progress bar the CLI draws. The
+core's narration goes through ``logging`` (bakery.logs), not through the context.
+
+Below the commands and the porting, bake and testing code that take it; above the sources
+(the cache and the pristine trees are theirs), which take the cache itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from bakery.project import project_root
+from bakery.sources.cache import Cache
+from bakery.sources.pristine import Progress
+
+Verbosity = Literal["quiet", "normal", "verbose"]
+
+
+@dataclass(frozen=True)
+class Context:
+    home: Path
+    cache: Cache = field(default_factory=Cache)
+    verbosity: Verbosity = "normal"
+    progress: Progress | None = None
+
+    @classmethod
+    def here(
+        cls,
+        *,
+        cache: Cache | None = None,
+        verbosity: Verbosity = "normal",
+        progress: Progress | None = None,
+    ) -> Context:
+        """The context of the project bakery runs in (BAKERY_HOME, else the nearest folder
+        above the working directory with launcher/), with the cache BAKERY_CACHE_DIR or
+        the platform's names."""
+        return cls(project_root(), cache or Cache(), verbosity, progress)
