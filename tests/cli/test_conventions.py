@@ -308,7 +308,7 @@ def test_verify_gives_the_words_after_double_dash_to_pytest(
 
     seen: dict[str, object] = {}
 
-    def fake_verify(series: str | None, **kw: object) -> None:  # isolates the CLI's parsing
+    def fake_verify(ctx: object, series: str | None, **kw: object) -> None:  # the CLI alone
         seen.update(series=series, **kw)
         raise VerifyError("stop here")
 

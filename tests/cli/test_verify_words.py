@@ -30,7 +30,7 @@ def test_an_unknown_option_goes_to_pytest_not_to_series(
 
     seen: dict[str, object] = {}
 
-    def fake_verify(series: str | None, **kw: object) -> None:  # isolates the CLI's parsing
+    def fake_verify(ctx: object, series: str | None, **kw: object) -> None:  # the CLI alone
         seen.update(series=series, **kw)
         raise VerifyError("stop here")
 

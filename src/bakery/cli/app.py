@@ -73,6 +73,7 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option(
@@ -94,7 +95,7 @@ def _root(
     _Invocation.quiet, _Invocation.verbose = quiet and not verbose, verbose
     _Invocation.human = out_console
     _fit_consoles()
-    log_to_console(quiet=_Invocation.quiet, verbose=verbose)
+    ctx.call_on_close(log_to_console(quiet=_Invocation.quiet, verbose=verbose))
 
 
 SeriesArg = Annotated[

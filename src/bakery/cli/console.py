@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 
 import typer
 from rich.console import Console
@@ -96,14 +97,20 @@ class ConsoleHandler(logging.Handler):
             self.handleError(record)
 
 
-def log_to_console(*, quiet: bool, verbose: bool) -> None:
-    """The one handler on the ``bakery`` logger, at the level -q/-v ask for (each command
-    of a process sets it again: tests run many in one)."""
+def log_to_console(*, quiet: bool, verbose: bool) -> Callable[[], None]:
+    """The one handler on the ``bakery`` logger, at the level -q/-v ask for, for one
+    command: the function returned takes it off again (the root command calls it when the
+    command ends, so that bakery used as a library after a command prints nothing)."""
     logger = logging.getLogger("bakery")
-    for old in [h for h in logger.handlers if isinstance(h, ConsoleHandler)]:
-        logger.removeHandler(old)
-    logger.addHandler(ConsoleHandler())
+    handler, level = ConsoleHandler(), logger.level
+    logger.addHandler(handler)
     logger.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
+
+    def remove() -> None:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+    return remove
 
 
 def usage_line(e: _click.exceptions.UsageError) -> str:
