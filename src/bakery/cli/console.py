@@ -19,10 +19,10 @@ import os
 import sys
 from collections.abc import Callable
 
+import click
 import typer
 from rich.console import Console
 from rich.markup import escape
-from typer import _click  # typer 0.26-0.28 vendor click: its exceptions have no public name
 
 from bakery.cli import render
 from bakery.context import Context, Verbosity
@@ -113,7 +113,7 @@ def log_to_console(*, quiet: bool, verbose: bool) -> Callable[[], None]:
     return remove
 
 
-def usage_line(e: _click.exceptions.UsageError) -> str:
+def usage_line(e: click.UsageError) -> str:
     """One line: the command, click's message, and where help is."""
     path = e.ctx.command_path if e.ctx is not None else "bakery"
     message = " ".join(e.format_message().split())
@@ -123,13 +123,13 @@ def usage_line(e: _click.exceptions.UsageError) -> str:
 def exit_code(e: BaseException) -> int:
     """The one handler: one line on stderr for ``e``, and its exit code. What is not an
     error bakery knows (a bug) is raised again, with its traceback."""
-    if isinstance(e, _click.exceptions.NoArgsIsHelpError):
+    if isinstance(e, click.exceptions.NoArgsIsHelpError):
         e.show()  # `bakery` alone: the help, as before
         return 2
-    if isinstance(e, _click.exceptions.UsageError):
+    if isinstance(e, click.UsageError):
         print(usage_line(e), file=sys.stderr)
         return e.exit_code
-    if isinstance(e, _click.exceptions.ClickException):
+    if isinstance(e, click.ClickException):
         print(f"error: {' '.join(e.format_message().split())}", file=sys.stderr)
         return e.exit_code
     if isinstance(e, BakeryError):

@@ -1,7 +1,8 @@
 """click's parsing, adjusted where bakery's contract differs from click's defaults.
 
-typer (0.26-0.28) vendors click as ``typer._click``; these classes subclass typer's own
-command classes, so help, completion and typer's option handling stay typer's.
+These classes subclass typer's own command classes (``typer.core``, over click's public
+API), so help, completion and typer's option handling stay typer's. typer is held below
+0.26, whose releases vendor click as a private ``typer._click`` (pyproject.toml says why).
 
 - A usage error (unknown option, missing argument, a value out of range) is one line on
   stderr and exit 2, as the contract promises for bad input; click prints the usage, a hint
@@ -20,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import click
 import typer
-from typer import _click
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from bakery.cli import console
@@ -72,7 +73,7 @@ class BakeryGroup(TyperGroup):
         except KeyboardInterrupt:
             raise typer.Abort() from None
 
-    def invoke(self, ctx: _click.Context) -> Any:
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
@@ -97,7 +98,7 @@ def hoist_globals(args: list[str]) -> list[str]:
     return [*args[:at], *moved, args[at], *rest, *args[end:]]
 
 
-def _takes_value(command: _click.Command, ctx: _click.Context) -> set[str]:
+def _takes_value(command: click.Command, ctx: click.Context) -> set[str]:
     """Every option name of the command that takes a value (the others are flags)."""
     names: set[str] = set()
     for p in command.get_params(ctx):
@@ -146,11 +147,11 @@ def spread(args: list[str], multi: str, takes_value: set[str]) -> list[str]:
     return out
 
 
-class Word(_click.types.StringParamType):
+class Word(click.types.StringParamType):
     """A plain word argument: its help shows the argument's metavar alone, not typer's
     ``<str>`` beside it."""
 
-    def get_metavar(self, param: Any, ctx: _click.Context) -> str | None:
+    def get_metavar(self, param: Any, ctx: click.Context) -> str | None:
         return ""
 
 
@@ -159,7 +160,7 @@ class BakeryCommand(TyperCommand):
     [SERIES]), not typer's ``{SERIES}``; an error raised after the series was read
     (``ReportedError``) still writes its report where the command's ``--json`` asked."""
 
-    def invoke(self, ctx: _click.Context) -> Any:
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except ReportedError as e:
@@ -171,7 +172,7 @@ class BakeryCommand(TyperCommand):
                     e.error.message += f" (and the report was not written: {w.message})"
             raise e.error from None
 
-    def collect_usage_pieces(self, ctx: _click.Context) -> list[str]:
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
         return [
             p[1:-1] if p.startswith("{") and p.endswith("}") else p
             for p in super().collect_usage_pieces(ctx)
@@ -181,14 +182,14 @@ class BakeryCommand(TyperCommand):
 class ManyVllmCommand(BakeryCommand):
     """A command whose ``--vllm`` takes several values (matrix)."""
 
-    def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, spread(args, "--vllm", _takes_value(self, ctx)))
 
 
 class PytestArgsCommand(BakeryCommand):
     """A command whose words after ``--`` are pytest's (verify)."""
 
-    def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         after: list[str] = []
         if "--" in args:
             at = args.index("--")
@@ -199,7 +200,7 @@ class PytestArgsCommand(BakeryCommand):
 
 
 def _own_words(
-    command: _click.Command, ctx: _click.Context, args: list[str]
+    command: click.Command, ctx: click.Context, args: list[str]
 ) -> tuple[list[str], list[str]]:
     """(the command's words, pytest's): an option the command does not know (``-q``,
     ``-x``) is pytest's, never the SERIES argument (``bakery verify -q --interpret``)."""

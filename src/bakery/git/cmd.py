@@ -27,7 +27,11 @@ then runs. The policy, using git's own switches and environment only:
   user is refused by git itself, and that refusal is one error line. bakery's own cache
   entries and baked trees are made by the user who runs it.
 
-No other module starts git (tests/security/test_git_config.py checks the imports).
+Two entry points start git: ``git()`` runs a command to its end (its output as text,
+checked, or with ``raw=True`` the finished process as bytes), and ``Pending`` starts one in
+the background, read whole later or streamed up to a cap (``git_capped``). No other module
+starts git (tests/security/test_git_config.py checks the imports; tests/git/test_cmd.py
+the doors).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal, overload
 
 from bakery.errors import BakeryError
 
@@ -259,6 +264,7 @@ def _run_git(
         raise GitError("git is not installed (bakery needs it on PATH)") from None
 
 
+@overload
 def git(
     cwd: Path,
     *args: str,
@@ -266,57 +272,51 @@ def git(
     check: bool = True,
     extra: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
-) -> str:
-    """Run git in cwd under the policy above; its standard output. extra: more forced
-    configuration (remote.py's protocol rules); env: more environment."""
+    raw: Literal[False] = False,
+) -> str: ...
+@overload
+def git(
+    cwd: Path,
+    *args: str,
+    input: bytes | None = None,
+    check: bool = True,
+    extra: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    raw: Literal[True],
+) -> subprocess.CompletedProcess[bytes]: ...
+def git(
+    cwd: Path,
+    *args: str,
+    input: bytes | None = None,
+    check: bool = True,
+    extra: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    raw: bool = False,
+) -> str | subprocess.CompletedProcess[bytes]:
+    """Run git in cwd under the policy above: the one entry point (``git_capped`` is the
+    streaming one). Its standard output as text; GitError when it fails, unless check is
+    false. raw: the finished process instead (its code, stdout and stderr as bytes), never
+    checked, for callers that read bytes (``cat-file blob``) or git's own error lines.
+    extra: more forced configuration (remote.py's protocol rules); env: more environment."""
     proc = _run_git(cwd, list(args), input=input, extra=extra, env=env)
+    if raw:
+        return proc
     if check and proc.returncode != 0:
         raise _failed(args, proc, cwd)
     return proc.stdout.decode("utf-8", errors="surrogateescape")
 
 
-def git_bytes(cwd: Path, *args: str, extra: dict[str, str] | None = None) -> bytes | None:
-    """Run git; its standard output as bytes, or None when it fails (cat-file of a path
-    that is not there, an archive of a missing commit)."""
-    proc = _run_git(cwd, list(args), extra=extra)
+def stdout_of(proc: subprocess.CompletedProcess[bytes]) -> bytes | None:
+    """A raw run's standard output, or None when git failed (cat-file of a path that is
+    not there, a missing commit)."""
     return proc.stdout if proc.returncode == 0 else None
-
-
-def git_proc(
-    cwd: Path, *args: str, extra: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    """Run git; the finished process (its code, stdout and stderr), for callers that
-    read git's own error lines (remote.py)."""
-    return _run_git(cwd, list(args), extra=extra)
 
 
 def git_capped(cwd: Path, *args: str, limit: int) -> bytes | None:
     """Run git; its standard output as bytes, read in chunks and stopped (the child killed)
     once it passes limit bytes: ``git archive`` of a commit holding a bomb never fills
     memory. None when git fails; GitError when the output passes limit."""
-    cmdline = ["git", *_BASE, *args]
-    total = 0
-    chunks: list[bytes] = []
-    with signals_held():
-        proc = subprocess.Popen(
-            cmdline, cwd=cwd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-        )
-    try:
-        assert proc.stdout is not None
-        while chunk := proc.stdout.read(1 << 20):
-            total += len(chunk)
-            if total > limit:
-                verb = next((a for a in args if not a.startswith("-")), "")
-                raise GitError(f"git {verb}: its output is larger than {limit} bytes")
-            chunks.append(chunk)
-        code = proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
-    return b"".join(chunks) if code == 0 else None
+    return Pending(cwd, *args, stderr=False).capped(limit)
 
 
 def _failed(
@@ -373,10 +373,12 @@ def head(tree: Path) -> str:
 
 
 class Pending:
-    """A git command started in the background (it runs while bakery does other work);
-    result() waits for it, cancel() kills it if nobody waits."""
+    """The streaming door: a git command started in the background (it runs while bakery
+    does other work, or streams more than memory should hold). result() waits for all of
+    its output, capped() reads it in chunks up to a limit, cancel() kills it if nobody
+    waits. stderr=False: git's error lines are not kept (nobody reads them)."""
 
-    def __init__(self, cwd: Path, *args: str) -> None:
+    def __init__(self, cwd: Path, *args: str, stderr: bool = True) -> None:
         self.cwd, self.args = cwd, args
         with signals_held():
             try:
@@ -385,16 +387,19 @@ class Pending:
                     cwd=cwd,
                     env=clean_env(),
                     stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
+                    stderr=subprocess.PIPE if stderr else subprocess.DEVNULL,
                 )
             except FileNotFoundError:
                 raise GitError("git is not installed (bakery needs it on PATH)") from None
 
+    def _started(self) -> subprocess.Popen[bytes]:
+        if self._proc is None:
+            raise GitError(f"`git {' '.join(self.args[:3])}` was cancelled")
+        return self._proc
+
     def result(self) -> tuple[int, str]:
         """(exit code, standard output)."""
-        proc = self._proc
-        if proc is None:
-            raise GitError(f"`git {' '.join(self.args[:3])}` was cancelled")
+        proc = self._started()
         try:
             out, _ = proc.communicate()
         except BaseException:
@@ -402,11 +407,35 @@ class Pending:
             raise
         return proc.returncode, out.decode("utf-8", errors="surrogateescape")
 
+    def capped(self, limit: int) -> bytes | None:
+        """Its standard output, or None when git fails; GitError (the child killed) once
+        the output passes limit bytes."""
+        proc = self._started()
+        chunks: list[bytes] = []
+        total = 0
+        try:
+            assert proc.stdout is not None
+            while chunk := proc.stdout.read(1 << 20):
+                total += len(chunk)
+                if total > limit:
+                    verb = next((a for a in self.args if not a.startswith("-")), "")
+                    raise GitError(f"git {verb}: its output is larger than {limit} bytes")
+                chunks.append(chunk)
+            code = proc.wait()
+        finally:
+            self.cancel()
+        return b"".join(chunks) if code == 0 else None
+
     def cancel(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.returncode is None:
+        if proc is None:
+            return
+        if proc.returncode is None:
             proc.kill()
             proc.communicate()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def read_head(git_dir: Path) -> tuple[str, str] | None:

@@ -28,7 +28,7 @@ class Commit:
 def _git(repo: Path, *args: str) -> str:
     if args[0] == "log":  # -L diffs file versions: no textconv or external diff runs
         args = ("log", "--no-textconv", "--no-ext-diff", *args[1:])
-    proc = gitutil.git_proc(repo, *args, extra={"diff.external": ""})
+    proc = gitutil.git(repo, *args, extra={"diff.external": ""}, raw=True)
     if proc.returncode != 0:
         lines = proc.stderr.decode(errors="replace").strip().splitlines()
         raise gitutil.GitError(f"git {args[0]}: {lines[-1] if lines else 'failed'}")

@@ -131,7 +131,7 @@ def mirror_intact(mirror: Path) -> bool:
         cachepolicy.read_bytes(mirror / "config", 1 << 20, "mirror config")
     except (OSError, cachepolicy.CacheRefused):
         return False
-    proc = cmd.git_bytes(
+    listed = cmd.git(
         Path("/"),
         "config",
         "--file",
@@ -139,10 +139,13 @@ def mirror_intact(mirror: Path) -> bool:
         "--no-includes",
         "--name-only",
         "--list",
+        raw=True,
     )
-    if proc is None:
+    if listed.returncode != 0:
         return False
-    keys = {k.strip().lower() for k in proc.decode(errors="replace").splitlines() if k.strip()}
+    keys = {
+        k.strip().lower() for k in listed.stdout.decode(errors="replace").splitlines() if k.strip()
+    }
     return keys <= _MIRROR_KEYS
 
 
@@ -174,7 +177,7 @@ def fetch(url: str, mirror: Path) -> None:
         made = Path(tempfile.mkdtemp(dir=mirror.parent, prefix=".clone-"))
         cmd.git(made, "init", "--bare", "-q")
     try:
-        proc = cmd.git_proc(
+        proc = cmd.git(
             made or mirror,
             *in_mirror(made or mirror),
             "fetch",
@@ -185,6 +188,7 @@ def fetch(url: str, mirror: Path) -> None:
             url,
             "+refs/heads/*:refs/heads/*",
             extra=rules,
+            raw=True,
         )
         if proc.returncode != 0:
             raise RemoteError(redact_text(one_line(proc.stderr.decode(errors="replace")), url))

@@ -212,7 +212,7 @@ class Refreshed:
 
 
 def _show(tree: Path, rev: str, path: str) -> bytes | None:
-    return gitutil.git_bytes(tree, "cat-file", "blob", f"{rev}:{path}")
+    return gitutil.stdout_of(gitutil.git(tree, "cat-file", "blob", f"{rev}:{path}", raw=True))
 
 
 def _work(tree: Path, path: str) -> bytes | None:

@@ -163,15 +163,20 @@ def _folder(folder: Path) -> dict[str, bytes]:
 
 def _at(home: Path, rev: str, rel: str) -> dict[str, bytes]:
     """The diffs of a folder of the project at a commit (none when it did not exist)."""
-    listing = gitutil.git_bytes(home, "ls-tree", "--name-only", "-z", f"{rev}:{rel}")
+    listing = gitutil.stdout_of(
+        gitutil.git(home, "ls-tree", "--name-only", "-z", f"{rev}:{rel}", raw=True)
+    )
     if listing is None:
-        if gitutil.git_bytes(home, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}") is None:
+        known = gitutil.git(home, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", raw=True)
+        if known.returncode != 0:
             raise UsageError(f"{rev}: not a commit of the project")
         return {}
     out = {}
     for name in filter(None, listing.decode("utf-8", "replace").split("\0")):
         if name.endswith((".diff", ".patch")):
-            data = gitutil.git_bytes(home, "cat-file", "blob", f"{rev}:{rel}/{name}")
+            data = gitutil.stdout_of(
+                gitutil.git(home, "cat-file", "blob", f"{rev}:{rel}/{name}", raw=True)
+            )
             if data is not None:
                 out[name] = data
     return out

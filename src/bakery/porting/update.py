@@ -194,7 +194,7 @@ def _old_series(series: Series, record: provenance.Record, home: Path, scratch: 
         now = series.path / "diffs" / name
         data = now.read_bytes() if now.is_file() else None
         if data is None or provenance.Entry.of(data) != entry:
-            data = gitutil.git_bytes(home, "cat-file", "blob", entry.blob)
+            data = gitutil.stdout_of(gitutil.git(home, "cat-file", "blob", entry.blob, raw=True))
         if data is None or provenance.Entry.of(data).sha256 != entry.sha256:
             raise BakeryError(
                 f"{name} @ {provenance.short(entry.sha256)} is not in the project's git "

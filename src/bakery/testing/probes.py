@@ -42,7 +42,9 @@ def pristine_reader(tree: Path, commit: str | None) -> Reader:
 
     def read(rel: str) -> bytes | None:
         if commit:
-            return gitutil.git_bytes(tree, "cat-file", "blob", f"{commit}:{rel}")
+            return gitutil.stdout_of(
+                gitutil.git(tree, "cat-file", "blob", f"{commit}:{rel}", raw=True)
+            )
         p = tree / rel
         return p.read_bytes() if p.is_file() and not p.is_symlink() else None
 
