@@ -14,19 +14,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from bakery.project import project_root
-from bakery.sources.cache import Cache
-from bakery.sources.pristine import Progress
+
+if TYPE_CHECKING:  # the cache's module (filelock, git) is imported when a command uses it
+    from bakery.sources.cache import Cache
+    from bakery.sources.pristine import Progress
 
 Verbosity = Literal["quiet", "normal", "verbose"]
+
+
+def _cache() -> Cache:
+    """bakery's cache at BAKERY_CACHE_DIR or the platform's names."""
+    from bakery.sources.cache import Cache
+
+    return Cache()
 
 
 @dataclass(frozen=True)
 class Context:
     home: Path
-    cache: Cache = field(default_factory=Cache)
+    cache: Cache = field(default_factory=_cache)
     verbosity: Verbosity = "normal"
     progress: Progress | None = None
 
@@ -41,4 +50,4 @@ class Context:
         """The context of the project bakery runs in (BAKERY_HOME, else the nearest folder
         above the working directory with launcher/), with the cache BAKERY_CACHE_DIR or
         the platform's names."""
-        return cls(project_root(), cache or Cache(), verbosity, progress)
+        return cls(project_root(), cache or _cache(), verbosity, progress)

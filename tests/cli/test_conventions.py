@@ -170,6 +170,14 @@ def test_quiet_and_verbose(cli: Cli, tiny: Tiny) -> None:
     assert "Applying" in loud.stderr
 
 
+def test_names_are_printed_as_written_never_as_emoji(cli: Cli, tiny: Tiny) -> None:
+    """rich turns ``:warning:`` into an emoji unless told not to: a path holding one is
+    printed as the user wrote it."""
+    result = cli("apply", "demo", "--vllm", tiny.src, "--out", "x:warning:y", "-q")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("baked x:warning:y ("), result.stdout
+
+
 def test_version_short_and_long(cli: Cli) -> None:
     from bakery import __version__
 

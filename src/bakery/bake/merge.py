@@ -19,7 +19,6 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bakery.checks.pyindex import Definition, definitions, span
 from bakery.context import Context
 from bakery.git import cmd as gitutil
 from bakery.patch.engine import FileResult, HunkResult, Outcome, apply_file
@@ -28,8 +27,9 @@ from bakery.patch.series import Series, detect_layout, load_series
 from bakery.sources import resolve as sources
 from bakery.sources.pristine import Pristine
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pyindex is imported where a hunk moved, not at every start
     from bakery.checks.contracts import Reader
+    from bakery.checks.pyindex import Definition
     from bakery.model.report import DiffResult
 
 
@@ -371,6 +371,8 @@ def diagnose(res: FileResult, fp: FilePatch, target: Pristine, base: Pristine | 
 
 
 def _defs(source: bytes) -> dict[str, Definition]:
+    from bakery.checks.pyindex import definitions
+
     try:
         return definitions(ast.parse(source))
     except (SyntaxError, ValueError):
@@ -378,6 +380,8 @@ def _defs(source: bytes) -> dict[str, Definition]:
 
 
 def _touched(defs: dict[str, Definition], ranges: list[tuple[int, int]]) -> list[str]:
+    from bakery.checks.pyindex import span
+
     names = []
     for name, node in defs.items():
         start, end = span(node)

@@ -12,7 +12,6 @@ from bakery.bake.merge import Fallback, diagnose
 from bakery.bake.staging import display_path
 from bakery.errors import UnsafePathError
 from bakery.model.report import BakeReport, DiffResult
-from bakery.patch import provenance
 from bakery.patch.engine import FileResult, apply_file
 from bakery.patch.parse import Diff, FilePatch
 from bakery.patch.series import Series, detect_layout
@@ -168,6 +167,16 @@ def _notes(d: Diff, strip: int) -> list[str]:
     return notes
 
 
+def _stale(series: Series) -> list[str]:
+    """Why the port is out of step with the series (none without a port); provenance is
+    imported only for a port, not on every bake of a release the series fits."""
+    if not series.port:
+        return []
+    from bakery.patch import provenance
+
+    return provenance.stale_lines(series.path, series.port)
+
+
 def plan(
     series: Series,
     pristine: Pristine,
@@ -196,7 +205,7 @@ def plan(
         commit=pristine.commit,
         identity=pristine.identity,
         port=display_path(series.port) if series.port else None,
-        port_stale=provenance.stale_lines(series.path, series.port) if series.port else [],
+        port_stale=_stale(series),
         layout={"strip": strip, "root": root, "detected": detected},
     )
     if detected:

@@ -37,9 +37,20 @@ INTERRUPTED = 130
 # Piped output is never wrapped: soft_wrap keeps each line whole, and a console that is
 # not a terminal gets no width of 80 unless COLUMNS says so (see fit_consoles).
 # Every line either console prints goes through CILineGuard: no input can start a line
-# with "::" (a GitHub Actions workflow command), however rich lays it out.
-out_console = Console(file=CILineGuard(lambda: sys.stdout), highlight=False, soft_wrap=True)  # type: ignore[arg-type]
-err_console = Console(file=CILineGuard(lambda: sys.stderr), highlight=False, soft_wrap=True)  # type: ignore[arg-type]
+# with "::" (a GitHub Actions workflow command), however rich lays it out. emoji=False: a
+# name like "x:warning:y" is printed as written, never as an emoji.
+out_console = Console(
+    file=CILineGuard(lambda: sys.stdout),  # type: ignore[arg-type]
+    highlight=False,
+    soft_wrap=True,
+    emoji=False,
+)
+err_console = Console(
+    file=CILineGuard(lambda: sys.stderr),  # type: ignore[arg-type]
+    highlight=False,
+    soft_wrap=True,
+    emoji=False,
+)
 
 
 def safe(text: str) -> str:

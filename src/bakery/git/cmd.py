@@ -63,7 +63,8 @@ def identity(who: str) -> bytes:
     """The author or committer line's value ("name <email> seconds +zone") of IDENTITY."""
     import datetime
 
-    when = datetime.datetime.strptime(IDENTITY[f"GIT_{who}_DATE"], "%Y-%m-%dT%H:%M:%S%z")
+    stamp = IDENTITY[f"GIT_{who}_DATE"]  # ...+0000; fromisoformat (3.10) wants +00:00
+    when = datetime.datetime.fromisoformat(f"{stamp[:-2]}:{stamp[-2:]}")  # no _strptime
     return (
         f"{IDENTITY[f'GIT_{who}_NAME']} <{IDENTITY[f'GIT_{who}_EMAIL']}> "
         f"{int(when.timestamp())} {when.strftime('%z')}"
