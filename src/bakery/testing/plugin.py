@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -131,8 +131,8 @@ class _SessionState:
         # (not in pytest-xdist workers: only the one that gets rank tests needs them).
         if self.worker:
             return
-        if any("rank_pool" in getattr(item, "fixturenames", ()) for item in session.items):
-            self.pools(2).start()
+        for world in prestart_worlds(session.items, os.cpu_count() or 1):
+            self.pools(world).start()
 
     def _need_rules(self, series: Path | None) -> None:
         """Without a release the series has rules for, one line (expect.no_rules)."""
@@ -462,6 +462,22 @@ def expected(pytestconfig: pytest.Config) -> expect.Expectations | None:
 def interpret(pytestconfig: pytest.Config) -> bool:
     """Whether kernels run through the Triton interpreter (on CPU tensors)."""
     return _state(pytestconfig).interpret
+
+
+def prestart_worlds(items: Sequence[Any], cores: int) -> list[int]:
+    """The world sizes whose ranks start when collection ends, smallest first: every size
+    the collected rank tests use (a ``ranks`` parameter; 2 where none is named) while
+    their processes fit the cores beside pytest's own, else the smallest alone (on 2
+    cores a world 4 that starts early only slows the single-rank tests down)."""
+    worlds: set[int] = set()
+    for item in items:
+        if "rank_pool" not in getattr(item, "fixturenames", ()):
+            continue
+        callspec = getattr(item, "callspec", None)
+        world = callspec.params.get("ranks") if callspec is not None else None
+        worlds.add(world if isinstance(world, int) else 2)
+    ordered = sorted(worlds)
+    return ordered if sum(ordered) < cores else ordered[:1]
 
 
 class RankPools:

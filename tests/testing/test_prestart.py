@@ -1,0 +1,36 @@
+"""Which rank pools start when collection ends (plugin.prestart_worlds): every world size
+the rank tests use when their processes fit the cores, else the smallest alone; none
+without rank tests."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from bakery.testing.plugin import prestart_worlds
+
+
+def item(world: int | None = None, *, ranks: bool = True) -> Any:
+    """What the function reads of a collected item: its fixture names and parameters."""
+    names = ("rank_pool", "ranks") if ranks else ("device",)
+    callspec = SimpleNamespace(params={"ranks": world}) if world is not None else None
+    return SimpleNamespace(fixturenames=names, callspec=callspec)
+
+
+MIXED = [item(ranks=False), item(4), item(2), item(4), item()]
+
+
+@pytest.mark.parametrize(("cores", "worlds"), [(16, [2, 4]), (7, [2, 4]), (6, [2]), (2, [2])])
+def test_every_world_when_it_fits_else_the_smallest(cores: int, worlds: list[int]) -> None:
+    assert prestart_worlds(MIXED, cores) == worlds
+
+
+def test_no_rank_tests_start_nothing() -> None:
+    assert prestart_worlds([item(ranks=False), item(ranks=False)], 16) == []
+
+
+def test_a_rank_test_without_a_world_parameter_is_world_2() -> None:
+    assert prestart_worlds([item()], 16) == [2]
+    assert prestart_worlds([item(8)], 16) == [8]
