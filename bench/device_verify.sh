@@ -29,6 +29,23 @@ for v in 0.30.0 0.31.0 0.32.0 0.33.0 0.34.0 0.30.0-fixed 0.31.0-fixed 0.32.0-fix
     echo "exit $rc, wall $(python3 -c "print(round($e-$s,1))") s"
   done
 done
+# .devtrees/src-before/src: bakery's code before a change; the warm run of each baked tree
+# alternates it with today's (before, today, before, today), in this one script.
+if [ -d .devtrees/src-before/src ]; then
+  for v in 0.30.0 0.34.0; do
+    [ -d .devtrees/$v ] || continue
+    p=.devtrees/pristine-$v
+    extra=""; [ -d "$p" ] && extra="--bakery-pristine=$PWD/$p"
+    for code in before today before today; do
+      src=$PWD/src; [ $code = before ] && src=$PWD/.devtrees/src-before/src
+      s=$(date +%s.%N)
+      PYTHONPATH=/tmp/site:$src python3 -m bakery verify dcp2 --tree .devtrees/$v --env light --no-reuse -- -q -p no:randomly --durations=25 $extra > /tmp/ab-$v-$code.log 2>&1
+      rc=$?
+      e=$(date +%s.%N)
+      echo "=== warm verify $v, code $code: exit $rc, wall $(python3 -c "print(round($e-$s,1))") s; $(tail -1 /tmp/ab-$v-$code.log)"
+    done
+  done
+fi
 [ -n "${SKIP_TIMING:-}" ] && exit 0
 for v in 0.30.0 0.34.0; do
   echo "=== DCP path vs single-rank path, vLLM $v (H200)"
