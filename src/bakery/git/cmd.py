@@ -294,7 +294,7 @@ def git(
     env: dict[str, str] | None = None,
     raw: bool = False,
 ) -> str | subprocess.CompletedProcess[bytes]:
-    """Run git in cwd under the policy above: the one entry point (``git_capped`` is the
+    """Run git in cwd under the policy above: the one entry point (``Pending`` is the
     streaming one). Its standard output as text; GitError when it fails, unless check is
     false. raw: the finished process instead (its code, stdout and stderr as bytes), never
     checked, for callers that read bytes (``cat-file blob``) or git's own error lines.
