@@ -432,6 +432,9 @@ def test_killed_cache_builds_are_cleaned(index: Index, tmp_path: Path) -> None:
     """SIGKILL while the cache downloads a release, then while it builds its tree: no entry
     is left half-made, and the next build of that entry removes what the killed ones left."""
     index.add("vllm-9.9.0.tar.gz", sdist("9.9.0", files=2000))
+    # a download from 127.0.0.1 can start and end between two looks at the cache (it did,
+    # on a loaded CI machine): spread over a second, it is always seen under way
+    index.trickle["vllm-9.9.0.tar.gz"] = 1.0
     series = index_series(tmp_path)
     cache = Path(os.environ["BAKERY_CACHE_DIR"])
     marker = cache / "trees" / "vllm-9.9.0.json"

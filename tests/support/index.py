@@ -6,7 +6,7 @@ What it answers is one of three pages:
 
 - ``Index`` (``serve_index``, the ``index`` fixture in conftest.py): a PEP 691 JSON page
   per project (``files: [{filename, url, hashes: {sha256}, size}]``) and the files it lists.
-  It counts downloads, and can lie about a hash or cut a file short.
+  It counts downloads, and can lie about a hash, cut a file short or send it slowly.
 - ``LocalIndex`` (``serve(LocalIndex(...))``): the simple API as pip and uv read it, in
   either format (JSON, PEP 691; HTML, PEP 503), with relative file URLs, behind basic auth,
   redirecting its files to another host name, over HTTPS.
@@ -24,6 +24,7 @@ import json
 import os
 import ssl
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -78,6 +79,9 @@ class Index:
     stated_sha: dict[str, str] = field(default_factory=dict)
     #: bytes actually sent, where the server should cut a file short.
     cut: dict[str, int] = field(default_factory=dict)
+    #: seconds a file's body is spread over (ten chunks), where a test must see the
+    #: download under way (a killed download's .part file) rather than race it.
+    trickle: dict[str, float] = field(default_factory=dict)
     downloads: Counter[str] = field(default_factory=Counter)
     url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -121,6 +125,17 @@ def serve_index() -> Iterator[Index]:
             with idx.lock:
                 idx.downloads[name] += 1
             body = idx.files[name]
+            if name in idx.trickle:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                step = -(-len(body) // 10)
+                for at in range(0, len(body), step):
+                    self.wfile.write(body[at : at + step])
+                    self.wfile.flush()
+                    time.sleep(idx.trickle[name] / 10)
+                return None
             if name not in idx.cut:
                 return self._send(200, body, "application/octet-stream")
             self.send_response(200)
