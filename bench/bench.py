@@ -383,21 +383,34 @@ def bench_history(runs: int, rev: str) -> Result:
     }
 
 
+def _tmpfs_top() -> Path | None:
+    """This run's folder on tmpfs (/dev/shm), or None without 2 GB free there."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shutil.disk_usage(shm).free < 2 * 10**9:
+        return None
+    return shm / f"bakery-bench-{os.getpid()}"
+
+
+def _tmpfs_cache(top: Path) -> Path:
+    """A bakery cache under top holding the benchmark cache's entry of BASE."""
+    cache = top / "cache"
+    (cache / "trees").mkdir(parents=True)
+    for name in (f"vllm-{BASE}", f"vllm-{BASE}.json"):
+        run(["cp", "-a", str(CACHE / "trees" / name), str(cache / "trees" / name)])
+    return cache
+
+
 def bench_history_memory(runs: int, rev: str) -> Result:
     """history on tmpfs, as warm-memory: the cache, the pristine entry and the outputs in
     memory, so that the disk's noise (a factor of 5 between runs on a shared disk) does
     not hide a few percent of CPU between the two codes."""
-    shm = Path("/dev/shm")
-    if not shm.is_dir() or shutil.disk_usage(shm).free < 2 * 10**9:
+    top = _tmpfs_top()
+    if top is None:
         return {"skipped": "no tmpfs with 2 GB free at /dev/shm"}
     old = _old_bakery(rev)
     warm_up([BASE])
-    top = shm / f"bakery-bench-{os.getpid()}"
     try:
-        cache = top / "cache"
-        (cache / "trees").mkdir(parents=True)
-        for name in (f"vllm-{BASE}", f"vllm-{BASE}.json"):
-            run(["cp", "-a", str(CACHE / "trees" / name), str(cache / "trees" / name)])
+        cache = _tmpfs_cache(top)
 
         def bake(cmd: list[str], tag: str) -> Callable[[int], float]:
             def one(i: int) -> float:
@@ -556,16 +569,12 @@ def bench_warm_memory(runs: int) -> Result:
     """The warm bake with the cache, the pristine copy and the outputs on tmpfs: no disk
     and no ext4 allocator in the way, only what each side costs in CPU and system calls
     (the steadiest of the three warm figures)."""
-    shm = Path("/dev/shm")
-    if not shm.is_dir() or shutil.disk_usage(shm).free < 2 * 10**9:
+    top = _tmpfs_top()
+    if top is None:
         return {"skipped": "no tmpfs with 2 GB free at /dev/shm"}
     warm_up([BASE])
-    top = shm / f"bakery-bench-{os.getpid()}"
     try:
-        cache = top / "cache"
-        (cache / "trees").mkdir(parents=True)
-        for name in (f"vllm-{BASE}", f"vllm-{BASE}.json"):
-            run(["cp", "-a", str(CACHE / "trees" / name), str(cache / "trees" / name)])
+        cache = _tmpfs_cache(top)
         pristine = top / "pristine"
         run(["cp", "-a", str(pristine_copy(BASE)), str(pristine)])
         patch = " && ".join(f'patch -s -p1 -d "$1/vllm" -i {d}' for d in series_diffs(BASE))
