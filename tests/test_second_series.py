@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from typer.testing import Result
+from click.testing import Result
 
 from tests.support.paths import TEST_CACHE
 from tests.support.repos import git

@@ -21,8 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 from rich.console import Console
-from typer.testing import CliRunner, Result
+from typer.testing import CliRunner
 
 from bakery.cli import parsing, render
 from bakery.sources import versions

@@ -8,8 +8,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from click.testing import Result
 from rich.console import Console
-from typer.testing import Result
 
 from bakery.cli import render
 from bakery.model.report import BakeReport, DiffResult

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 from filelock import FileLock
-from typer.testing import Result
 
 from tests.support.archives import sdist
 from tests.support.index import LocalIndex, serve

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from typer.testing import Result
+from click.testing import Result
 
 from tests.support.index import Index, serve_index
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from typer.testing import Result
+from click.testing import Result
 
 from tests.support.repos import git
 from tests.support.trees import cache_release

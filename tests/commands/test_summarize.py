@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from typer.testing import Result
+from click.testing import Result
 
 
 def _check(version: str, status: str = "checked") -> dict[str, object]:

@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 from packaging.utils import parse_wheel_filename
-from typer.testing import Result
 
 from bakery.context import Context
 from tests.support.archives import check_record, pip_install_wheel

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 from packaging.utils import parse_wheel_filename
-from typer.testing import Result
 
 from tests.support.archives import check_record, pip_install_wheel
 from tests.support.paths import PROJECT, TEST_CACHE

@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from typer.testing import Result
+from click.testing import Result
 
 from tests.support.paths import SAMPLES
 from tests.support.releases import BASE, release, series

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from typer.testing import Result
+from click.testing import Result
 
 from tests.support.repos import git_repo, hook
 from tests.support.trees import Tiny, snapshot

@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from typer.testing import Result
+from click.testing import Result
 
 from bakery.git.repo import intact
 from tests.support.repos import git_repo

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from typer.testing import Result
+from click.testing import Result
 
 from bakery import project
 from bakery.safety import cachepolicy

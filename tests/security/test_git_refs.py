@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from typer.testing import Result
+from click.testing import Result
 
 from tests.support.cli import refused
 from tests.support.repos import git, git_repo

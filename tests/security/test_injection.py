@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 from hypothesis import given
 from hypothesis import strategies as st
-from typer.testing import Result
 
 from bakery.commands import matrix as mx
 from bakery.safety.text import CILineGuard, clean, md_cell

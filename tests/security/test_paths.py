@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from typer.testing import Result
+from click.testing import Result
 
 from bakery.git.index import IndexEntry, write_index
 from bakery.safety import paths

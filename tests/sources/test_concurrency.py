@@ -19,7 +19,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner, Result
+from click.testing import Result
+from typer.testing import CliRunner
 
 from bakery.sources.cache import FORMAT
 from tests.support.archives import sdist

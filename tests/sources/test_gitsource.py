@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import Result
+from click.testing import Result
 
 from bakery.sources.gitsource import split_spec
 from tests.support.repos import git

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from typer.testing import Result
+from click.testing import Result
 
 from bakery.errors import SourceError
 from bakery.safety.urls import redact_text, redact_url, split_userinfo

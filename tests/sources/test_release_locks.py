@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from typer.testing import Result
+from click.testing import Result
 
 from tests.support.archives import sdist
 from tests.support.index import Index

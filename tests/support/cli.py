@@ -3,7 +3,7 @@ never a traceback."""
 
 from __future__ import annotations
 
-from typer.testing import Result
+from click.testing import Result
 
 
 def refused(r: Result, *words: str) -> str:
