@@ -220,19 +220,37 @@ def set_global(problem: Problem, row: int, col: int, value: float) -> None:
 # -- single rank (the truth) and one rank's DCP call ----------------------------------------
 
 
-def single_rank(problem: Problem, topk_blocks: int, device, candidates=None):
-    """The single-rank selection of the global problem, and the global logits masked
-    with ``candidates`` (default: that selection)."""
+def single_rank(problem: Problem, topk_blocks: int, device) -> torch.Tensor:
+    """The single-rank selection of the global problem (the truth)."""
     ks = problem.row_ks.to(device) if problem.row_ks is not None else None
-    ke = problem.row_ke.to(device)
     out = torch.full((problem.rows, topk_blocks), UNWRITTEN, dtype=torch.int32, device=device)
     cb.select_candidate_blocks(
-        problem.logits.to(device), ks, ke, topk_blocks, problem.block_size, out, problem.row_repeat
+        problem.logits.to(device),
+        ks,
+        problem.row_ke.to(device),
+        topk_blocks,
+        problem.block_size,
+        out,
+        problem.row_repeat,
     )
-    chosen = out if candidates is None else candidates.to(device)
+    return out.cpu()
+
+
+def global_mask(problem: Problem, candidates: torch.Tensor, device) -> torch.Tensor:
+    """The global logits masked with ``candidates`` by the single-rank path. Each launch
+    through Triton's interpreter costs tenths of a second, so a test computes each
+    selection and each mask once and hands them on."""
+    ks = problem.row_ks.to(device) if problem.row_ks is not None else None
     masked = problem.logits.to(device, copy=True)  # .to() alone aliases CPU tensors
-    cb.apply_candidate_mask(masked, ks, ke, chosen, problem.block_size, problem.row_repeat)
-    return out.cpu(), masked.cpu()
+    cb.apply_candidate_mask(
+        masked,
+        ks,
+        problem.row_ke.to(device),
+        candidates.to(device),
+        problem.block_size,
+        problem.row_repeat,
+    )
+    return masked.cpu()
 
 
 def dcp_on_rank(ctx, problem: Problem, topk_blocks: int, reduce_bytes: int | None):
@@ -359,8 +377,9 @@ def assert_dcp_equals_single_rank(
     With ``request``, a case that reaches the past-width defect is marked with it;
     ``nan_selected``: the release's NaN rule (expectations.toml), for the defect's model."""
     task = ranks.submit(dcp_on_rank, [(problem, topk_blocks, reduce_bytes)] * problem.world)
-    expected, masked = single_rank(problem, topk_blocks, device)
-    if request is not None and mask_defect_hits(problem, expected, device):
+    expected = single_rank(problem, topk_blocks, device)
+    masked = global_mask(problem, expected, device)
+    if request is not None and mask_defect_hits(problem, expected, masked):
         request.applymarker(pytest.mark.known_defect(MASK_DEFECT))
     results = ranks.gather(task)
     check_collectives(problem, reduce_bytes, results)
@@ -369,7 +388,7 @@ def assert_dcp_equals_single_rank(
     per_rank = []
     for out, _, local, _ in results:
         same_choice = torch.equal(out, expected)
-        own = masked if same_choice else single_rank(problem, topk_blocks, device, out)[1]
+        own = masked if same_choice else global_mask(problem, out, device)
         per_rank.append((local, out, own))
     check_masks(problem, per_rank)
     for rank, (out, _, _, reduced) in enumerate(results):
@@ -475,9 +494,9 @@ def same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and bool(((a == b) | (a.isnan() & b.isnan())).all())
 
 
-def mask_defect_hits(problem: Problem, candidates: torch.Tensor, device) -> bool:
-    """Whether the past-width defect changes some shard's mask with these candidates."""
-    _, masked = single_rank(problem, candidates.shape[1], device, candidates)
+def mask_defect_hits(problem: Problem, candidates: torch.Tensor, masked: torch.Tensor) -> bool:
+    """Whether the past-width defect changes some shard's mask with these candidates
+    (``masked``: the global logits masked with them, :func:`global_mask`)."""
     return any(
         not same(upstream_mask(shard, problem, candidates), shard_of(masked, shard))
         for shard in problem.shards
@@ -664,8 +683,8 @@ def test_mask_with_local_block_size(case, row_repeat, device, request):
     candidates = torch.tensor(
         [[b, -1] for _, b in blocks for _ in range(row_repeat)], dtype=torch.int32
     )
-    _, masked = single_rank(problem, 1, device, candidates)
-    if mask_defect_hits(problem, candidates, device):
+    masked = global_mask(problem, candidates, device)
+    if mask_defect_hits(problem, candidates, masked):
         request.applymarker(pytest.mark.known_defect(MASK_DEFECT))
 
     per_rank = []
@@ -753,11 +772,12 @@ def test_dcp_ties(block, row_repeat, with_starts, widths, ranks, device, request
     )
     topk_blocks = 3
     task = ranks.submit(dcp_on_rank, [(problem, topk_blocks, slice_cap(2, problem))] * world)
-    expected, _ = single_rank(problem, topk_blocks, device)
+    expected = single_rank(problem, topk_blocks, device)
     results = ranks.gather(task)
     check_collectives(problem, slice_cap(2, problem), results)
     scores = block_scores(problem)
-    if mask_defect_hits(problem, results[0][0], device):
+    masked = global_mask(problem, results[0][0], device)
+    if mask_defect_hits(problem, results[0][0], masked):
         request.applymarker(pytest.mark.known_defect(MASK_DEFECT))
     for rank, (out, _, _, _) in enumerate(results):
         assert torch.equal(out, results[0][0]), f"rank {rank} selected other blocks"
@@ -768,7 +788,6 @@ def test_dcp_ties(block, row_repeat, with_starts, widths, ranks, device, request
             assert len(set(ids)) == len(ids)
             got = sorted(scores[row][b] for b in ids)
             assert got == sorted(scores[row][b] for b in want), f"rank {rank} row {row}"
-    _, masked = single_rank(problem, topk_blocks, device, results[0][0])
     check_masks(problem, [(local, out, masked) for out, _, local, _ in results])
 
 
