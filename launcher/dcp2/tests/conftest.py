@@ -7,9 +7,49 @@ manifest records (``../expectations.toml``, ``features``), never from the tree: 
 that lacks a feature of its release fails, naming it; a tree that has a feature its
 release lacks fails too (another release's kernel); a release without the feature
 skips the test, and that skip is in the release's expected-skip set.
+
+``ttir_probe``: the TTIR probe's process (dcp2_support.start_ttir_probe), started when
+collection ends where its test is collected (in a pytest-xdist worker, when the test
+asks for it), and killed at the end of the session if no test waited for it. Its test
+runs last.
 """
 
 import pytest
+from dcp2_support import start_ttir_probe
+
+from bakery.testing.loader import tree_from_env
+
+#: The test that reads the TTIR probe's answer.
+PROBE_TEST = "test_block_max_propagates_nan_when_compiled"
+_PROBE = pytest.StashKey[object]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The probe's test runs last, so that its process (seconds of imports and a
+    compile) has the whole run to finish in."""
+    items.sort(key=lambda item: item.name == PROBE_TEST)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker may never get the test: it starts the probe then
+    if any(item.name == PROBE_TEST for item in session.items):
+        session.config.stash[_PROBE] = start_ttir_probe(str(tree_from_env()))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    proc = session.config.stash.get(_PROBE, None)
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+@pytest.fixture
+def ttir_probe(request: pytest.FixtureRequest, baked_tree):
+    """The running TTIR probe of this session (started now if collection did not)."""
+    proc = request.config.stash.get(_PROBE, None)
+    return proc if proc is not None else start_ttir_probe(str(baked_tree))
 
 
 @pytest.fixture(autouse=True)

@@ -7,8 +7,14 @@
   from the plain torch ProcessGroup that bakery's rank pool hands over.
 - ``load_kernel()``: the baked tree's candidate-block module, loaded after the stand-ins
   are declared (test modules and rank processes alike import this module first).
+- ``start_ttir_probe()``: ``ttir_probe.py`` in a process of its own, started when
+  collection ends (conftest.py) so that its seconds of imports and compile overlap the
+  other tests instead of adding to the run.
 """
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -70,6 +76,20 @@ class DcpGroup:
 def dcp_group(ctx: Any) -> DcpGroup:
     """The DCP group of a rank task's context (bakery.testing.dist.RankContext)."""
     return DcpGroup(ctx.world_size, ctx.rank, ctx.group)
+
+
+def start_ttir_probe(tree: str) -> "subprocess.Popen[str]":
+    """``ttir_probe.py`` against ``tree``, running (TRITON_INTERPRET unset: it compiles)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["BAKERY_TREE"] = tree
+    probe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ttir_probe.py")
+    return subprocess.Popen(
+        [sys.executable, probe],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def load_kernel() -> ModuleType:

@@ -8,7 +8,6 @@ from the tree under test.
 """
 
 import itertools
-import os
 import random
 
 import pytest
@@ -252,21 +251,21 @@ def test_nan_and_inf_logits(
     torch.testing.assert_close(out.cpu(), ref, rtol=0, atol=0)
 
 
-def test_block_max_propagates_nan_when_compiled(baked_tree):
+def test_block_max_propagates_nan_when_compiled(ttir_probe):
     """The block max propagates NaN (``arith.maximumf``, never ``arith.maxnumf``) in the
     compiled kernel: a CPU check of what only a GPU run shows by value (the interpreter
-    propagates NaN whatever the kernel asks). Compiles to TTIR in a process of its own."""
+    propagates NaN whatever the kernel asks). Compiles to TTIR in a process of its own,
+    started when collection ended (conftest.py)."""
     import subprocess
-    import sys
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["BAKERY_TREE"] = str(baked_tree)
-    probe = os.path.join(os.path.dirname(__file__), "ttir_probe.py")
-    done = subprocess.run(
-        [sys.executable, probe], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    ops = dict(line.split() for line in done.stdout.splitlines())
+    try:
+        stdout, stderr = ttir_probe.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        ttir_probe.kill()
+        ttir_probe.communicate()
+        raise
+    assert ttir_probe.returncode == 0, stderr[-3000:]
+    ops = dict(line.split() for line in stdout.splitlines())
     assert int(ops["arith.maximumf"]) > 0 and int(ops["arith.maxnumf"]) == 0, ops
 
 
