@@ -1,6 +1,7 @@
-"""Real multi-rank runs for the bundled tests: a small pool of spawned processes.
+"""Real multi-rank runs for the bundled tests: a small pool of rank processes.
 
-A :class:`RankPool` spawns ``world_size`` processes once and joins them with
+A :class:`RankPool` starts ``world_size`` processes once (forked from a fork server that
+imported torch once: :func:`rank_context`) and joins them with
 ``torch.distributed``; tests then send it many small tasks. That keeps the cost of
 starting Python, torch and Triton to once per test module instead of once per case.
 
@@ -62,6 +63,44 @@ def choose_backend(world_size: int) -> tuple[str, list[str]]:
     if torch.cuda.device_count() >= world_size:
         return "nccl", [f"cuda:{rank}" for rank in range(world_size)]
     return "gloo", ["cuda:0"] * world_size
+
+
+#: What the fork server imports once, before it forks any rank: the imports every rank
+#: needs (about a second of CPU each) paid once per session instead of once per rank.
+PRELOAD = ("numpy", "torch", "torch.distributed", "triton")
+
+
+def rank_context() -> Any:
+    """Where ranks come from: forked from a fork server (``multiprocessing``'s
+    ``forkserver``) that imported :data:`PRELOAD` once, where the platform has one;
+    spawned otherwise. The server is a fresh process that never touched CUDA, so its
+    children may start CUDA of their own (forking a process that did is unsafe); it
+    inherits this process's environment when it starts (``TRITON_INTERPRET``,
+    ``BAKERY_TREE``), and each rank imports the tree's code itself, as a spawned one
+    would. ``BAKERY_RANK_START=spawn`` spawns every rank instead."""
+    import multiprocessing
+
+    method = os.environ.get("BAKERY_RANK_START", "forkserver")
+    if method not in multiprocessing.get_all_start_methods():
+        method = "spawn"
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(list(PRELOAD))
+    return ctx
+
+
+def stop_rank_server() -> None:
+    """Stop the fork server, if one runs, and wait for it: its ranks' CPU time then counts
+    among this process's children (``time``, ``RUSAGE_CHILDREN``), as spawned ranks'
+    did, and no process of the session outlives it. The standard library has no public
+    stop; this is the method its own tests stop the server with."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    stop = getattr(server, "_stop", None)
+    if stop is not None:
+        with contextlib.suppress(OSError, ChildProcessError):
+            stop()
 
 
 @dataclass(frozen=True)
@@ -183,9 +222,7 @@ class RankPool:
         """Spawn the ranks without waiting for them (see :meth:`wait_ready`)."""
         if self._procs:
             return
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("spawn")
+        ctx = rank_context()
         port = free_port()
         self._outbox = ctx.Queue()
         self._inboxes = [ctx.Queue() for _ in range(self.world_size)]
@@ -228,11 +265,15 @@ class RankPool:
             pending.discard(rank)
         self._ready = True
 
-    def close(self) -> None:
-        """Stop the ranks: politely when they are idle, by force otherwise."""
+    def close(self, *, polite: bool = True) -> None:
+        """Stop the ranks: politely when they are idle, by force otherwise.
+
+        ``polite=False`` kills them at once: what the end of a test session wants (a
+        rank's own shutdown, ``destroy_process_group`` and torch's exit, takes about a
+        second, and nothing of it is needed once every result is in)."""
         if not self._procs:
             return
-        if self._ready:
+        if self._ready and polite:
             for inbox in self._inboxes:
                 with contextlib.suppress(Exception):
                     inbox.put(None)
