@@ -38,6 +38,7 @@ def fix_triton_interpreter() -> None:
     _fix_nested_patching()
     _fix_elementwise_reduce()
     _fix_dead_overflow_checks()
+    _fix_dtype_table()
 
 
 def _fix_scalar_index() -> None:
@@ -248,3 +249,36 @@ def _fix_dead_overflow_checks() -> None:
 
     cls.binary_op_sanitize_overflow_impl = sanitize
     APPLIED.append(OVERFLOW)
+
+
+DTYPES = "triton interpreter: the NumPy dtype of a Triton type looked up, not rebuilt"
+
+
+def _fix_dtype_table() -> None:
+    """Triton 3.6's interpreter builds a table of 18 NumPy dtypes on every lookup of a
+    Triton type's NumPy dtype (``_get_np_dtype``, a few times per operation): a tenth of
+    a CPU verify. Its answer depends on the scalar type alone (a pointer, or the type
+    itself; a block's element type), and scalar types are equal by name, so each
+    name's answer is computed by Triton's own function once and then looked up."""
+    if DTYPES in APPLIED:
+        return
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_get_np_dtype", None)
+    if original is None:
+        return
+    known: dict[str, Any] = {}
+
+    def get_np_dtype(tt_dtype: Any) -> Any:
+        scalar = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+        name = getattr(scalar, "name", None)
+        if not isinstance(name, str):
+            return original(tt_dtype)
+        found = known.get(name)
+        if found is None:
+            found = known[name] = original(tt_dtype)
+        return found
+
+    interpreter._get_np_dtype = get_np_dtype
+    APPLIED.append(DTYPES)
