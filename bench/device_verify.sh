@@ -6,6 +6,8 @@
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 nvidia-smi -L
+# the fixed costs of the GPU host's processes (imports, CUDA start, rank pools)
+[ -n "${SKIP_PROFILE:-}" ] || python3 bench/verify_profile.py --gpu
 python3 -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "gpus", torch.cuda.device_count())'
 # .devtrees/<release>-fixed/: a bake with the proposed fixes (bakery apply --with-fixes), if copied;
 # .devtrees/pristine-<release>/: the pristine release, for the pristine oracle (the device
@@ -29,17 +31,19 @@ for v in 0.30.0 0.31.0 0.32.0 0.33.0 0.34.0 0.30.0-fixed 0.31.0-fixed 0.32.0-fix
     echo "exit $rc, wall $(python3 -c "print(round($e-$s,1))") s"
   done
 done
-# .devtrees/src-before/src: bakery's code before a change; the warm run of each baked tree
-# alternates it with today's (before, today, before, today), in this one script.
+# .devtrees/src-before/{src,launcher}: bakery's code and the series' tests before a change
+# (git archive REV src launcher patches); the warm run of each baked tree alternates them
+# with today's (before, today, before, today), in this one script.
 if [ -d .devtrees/src-before/src ]; then
   for v in 0.30.0 0.34.0; do
     [ -d .devtrees/$v ] || continue
     p=.devtrees/pristine-$v
     extra=""; [ -d "$p" ] && extra="--bakery-pristine=$PWD/$p"
     for code in before today before today; do
-      src=$PWD/src; [ $code = before ] && src=$PWD/.devtrees/src-before/src
+      src=$PWD/src; home=$PWD; [ $code = before ] && src=$PWD/.devtrees/src-before/src
+      [ $code = before ] && [ -d .devtrees/src-before/launcher ] && home=$PWD/.devtrees/src-before
       s=$(date +%s.%N)
-      PYTHONPATH=/tmp/site:$src python3 -m bakery verify dcp2 --tree .devtrees/$v --env light --no-reuse -- -q -p no:randomly --durations=25 $extra > /tmp/ab-$v-$code.log 2>&1
+      BAKERY_HOME=$home PYTHONPATH=/tmp/site:$src python3 -m bakery verify dcp2 --tree .devtrees/$v --env light --no-reuse -- -q -p no:randomly --durations=25 $extra > /tmp/ab-$v-$code.log 2>&1
       rc=$?
       e=$(date +%s.%N)
       echo "=== warm verify $v, code $code: exit $rc, wall $(python3 -c "print(round($e-$s,1))") s; $(tail -1 /tmp/ab-$v-$code.log)"

@@ -1,4 +1,4 @@
-"""Where one CPU verify's time goes (issue 27): the fixed costs of its processes.
+"""Where one verify's time goes (issue 27): the fixed costs of its processes.
 
 CPU seconds (user + system, children included) of: a bare Python start, the imports
 every pytest process and rank pays (pytest, NumPy, torch, Triton), and starting a rank
@@ -6,7 +6,8 @@ pool of world 2 and 4 under Triton's interpreter (spawn, imports, gloo join). Th
 per-test part (kernel launches through the interpreter, tensor set-up) comes from
 pytest's ``--durations=0`` of a verify run (bench/bench.py's verify section).
 
-    .venv/bin/python bench/verify_profile.py
+    .venv/bin/python bench/verify_profile.py          # CPU: ranks under the interpreter
+    python3 bench/verify_profile.py --gpu               # the GPU host: CUDA ranks, CUDA start
 """
 
 from __future__ import annotations
@@ -22,15 +23,20 @@ PY = sys.executable
 
 POOL = """
 import os, resource, time
-os.environ["TRITON_INTERPRET"] = "1"
-from bakery.testing.dist import RankPool
+if {interpret}:
+    os.environ["TRITON_INTERPRET"] = "1"
+from bakery.testing.dist import RankPool, stop_rank_server
 t = time.perf_counter()
 with RankPool({world}) as pool:
     pool.wait_ready()
     ready = time.perf_counter() - t
+stop_rank_server()
 ru = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(ready, ru.ru_utime + ru.ru_stime)
 """
+
+
+CUDA = "import torch; torch.cuda.{call}"
 
 
 def cpu_of(code: str) -> tuple[float, float]:
@@ -43,17 +49,32 @@ def cpu_of(code: str) -> tuple[float, float]:
 
 
 def main() -> int:
-    rows = {}
-    for label, code in (
+    gpu = "--gpu" in sys.argv[1:]
+    cases = [
         ("python start", "pass"),
         ("import pytest", "import pytest"),
         ("import numpy", "import numpy"),
         ("import torch", "import torch"),
         ("import triton", "import triton"),
         ("import pytest, numpy, torch, triton", "import pytest, numpy, torch, triton"),
-        ("rank pool world 2 (spawn + imports + gloo join)", POOL.format(world=2)),
-        ("rank pool world 4 (spawn + imports + gloo join)", POOL.format(world=4)),
-    ):
+        ("import bakery.cli (bakery's start)", "import bakery.cli"),
+    ]
+    if gpu:
+        cases += [
+            ("import torch; torch.cuda.is_available()", CUDA.format(call="is_available()")),
+            ("import torch; torch.cuda.get_device_name(0)", CUDA.format(call="get_device_name(0)")),
+            ("import torch; a CUDA tensor (context)", "import torch; torch.ones(1, device='cuda')"),
+        ]
+    for world in (2, 4):
+        how = "CUDA ranks, gloo" if gpu else "gloo"
+        cases.append(
+            (
+                f"rank pool world {world} (start, imports, {how} join)",
+                POOL.format(world=world, interpret=not gpu),
+            )
+        )
+    rows = {}
+    for label, code in cases:
         rows[label] = min((cpu_of(code) for _ in range(3)), key=lambda r: r[0])
     print(json.dumps({"load": os.getloadavg()[0], "cpu_s, wall_s": rows}, indent=1))
     return 0
