@@ -37,7 +37,8 @@ def _cpu() -> float:
 
 
 def source_of(rev: str, work: Path) -> Path:
-    """The ``src`` folder of the code at ``rev`` (``git archive``)."""
+    """The ``src`` folder of the code at ``rev`` (``git archive`` of its src, launcher
+    and patches: the baseline runs its own series tests, BAKERY_HOME its folder)."""
     commit = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", rev], capture_output=True, text=True, check=True
     ).stdout.strip()
@@ -45,7 +46,9 @@ def source_of(rev: str, work: Path) -> Path:
     if not (dest / "src" / "bakery").is_dir():
         dest.mkdir(parents=True, exist_ok=True)
         archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", commit, "src"], capture_output=True, check=True
+            ["git", "-C", str(ROOT), "archive", commit, "src", "launcher", "patches"],
+            capture_output=True,
+            check=True,
         ).stdout
         subprocess.run(["tar", "x", "-C", str(dest)], input=archive, check=True)
     return dest / "src"
@@ -66,6 +69,7 @@ def tree_of(release: str) -> Path:
 def _env(src: Path, cache: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = f"{src}{os.pathsep}{ROOT}"
+    env["BAKERY_HOME"] = str(src.parent if (src.parent / "launcher").is_dir() else ROOT)
     if cache is not None:
         env["BAKERY_CACHE_DIR"] = str(cache)
     return env
