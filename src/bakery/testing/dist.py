@@ -89,6 +89,15 @@ def rank_context() -> Any:
     return ctx
 
 
+def start_rank_server() -> None:
+    """Start the fork server now, without waiting for its imports: started when pytest
+    starts, it imports torch while collection does, and the first rank forks sooner."""
+    if rank_context().get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
 def stop_rank_server() -> None:
     """Stop the fork server, if one runs, and wait for it: its ranks' CPU time then counts
     among this process's children (``time``, ``RUSAGE_CHILDREN``), as spawned ranks'
@@ -279,15 +288,21 @@ class RankPool:
                     inbox.put(None)
             for proc in self._procs:
                 proc.join(timeout=5)
+        self.kill()
         for proc in self._procs:
-            if proc.is_alive():
-                proc.kill()
             proc.join(timeout=5)
         for q in [*self._inboxes, self._outbox]:
             with contextlib.suppress(Exception):
                 q.close()
                 q.cancel_join_thread()
         self._procs, self._inboxes, self._outbox, self._ready = [], [], None, False
+
+    def kill(self) -> None:
+        """Send every live rank SIGKILL without waiting: pools killed together die
+        together (a CUDA rank's exit takes a while), then :meth:`close` reaps them."""
+        for proc in self._procs:
+            if proc.is_alive():
+                proc.kill()
 
     def __enter__(self) -> RankPool:
         return self

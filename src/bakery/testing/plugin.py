@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -131,8 +132,7 @@ class _SessionState:
         # (not in pytest-xdist workers: only the one that gets rank tests needs them).
         if self.worker:
             return
-        for world in prestart_worlds(session.items, os.cpu_count() or 1):
-            self.pools(world).start()
+        self.pools.prestart(prestart_worlds(session.items, os.cpu_count() or 1))
 
     def _need_rules(self, series: Path | None) -> None:
         """Without a release the series has rules for, one line (expect.no_rules)."""
@@ -170,10 +170,24 @@ class _SessionState:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: Any) -> Generator[None, Any, None]:
-        outcome = yield
+        # A test that may show a known defect raised: pytest's traceback of it (source
+        # read and parsed per entry, about 60 ms a test, BENCHMARKS.md) waits until the
+        # failure turns out not to be the defect.
+        deferred = (
+            call.when == "call" and call.excinfo is not None and bool(self._active_defects(item))
+        )
+        if deferred:
+            item.repr_failure = lambda excinfo, style=None: excinfo.exconly()  # type: ignore[method-assign]
+        try:
+            outcome = yield
+        finally:
+            if deferred:
+                del item.repr_failure
         report: pytest.TestReport = outcome.get_result()
         if report.when == "call" and not hasattr(report, "wasxfail"):
             self._known_defect_outcome(item, call, report)
+            if deferred and report.failed and report.longrepr == call.excinfo.exconly():
+                report.longrepr = item.repr_failure(call.excinfo)
         if report.skipped and not hasattr(report, "wasxfail"):
             self._check_skip(report, item.nodeid)
 
@@ -205,6 +219,8 @@ class _SessionState:
                 return
         names = ", ".join(f"{d.id} ({d.signature})" for d in defects)
         what = _first_line(exc) if exc is not None else "no exception"
+        if call.excinfo is not None and report.longrepr == call.excinfo.exconly():
+            report.longrepr = item.repr_failure(call.excinfo)  # the deferred traceback
         report.longrepr = (
             f"bakery: expected known defect {names}, but the test failed otherwise: {what}\n\n"
             f"{report.longrepr}"
@@ -502,10 +518,32 @@ class RankPools:
 
     def __init__(self) -> None:
         self._pools: dict[int, Any] = {}
+        self._starting: threading.Thread | None = None
+
+    def prestart(self, worlds: Sequence[int]) -> None:
+        """Start these worlds' ranks from a thread: a rank's start waits for the fork
+        server's imports (seconds of torch), which the tests need not wait for."""
+        if not worlds:
+            return
+        from bakery.testing.dist import start_rank_server
+
+        start_rank_server()
+        pools = [self(world) for world in worlds]
+        self._starting = threading.Thread(
+            target=lambda: [pool.start() for pool in pools], name="bakery-rank-start", daemon=True
+        )
+        self._starting.start()
+
+    def _started(self) -> None:
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
 
     def __call__(self, world_size: int = 2) -> Any:
         from bakery.testing.dist import RankPool
 
+        if self._starting is not None and threading.current_thread() is not self._starting:
+            self._started()
         if world_size not in self._pools:
             self._pools[world_size] = RankPool(world_size)
         return self._pools[world_size]
@@ -515,6 +553,9 @@ class RankPools:
         their polite shutdown took a second of every verify's wall)."""
         from bakery.testing.dist import stop_rank_server
 
+        self._started()
+        for pool in self._pools.values():
+            pool.kill()
         for pool in self._pools.values():
             pool.close(polite=False)
         self._pools.clear()
