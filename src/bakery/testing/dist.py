@@ -90,8 +90,8 @@ def rank_context() -> Any:
 
 
 def start_rank_server() -> None:
-    """Start the fork server now, without waiting for its imports: started when pytest
-    starts, it imports torch while collection does, and the first rank forks sooner."""
+    """Start the fork server now, without waiting for its imports (:data:`PRELOAD`):
+    a rank's start then waits only for what is left of them."""
     if rank_context().get_start_method() == "forkserver":
         from multiprocessing import forkserver
 
