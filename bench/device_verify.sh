@@ -9,6 +9,8 @@ nvidia-smi -L
 # the fixed costs of the GPU host's processes (imports, CUDA start, rank pools)
 [ -n "${SKIP_PROFILE:-}" ] || python3 bench/verify_profile.py --gpu
 python3 -c 'import torch, triton, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "gpus", torch.cuda.device_count())'
+# the GPUs bakery finds without importing torch (gpus.py) are the ones torch sees
+python3 -m pytest -q -p no:cacheprovider --noconftest -c /dev/null --rootdir=. tests/testing/test_gpus.py 2>&1 | tail -2
 # .devtrees/<release>-fixed/: a bake with the proposed fixes (bakery apply --with-fixes), if copied;
 # .devtrees/pristine-<release>/: the pristine release, for the pristine oracle (the device
 # has no bakery cache to take it from). --env light: the device reaches no package index,

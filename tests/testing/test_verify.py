@@ -353,6 +353,25 @@ def test_rank_pool_kills_a_stuck_collective(pool: RankPool) -> None:
     assert pool.run(rank_and_sum, 0) == [(0, 1), (1, 1)]
 
 
+def rank_sys_path(ctx) -> list[str]:
+    return list(sys.path)
+
+
+def test_ranks_search_the_sys_path_their_owner_had(
+    pool: RankPool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fork server may start before pytest puts the tests' folders on sys.path (the
+    plugin starts it with the session on a GPU host): a rank's task still finds the
+    helpers its test module imports (multiprocessing sends each new process its
+    owner's sys.path)."""
+    pool.run(rank_and_sum, 0)  # the fork server runs, started without tmp_path
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with RankPool(1, timeout=60) as late:
+        (seen,) = late.run(rank_sys_path)
+    assert seen[0] == str(tmp_path)
+
+
 # --- the bundled suite (slow: runs the kernels under the Triton interpreter) ----------------------
 
 SUM = ("ReduceOp.MAX", "ReduceOp.SUM")

@@ -117,6 +117,21 @@ def test_a_damaged_record_is_ignored(tmp_path: Path) -> None:
         assert (again.reused, again.passed) == (None, 1)
 
 
+@pytest.mark.slow
+def test_a_run_on_another_device_than_its_key_names_is_not_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key's device comes from the driver (gpus.py), the run's from torch in the
+    pytest process: where they differ, no later run may take the result for its own."""
+    series, _, tree = make(tmp_path)
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(reuse, "device", lambda interpret: "Some GPU x1")
+    first = verify(series, tree, cache)
+    assert (first.passed, first.key, first.device_seen) == (1, None, "cpu (Triton interpreter)")
+    assert verify(series, tree, cache).reused is None
+    assert not list((cache / reuse.FOLDER).glob("*.json"))
+
+
 def _key(series: Path, tests: Path, tree: Path, **kw: object) -> str:
     args = {"interpret": True, "pytest_args": ["-q"], "series_dir": series, "env": {}}
     args.update(kw)

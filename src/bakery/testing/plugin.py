@@ -337,6 +337,7 @@ class _SessionState:
             "expectations": self.expected.release if self.expected else None,
             "modules": self.module_entries(),
             "tool_fixes": self.tool_fixes,
+            "device": _device_words(self.interpret),
         }
         from bakery.outputs import replace_bytes
 
@@ -374,6 +375,13 @@ def _run_probe(config: pytest.Config, probe: str, state: _SessionState) -> str |
     return None if answer is None else str(answer)
 
 
+#: On a GPU host with this many cores or more, the ranks' fork server starts with the
+#: session, before this process imports torch (BENCHMARKS.md, 2026-12-06): both imports
+#: then run at once. Below it, the server starts when collection ends, if a rank test
+#: was collected (an import beside pytest's would slow it on 2 cores).
+EARLY_SERVER_CORES = 4
+
+
 def pytest_configure(config: pytest.Config) -> None:
     value = config.getoption("--bakery-tree") or os.environ.get(TREE_ENV)
     if not value:
@@ -388,9 +396,17 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         # Kernels compiled for the GPU: a stray TRITON_INTERPRET=1 would interpret them.
         os.environ.pop("TRITON_INTERPRET", None)
+        if not hasattr(config, "workerinput") and (os.cpu_count() or 1) >= EARLY_SERVER_CORES:
+            # the fork server imports torch while this process does (seconds each)
+            from bakery.testing.dist import start_rank_server
+
+            start_rank_server()
         import torch
 
         if not torch.cuda.is_available():
+            from bakery.testing.dist import stop_rank_server
+
+            stop_rank_server()
             raise pytest.UsageError(
                 "bakery: no CUDA GPU is visible to torch; "
                 "use --bakery-interpret (bakery verify --interpret) to run on CPU"
@@ -429,6 +445,19 @@ def _series_dir(config: pytest.Config) -> Path | None:
 
 def _state(config: pytest.Config) -> _SessionState:
     return config.stash[_KEY]
+
+
+def _device_words(interpret: bool) -> str:
+    """The device as this process's torch sees it, in reuse.device's words: the runner
+    records a result for reuse only where its key named this device."""
+    from bakery.testing import gpus
+
+    if interpret:
+        return gpus.INTERPRETER
+    import torch
+
+    n = torch.cuda.device_count()
+    return gpus.Gpus(tuple(map(torch.cuda.get_device_name, range(n))), "torch").describe()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -110,13 +110,17 @@ def _version(name: str) -> str | None:
 
 
 def device(interpret: bool) -> str:
-    """The device in words: ``cpu`` under the interpreter, else the GPUs torch sees."""
-    if interpret:
-        return "cpu (Triton interpreter)"
-    import torch
+    """The device in words: ``cpu`` under the interpreter, else the GPUs torch sees
+    (the name of ``cuda:0`` and how many, found without importing torch: gpus.py)."""
+    from bakery.testing import gpus
 
-    n = torch.cuda.device_count()
-    return f"{torch.cuda.get_device_name(0)} x{n}" if n else "no GPU"
+    if interpret:
+        return gpus.INTERPRETER
+
+    try:
+        return gpus.visible().describe()
+    except gpus.TorchMissing:
+        return "no torch"
 
 
 def inputs(

@@ -17,6 +17,7 @@ import contextlib
 import importlib.metadata
 import importlib.util
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -32,6 +33,8 @@ from bakery.testing import expect
 from bakery.testing.loader import ENV_MODE, ROOT_PACKAGE, TREE_ENV
 
 PLUGIN = "bakery.testing.plugin"
+
+_log = logging.getLogger(__name__)
 
 #: pytest's exit codes (pytest.ExitCode), kept here to not import pytest for them.
 _PYTEST_OK, _PYTEST_FAILED, _PYTEST_INTERRUPTED, _PYTEST_NO_TESTS = 0, 1, 2, 5
@@ -82,6 +85,8 @@ class VerifyResult:
     reused: str | None = None
     #: verify --pristine: how the tests split between the baked and the pristine tree
     pristine: tuple[str, ...] = ()
+    #: The device in words as the pytest process's torch saw it (reuse.device's form).
+    device_seen: str | None = field(default=None, repr=False)
 
     @property
     def no_tests(self) -> bool:
@@ -224,11 +229,13 @@ def named_rules(pytest_args: Sequence[str]) -> str | None:
 
 
 def cuda_available() -> bool:
+    """Whether torch would see a CUDA GPU, asked without importing torch (gpus.py)."""
+    from bakery.testing import gpus
+
     try:
-        import torch
-    except ImportError as exc:
+        return bool(gpus.visible())
+    except gpus.TorchMissing as exc:
         raise VerifyError(f"torch is not installed ({exc}); install bakery[kernels]") from None
-    return bool(torch.cuda.is_available())
 
 
 def default_jobs(interpret: bool) -> int:
@@ -303,6 +310,7 @@ def run_verify(
         from bakery.testing import reuse as reuses
 
         series = Path(series_dir).resolve() if series_dir is not None else None
+        device = reuses.device(interpret)
         static = reuses.static_key(
             reuses.inputs(
                 tests_dir,
@@ -310,6 +318,7 @@ def run_verify(
                 interpret=interpret,
                 pytest_args=pytest_args,
                 series_dir=series,
+                device_name=device,
                 env_mode=env_mode,
                 python=python,
             )
@@ -323,6 +332,14 @@ def run_verify(
     if cache_root is not None and static is not None:
         from bakery.testing import reuse as reuses
 
+        if result.device_seen is not None and result.device_seen != device:
+            # the key named a device the tests did not run on (gpus.py asked the driver,
+            # not torch): a result no later run may take for its own
+            _log.warning(
+                f"not recorded for reuse: the tests ran on {result.device_seen}, "
+                f"the driver showed {device}"
+            )
+            return result
         names = [m.name for m in result.modules]
         key = reuses.store(cache_root, static, tree, names, _to_record(result, tree))
         result = replace(result, key=key)
@@ -462,6 +479,7 @@ def _run(
         known_defects=dict((data or {}).get("known_defects", {})),
         unexpected_skips=int((data or {}).get("unexpected_skips", 0)),
         expectations=(data or {}).get("expectations"),
+        device_seen=(data or {}).get("device"),
         jobs=jobs,
         env=env.get(ENV_MODE, "light"),
         elapsed=elapsed,
