@@ -47,10 +47,11 @@ if [ -d .devtrees/src-before/src ]; then
       src=$PWD/src; home=$PWD; [ $code = before ] && src=$PWD/.devtrees/src-before/src
       [ $code = before ] && [ -d .devtrees/src-before/launcher ] && home=$PWD/.devtrees/src-before
       s=$(date +%s.%N)
-      BAKERY_HOME=$home PYTHONPATH=/tmp/site:$src python3 -m bakery verify dcp2 --tree .devtrees/$v --env light --no-reuse -- -q -p no:randomly --durations=25 $extra > /tmp/ab-$v-$code.log 2>&1
+      # -p verify_timeline: when each phase of the pytest process ended (bench/verify_timeline.py)
+      BENCH_T0=$s BAKERY_HOME=$home PYTHONPATH=/tmp/site:$src:$PWD/bench python3 -m bakery verify dcp2 --tree .devtrees/$v --env light --no-reuse -- -q -p no:randomly -p verify_timeline --durations=25 $extra > /tmp/ab-$v-$code.log 2>&1
       rc=$?
       e=$(date +%s.%N)
-      echo "=== warm verify $v, code $code: exit $rc, wall $(python3 -c "print(round($e-$s,1))") s; $(tail -1 /tmp/ab-$v-$code.log)"
+      echo "=== warm verify $v, code $code: exit $rc, wall $(python3 -c "print(round($e-$s,1))") s; $(grep -E "^(verified|tests failed|not verified)" /tmp/ab-$v-$code.log | tail -1)"
     done
   done
 fi
