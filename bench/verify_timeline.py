@@ -5,6 +5,7 @@ A pytest plugin, loaded with ``-p verify_timeline`` (``bench/`` on ``PYTHONPATH`
 ``BENCH_T0`` (the wall clock when the caller started ``bakery verify``; else since this
 process started) of: this process's start, the plugin's configure (torch imported on a
 GPU), collection's end, the first test, every test call over 0.3 s, the session's end.
+``BENCH_WARM_CUDA=1``: an experiment, CUDA's context made in a thread from the start.
 
     BENCH_T0=$(date +%s.%N) PYTHONPATH=src:bench bakery verify dcp2 --tree T -- -p verify_timeline
 """
@@ -12,6 +13,7 @@ GPU), collection's end, the first test, every test call over 0.3 s, the session'
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -33,10 +35,20 @@ def _mark(what: str) -> None:
     _marks.append((time.time(), what))
 
 
+def _warm_cuda() -> None:
+    import torch
+
+    torch.ones(1, device="cuda")
+    _mark("CUDA context ready (BENCH_WARM_CUDA's thread)")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     _marks.append((_started(), "pytest process started"))
     _mark("configure begins")
+    if os.environ.get("BENCH_WARM_CUDA"):
+        # an experiment: CUDA's context made in a thread while collection runs
+        threading.Thread(target=_warm_cuda, daemon=True).start()
 
 
 @pytest.hookimpl(trylast=True)
