@@ -376,9 +376,11 @@ def _run_probe(config: pytest.Config, probe: str, state: _SessionState) -> str |
 
 
 #: On a GPU host with this many cores or more, the ranks' fork server starts with the
-#: session, before this process imports torch (BENCHMARKS.md, 2026-12-06): both imports
-#: then run at once. Below it, the server starts when collection ends, if a rank test
-#: was collected (an import beside pytest's would slow it on 2 cores).
+#: session, before this process imports torch, so that both imports run at once (on the
+#: device, the first world-2 test waited 3.0 s for its ranks when the server started at
+#: collection's end: BENCHMARKS.md, 2026-12-05; the gain is not measured yet). Below it,
+#: the server starts when collection ends, if a rank test was collected (an import beside
+#: pytest's would slow it on 2 cores).
 EARLY_SERVER_CORES = 4
 
 
