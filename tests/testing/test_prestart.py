@@ -1,6 +1,7 @@
 """Which rank pools start when collection ends (plugin.prestart_worlds): every world size
 the rank tests use when their processes fit the cores, else the smallest alone; none
-without rank tests."""
+without rank tests. Which helper processes start with the session instead
+(plugin.starts_early): on a GPU, in the main process, with 4 cores or more."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bakery.testing.plugin import prestart_worlds
+from bakery.testing.plugin import EARLY_SERVER_CORES, prestart_worlds, starts_early
 
 
 def item(world: int | None = None, *, ranks: bool = True) -> Any:
@@ -34,3 +35,29 @@ def test_no_rank_tests_start_nothing() -> None:
 def test_a_rank_test_without_a_world_parameter_is_world_2() -> None:
     assert prestart_worlds([item()], 16) == [2]
     assert prestart_worlds([item(8)], 16) == [8]
+
+
+def config(*, interpret: bool, worker: bool = False) -> Any:
+    """What starts_early reads of a pytest config: --bakery-interpret, workerinput."""
+    options = {"--bakery-interpret": interpret}
+    found = SimpleNamespace(getoption=options.__getitem__)
+    if worker:
+        found.workerinput = {"workerid": "gw0"}
+    return found
+
+
+@pytest.mark.parametrize(
+    ("interpret", "worker", "cores", "early"),
+    [
+        (False, False, EARLY_SERVER_CORES, True),
+        (False, False, 16, True),
+        (False, False, EARLY_SERVER_CORES - 1, False),  # 2 cores: at collection's end
+        (True, False, 16, False),  # Triton's interpreter
+        (False, True, 16, False),  # an xdist worker
+    ],
+)
+def test_helpers_start_early_on_a_gpu_host_with_cores(
+    monkeypatch: pytest.MonkeyPatch, interpret: bool, worker: bool, cores: int, early: bool
+) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    assert starts_early(config(interpret=interpret, worker=worker)) is early

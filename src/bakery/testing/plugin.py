@@ -375,13 +375,26 @@ def _run_probe(config: pytest.Config, probe: str, state: _SessionState) -> str |
     return None if answer is None else str(answer)
 
 
-#: On a GPU host with this many cores or more, the ranks' fork server starts with the
-#: session, before this process imports torch, so that both imports run at once (on the
+#: On a GPU host with this many cores or more, helper processes start with the session
+#: (:func:`starts_early`): the ranks' fork server here, a series' own helpers in its
+#: conftest. Their imports of torch then run while this process imports it (on the
 #: device, the first world-2 test waited 3.0 s for its ranks when the server started at
-#: collection's end: BENCHMARKS.md, 2026-12-05; the gain is not measured yet). Below it,
-#: the server starts when collection ends, if a rank test was collected (an import beside
+#: collection's end; with the device chosen without torch, the warm verify went from
+#: 17.5/19.0 s to 11.8/13.6 s on an H100: BENCHMARKS.md, 2026-12-06). Below it, they start
+#: when collection ends, if a test that needs them was collected (an import beside
 #: pytest's would slow it on 2 cores).
 EARLY_SERVER_CORES = 4
+
+
+def starts_early(config: pytest.Config) -> bool:
+    """Whether helper processes of this session start at its configure rather than at
+    collection's end: on a GPU (not under Triton's interpreter), in the main process (not
+    a pytest-xdist worker), with :data:`EARLY_SERVER_CORES` cores or more."""
+    return (
+        not config.getoption("--bakery-interpret")
+        and not hasattr(config, "workerinput")
+        and (os.cpu_count() or 1) >= EARLY_SERVER_CORES
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -398,7 +411,7 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         # Kernels compiled for the GPU: a stray TRITON_INTERPRET=1 would interpret them.
         os.environ.pop("TRITON_INTERPRET", None)
-        if not hasattr(config, "workerinput") and (os.cpu_count() or 1) >= EARLY_SERVER_CORES:
+        if starts_early(config):
             # the fork server imports torch while this process does (seconds each)
             from bakery.testing.dist import start_rank_server
 

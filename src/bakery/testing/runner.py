@@ -328,6 +328,12 @@ def run_verify(
             with contextlib.suppress(_BadRecord):  # a damaged record: run again
                 return _from_record(record, tree, jobs)
     env = verify_environment(tree, interpret=interpret, mode=env_mode, cache_root=cache_root)
+    if python is None:  # the tests run with this Python: its packages are theirs
+        from bakery.testing import bytecode
+
+        slow = bytecode.recompiled(env)
+        if slow:
+            _log.info(bytecode.hint(slow), extra={"event": "detected"})
     result = _run(tests_dir, tree, env, pytest_args, junit, python, log, series_dir, jobs)
     if cache_root is not None and static is not None:
         from bakery.testing import reuse as reuses
