@@ -14,7 +14,6 @@ import pytest
 from bakery.testing import bytecode
 from bakery.testing.runner import run_verify
 from tests.support.trees import write_files
-from tests.testing.test_verify import QUICK_TEST, make_tree
 
 NO_WRITE = {"PYTHONDONTWRITEBYTECODE": "1"}
 
@@ -57,8 +56,8 @@ def test_verify_says_it_once_before_the_tests_run(
 ) -> None:
     monkeypatch.setattr(bytecode, "PACKAGES", ("bakeryheavy", "bakerylight"))
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
-    tree = make_tree(tmp_path / "tree")
-    tests = write_files(tmp_path / "t", {"test_quick.py": QUICK_TEST})
+    tree = write_files(tmp_path / "tree", {"vllm/__init__.py": ""})
+    tests = write_files(tmp_path / "t", {"test_quick.py": "def test_quick():\n    assert True\n"})
     with caplog.at_level(logging.INFO, logger="bakery"):
         result = run_verify(tests, tree, interpret=True, pytest_args=["-q"])
     assert result.exit_code == 0
