@@ -375,19 +375,19 @@ def _run_probe(config: pytest.Config, probe: str, state: _SessionState) -> str |
     return None if answer is None else str(answer)
 
 
-#: On a GPU host with this many cores or more, helper processes start with the session
-#: (:func:`starts_early`): the ranks' fork server here, a series' own helpers in its
-#: conftest. Their imports of torch then run while this process imports it (on the
-#: device, the first world-2 test waited 3.0 s for its ranks when the server started at
-#: collection's end; with the device chosen without torch, the warm verify went from
-#: 17.5/19.0 s to 11.8/13.6 s on an H100: BENCHMARKS.md, 2026-12-06). Below it, they start
-#: when collection ends, if a test that needs them was collected (an import beside
-#: pytest's would slow it on 2 cores).
+#: On a GPU host with this many cores or more, the ranks' fork server starts with the
+#: session (:func:`starts_early`), so that its import of torch runs while this process
+#: imports it (on the device, the first world-2 test waited 3.0 s for its ranks when the
+#: server started at collection's end; with the device also chosen without torch, the
+#: warm verify went from 17.5/19.0 s to 11.8/13.6 s on an H100: BENCHMARKS.md,
+#: 2026-12-06). Below it, the server starts when collection ends, if a rank test was
+#: collected (an import beside pytest's would slow it on 2 cores). dcp2's TTIR probe
+#: started this early gained nothing there (BENCHMARKS.md): it starts at collection's end.
 EARLY_SERVER_CORES = 4
 
 
 def starts_early(config: pytest.Config) -> bool:
-    """Whether helper processes of this session start at its configure rather than at
+    """Whether the ranks' fork server starts at the session's configure rather than at
     collection's end: on a GPU (not under Triton's interpreter), in the main process (not
     a pytest-xdist worker), with :data:`EARLY_SERVER_CORES` cores or more."""
     return (
