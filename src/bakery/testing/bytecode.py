@@ -2,9 +2,9 @@
 
 A Python image may ship packages without byte code (no ``__pycache__``) and set
 ``PYTHONDONTWRITEBYTECODE``, so that nothing is ever written: then each process that
-imports torch compiles its 2141 modules from source. A GPU verify starts three such
-processes (pytest, the ranks' fork server, the TTIR probe); on the device's H100 that cost
-1.5-3 s of a 12 s warm verify (BENCHMARKS.md, 2026-12-06). bakery does not keep byte code
+imports torch compiles its 2141 modules from source. A GPU verify starts several such
+processes (pytest, the ranks' fork server, a series' own helpers); on the device's H100
+it cost 1.5-3 s of a 12 s warm verify (BENCHMARKS.md, 2026-12-06). bakery does not keep byte code
 of its own for them (its cache holds nothing that runs: SECURITY.md); verify says once
 what the host could do instead. Hand-written: a stat per package, located with
 :func:`importlib.util.find_spec` (nothing is imported).
@@ -42,10 +42,9 @@ def has_byte_code(package: Path) -> bool:
 
 def recompiled(env: Mapping[str, str], packages: Sequence[str] | None = None) -> list[str]:
     """The packages (default :data:`PACKAGES`) that a process with ``env`` (this Python)
-    compiles at each import:
-    no byte code beside them while ``PYTHONDONTWRITEBYTECODE`` keeps any from being
-    written. Empty where byte code is written (the first run writes it), or kept under
-    ``PYTHONPYCACHEPREFIX`` (not looked at)."""
+    compiles at each import: no byte code beside them while ``PYTHONDONTWRITEBYTECODE``
+    keeps any from being written. Empty where byte code is written (the first run writes
+    it), or kept under ``PYTHONPYCACHEPREFIX`` (not looked at)."""
     if not env.get("PYTHONDONTWRITEBYTECODE") or env.get("PYTHONPYCACHEPREFIX"):
         return []
     found = [(name, package_dir(name)) for name in (PACKAGES if packages is None else packages)]
