@@ -3,7 +3,9 @@
 A :class:`RankPool` starts ``world_size`` processes once (forked from a fork server that
 imported torch once: :func:`rank_context`) and joins them with
 ``torch.distributed``; tests then send it many small tasks. That keeps the cost of
-starting Python, torch and Triton to once per test module instead of once per case.
+starting Python, torch and Triton to once per test module instead of once per case. Each
+rank pays what its first task would, the modules of the tests that use it and its CUDA
+context, before it says it is ready (:func:`warm_rank`): while single-rank tests run.
 
 - ``TRITON_INTERPRET=1`` (``--interpret``): CPU tensors over gloo.
 - Otherwise CUDA tensors: NCCL, one GPU per rank, when there are enough GPUs;
@@ -150,26 +152,68 @@ def _ref(fn: Callable[..., Any]) -> tuple[str, str, str | None]:
     return fn.__module__, fn.__qualname__, getattr(module, "__file__", None)
 
 
+#: A module a rank imports: its name and, for test modules that pytest imported by path
+#: (not on sys.path), its file.
+ModuleRef = tuple[str, str | None]
+
+
+def _import(modname: str, path: str | None) -> Any:
+    module = sys.modules.get(modname)
+    if module is not None:
+        return module
+    try:
+        return importlib.import_module(modname)
+    except ImportError:
+        if path is None:
+            raise
+    # Test modules imported by pytest's importlib mode are not on sys.path.
+    spec = importlib.util.spec_from_file_location(modname, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {modname} from {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[modname]  # half-run: the next import runs it again, and raises
+        raise
+    return module
+
+
 def _resolve(ref: tuple[str, str, str | None]) -> Callable[..., Any]:
     modname, qualname, path = ref
-    module = sys.modules.get(modname)
-    if module is None:
-        try:
-            module = importlib.import_module(modname)
-        except ImportError:
-            if path is None:
-                raise
-            # Test modules imported by pytest's importlib mode are not on sys.path.
-            spec = importlib.util.spec_from_file_location(modname, path)
-            if spec is None or spec.loader is None:
-                raise
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[modname] = module
-            spec.loader.exec_module(module)
-    obj: Any = module
+    obj: Any = _import(modname, path)
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return cast(Callable[..., Any], obj)
+
+
+def warm_device(device: Any) -> None:
+    """Make CUDA's context on ``device`` and Triton's driver (its compiled launcher
+    utilities loaded from Triton's cache) now, not in the first test that needs them:
+    about a second of each process's first GPU task on the device (BENCHMARKS.md,
+    2026-12-06). A CPU device needs neither. A failure here is left to the test that
+    needs the GPU, which raises it with its own traceback."""
+    if getattr(device, "type", None) != "cuda":
+        return
+    with contextlib.suppress(Exception):
+        import torch
+
+        torch.zeros(1, device=device)
+        import triton
+
+        triton.runtime.driver.active.get_current_device()
+
+
+def warm_rank(device: Any, modules: Sequence[ModuleRef]) -> None:
+    """What a rank's first task would pay, paid before the rank says it is ready (its
+    pool starts while single-rank tests run): the device (:func:`warm_device`) and the
+    modules whose tests send it tasks. An import that fails is left for the task that
+    needs the module: it raises there, with its traceback, as before."""
+    warm_device(device)
+    for modname, path in modules:
+        with contextlib.suppress(Exception):
+            _import(modname, path)
 
 
 def _rank_main(
@@ -181,8 +225,10 @@ def _rank_main(
     inbox: Any,
     outbox: Any,
     collective_timeout: float,
+    modules: Sequence[ModuleRef] = (),
 ) -> None:
-    """Entry point of a spawned rank: join the group, then run tasks until told to stop."""
+    """Entry point of a spawned rank: join the group, warm up (:func:`warm_rank`), then
+    run tasks until told to stop."""
     try:
         import torch
         import torch.distributed as dist
@@ -200,6 +246,7 @@ def _rank_main(
         )
         group = dist.new_group(list(range(world_size)), backend=backend)
         ctx = RankContext(rank, world_size, dev, backend, group)
+        warm_rank(dev, modules)
     except BaseException:
         outbox.put(("ready", rank, False, traceback.format_exc()))
         return
@@ -223,9 +270,17 @@ def _rank_main(
 class RankPool:
     """``world_size`` spawned ranks joined by torch.distributed, reused across tasks."""
 
-    def __init__(self, world_size: int = 2, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        world_size: int = 2,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        modules: Sequence[ModuleRef] = (),
+    ) -> None:
         self.world_size = world_size
         self.timeout = timeout
+        #: imported by every rank before it says it is ready (:func:`warm_rank`)
+        self.modules = tuple(modules)
         self.backend, self.devices = choose_backend(world_size)
         self.starts = 0
         self._procs: list[Any] = []
@@ -255,6 +310,7 @@ class RankPool:
                     self._inboxes[rank],
                     self._outbox,
                     self.timeout,
+                    self.modules,
                 ),
                 name=f"bakery-rank{rank}",
                 daemon=True,

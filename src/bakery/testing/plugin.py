@@ -132,7 +132,9 @@ class _SessionState:
         # (not in pytest-xdist workers: only the one that gets rank tests needs them).
         if self.worker:
             return
-        self.pools.prestart(prestart_worlds(session.items, os.cpu_count() or 1))
+        self.pools.prestart(
+            prestart_worlds(session.items, os.cpu_count() or 1), rank_modules(session.items)
+        )
 
     def _need_rules(self, series: Path | None) -> None:
         """Without a release the series has rules for, one line (expect.no_rules)."""
@@ -387,9 +389,11 @@ EARLY_SERVER_CORES = 4
 
 
 def starts_early(config: pytest.Config) -> bool:
-    """Whether the ranks' fork server starts at the session's configure rather than at
-    collection's end: on a GPU (not under Triton's interpreter), in the main process (not
-    a pytest-xdist worker), with :data:`EARLY_SERVER_CORES` cores or more."""
+    """Whether the session's helpers start at its configure: the ranks' fork server
+    (rather than at collection's end) and a thread making this process's CUDA context
+    (rather than in the first test): on a GPU (not under Triton's interpreter), in the
+    main process (not a pytest-xdist worker), with :data:`EARLY_SERVER_CORES` cores or
+    more."""
     return (
         not config.getoption("--bakery-interpret")
         and not hasattr(config, "workerinput")
@@ -426,6 +430,22 @@ def pytest_configure(config: pytest.Config) -> None:
                 "bakery: no CUDA GPU is visible to torch; "
                 "use --bakery-interpret (bakery verify --interpret) to run on CPU"
             )
+        if starts_early(config):
+            # CUDA's context and Triton's driver made while pytest collects (the thread
+            # waits in the driver, not for the GIL); ranks fork from the fork server,
+            # never from this process, so a context here is safe for them. Triton is
+            # imported here first (the tests import it anyway): two threads importing
+            # one package's circular imports at once can deadlock.
+            import triton  # noqa: F401
+
+            from bakery.testing.dist import warm_device
+
+            threading.Thread(
+                target=warm_device,
+                args=(torch.device("cuda"),),
+                name="bakery-warm-cuda",
+                daemon=True,
+            ).start()
     config.addinivalue_line(
         "markers", "xdist_group(name): run on one pytest-xdist worker (--dist loadgroup)"
     )
@@ -543,6 +563,17 @@ def ranks_last(items: Sequence[Any]) -> list[Any]:
     return sorted(items, key=lambda item: rank_world(item) or 0)
 
 
+def rank_modules(items: Sequence[Any]) -> list[tuple[str, str | None]]:
+    """The modules of the collected multi-rank tests, in order, each once: every rank
+    imports them while it starts (dist.warm_rank), not in its first task."""
+    found: dict[str, str | None] = {}
+    for item in items:
+        module = getattr(item, "module", None)
+        if rank_world(item) is not None and module is not None:
+            found.setdefault(module.__name__, getattr(module, "__file__", None))
+    return list(found.items())
+
+
 def prestart_worlds(items: Sequence[Any], cores: int) -> list[int]:
     """The world sizes whose ranks start when collection ends, smallest first: every size
     the collected rank tests use while their processes fit the cores beside pytest's
@@ -563,10 +594,17 @@ class RankPools:
     def __init__(self) -> None:
         self._pools: dict[int, Any] = {}
         self._starting: threading.Thread | None = None
+        #: what every rank imports while it starts (:func:`rank_modules`)
+        self._modules: tuple[tuple[str, str | None], ...] = ()
 
-    def prestart(self, worlds: Sequence[int]) -> None:
+    def prestart(
+        self, worlds: Sequence[int], modules: Sequence[tuple[str, str | None]] = ()
+    ) -> None:
         """Start these worlds' ranks from a thread: a rank's start waits for the fork
-        server's imports (seconds of torch), which the tests need not wait for."""
+        server's imports (seconds of torch), which the tests need not wait for. Every
+        rank of the session, these and any started later, imports ``modules`` and
+        makes its device ready before its first task (dist.warm_rank)."""
+        self._modules = tuple(modules)
         if not worlds:
             return
         from bakery.testing.dist import start_rank_server
@@ -589,7 +627,7 @@ class RankPools:
         if self._starting is not None and threading.current_thread() is not self._starting:
             self._started()
         if world_size not in self._pools:
-            self._pools[world_size] = RankPool(world_size)
+            self._pools[world_size] = RankPool(world_size, modules=self._modules)
         return self._pools[world_size]
 
     def close(self) -> None:

@@ -1,0 +1,106 @@
+"""A rank's warm-up (dist.warm_rank, plugin.rank_modules): every rank imports the modules
+of the session's multi-rank tests before it says it is ready, so its first task does not;
+a module that fails to import there does not keep the pool from starting, and the task
+that needs it raises the module's own error, with its traceback."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+from bakery.testing.dist import RankError, RankPool, stop_rank_server
+from bakery.testing.plugin import rank_modules
+
+
+@pytest.fixture
+def cpu_ranks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # CPU ranks over gloo
+    monkeypatch.delenv("BAKERY_RANK_START", raising=False)
+    yield
+    stop_rank_server()
+
+
+def write_module(tmp_path: Path, name: str, body: str) -> tuple[ModuleType, Path]:
+    """A test module off sys.path (as pytest's importlib mode imports one), imported here
+    under ``name``; every import of it, in any process, appends its pid to ``imports``."""
+    path = tmp_path / f"{name}.py"
+    log = tmp_path / "imports"
+    path.write_text(
+        "import os\n"
+        f"with open({str(log)!r}, 'a') as f:\n"
+        "    f.write(f'{os.getpid()}\\n')\n"
+        f"OWNER = {os.getpid()}\n" + body
+    )
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module, log
+
+
+def rank_imports(log: Path) -> list[int]:
+    """The pids that imported the module, this process left out."""
+    return [int(pid) for pid in log.read_text().split() if int(pid) != os.getpid()]
+
+
+def test_ranks_import_the_modules_before_they_are_ready(
+    tmp_path: Path, cpu_ranks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module, log = write_module(tmp_path, "warm_target", "def pid(ctx):\n    return os.getpid()\n")
+    monkeypatch.setitem(sys.modules, "warm_target", module)
+    with RankPool(2, timeout=60, modules=[("warm_target", str(module.__file__))]) as pool:
+        pool.wait_ready()
+        imported = rank_imports(log)  # no task sent yet
+        assert len(imported) == 2 and len(set(imported)) == 2
+        assert sorted(pool.run(module.pid)) == sorted(imported)
+    assert rank_imports(log) == imported  # the task found the module imported
+
+
+def test_a_module_that_fails_in_the_warm_up_fails_its_task_with_its_own_error(
+    tmp_path: Path, cpu_ranks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The import fails in the ranks only (not here): the pool still starts, and the task
+    raises the import's error, not a half-run module's missing attribute."""
+    body = (
+        "if os.getpid() != OWNER:\n"
+        "    raise RuntimeError('broken in a rank')\n"
+        "def pid(ctx):\n"
+        "    return os.getpid()\n"
+    )
+    module, log = write_module(tmp_path, "warm_broken", body)
+    monkeypatch.setitem(sys.modules, "warm_broken", module)
+    with RankPool(2, timeout=60, modules=[("warm_broken", str(module.__file__))]) as pool:
+        pool.wait_ready()
+        assert len(rank_imports(log)) == 2
+        with pytest.raises(RankError) as raised:
+            pool.run(module.pid)
+    message = str(raised.value)
+    assert "Traceback" in message and "RuntimeError: broken in a rank" in message
+    assert "AttributeError" not in message
+
+
+def item(name: str, path: str | None, world: int | None) -> Any:
+    """What rank_modules reads of a collected item: fixtures, parameters, module."""
+    names = ("rank_pool", "ranks") if world else ("device",)
+    callspec = SimpleNamespace(params={"ranks": world}) if world else None
+    module = SimpleNamespace(__name__=name, __file__=path)
+    return SimpleNamespace(fixturenames=names, callspec=callspec, module=module)
+
+
+def test_rank_modules_are_the_multi_rank_tests_modules_once_in_order() -> None:
+    items = [
+        item("test_single", "/t/test_single.py", None),
+        item("test_b", "/t/test_b.py", 2),
+        item("test_a", "/t/test_a.py", 4),
+        item("test_b", "/t/test_b.py", 4),
+    ]
+    assert rank_modules(items) == [("test_b", "/t/test_b.py"), ("test_a", "/t/test_a.py")]
+    assert rank_modules(items[:1]) == []
