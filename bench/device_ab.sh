@@ -7,7 +7,8 @@
 #   V=0.34.0 bash bench/device_ab.sh        (writes $OUT/summary.txt, timelines.txt, logs.tgz)
 # Each run: `bakery verify --no-reuse` (the tests really run; Triton's cache warm after the
 # first, cold, run) with bench/verify_timeline.py's timeline of its pytest process.
-# RUNS names the runs, in order; a run is NAME:CODE[:ENV=VALUE...] (CODE today or before).
+# RUNS names the runs, in order; a run is NAME:CODE[:ENV=VALUE...] (CODE: today, or X for
+# the code in .devtrees/src-X/, made the same way as src-before).
 # Two steps may sit between runs: compile-site (byte code for bakery and the wheels, as pip
 # would write it) and compile-torch (byte code for torch and Triton, which the device's
 # image ships without while it sets PYTHONDONTWRITEBYTECODE=1).
@@ -39,7 +40,7 @@ seconds() { python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.a
 one() { # NAME CODE [ENV=VALUE...]; reused: the recorded result taken
   name=$1; code=$2; shift 2
   src=$PWD/src; home=$PWD
-  [ "$code" = before ] && src=$PWD/.devtrees/src-before/src && home=$PWD/.devtrees/src-before
+  [ "$code" != today ] && src=$PWD/.devtrees/src-$code/src && home=$PWD/.devtrees/src-$code
   reuse=--no-reuse; [ "$name" = reused ] && reuse=""
   s=$(date +%s.%N)
   # an empty VALUE unsets the variable (PYTHONDONTWRITEBYTECODE= : byte code written)
@@ -55,7 +56,7 @@ one() { # NAME CODE [ENV=VALUE...]; reused: the recorded result taken
 for run in $RUNS; do
   s=$(date +%s.%N)
   case $run in
-    compile-site) python3 -m compileall -q -j 0 /tmp/site src .devtrees/src-before/src > /dev/null
+    compile-site) python3 -m compileall -q -j 0 /tmp/site src .devtrees/src-*/src > /dev/null
       echo "compile-site: $(seconds "$s" "$(date +%s.%N)") s" | tee -a "$S" ;;
     compile-torch) python3 -m compileall -q -j 0 "$td" "$tr" > /dev/null
       echo "compile-torch: $(seconds "$s" "$(date +%s.%N)") s, $(find "$td" -name '*.pyc' | wc -l) .pyc in torch" | tee -a "$S" ;;

@@ -1,7 +1,8 @@
 """Which rank pools start when collection ends (plugin.prestart_worlds): every world size
 the rank tests use when their processes fit the cores, else the smallest alone; none
-without rank tests. Whether the ranks' fork server starts with the session instead
-(plugin.starts_early): on a GPU, in the main process, with 4 cores or more."""
+without rank tests. Whether the session's helpers start with it instead (plugin.starts_early:
+the ranks' fork server, the CUDA context's thread, dcp2's TTIR probe): on a GPU, in the
+main process, with 4 cores or more."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def config(*, interpret: bool, worker: bool = False) -> Any:
         (False, True, 16, False),  # an xdist worker
     ],
 )
-def test_the_fork_server_starts_early_on_a_gpu_host_with_cores(
+def test_helpers_start_early_on_a_gpu_host_with_cores(
     monkeypatch: pytest.MonkeyPatch, interpret: bool, worker: bool, cores: int, early: bool
 ) -> None:
     monkeypatch.setattr("os.cpu_count", lambda: cores)

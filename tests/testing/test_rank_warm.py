@@ -1,7 +1,11 @@
 """A rank's warm-up (dist.warm_rank, plugin.rank_modules): every rank imports the modules
 of the session's multi-rank tests before it says it is ready, so its first task does not;
 a module that fails to import there does not keep the pool from starting, and the task
-that needs it raises the module's own error, with its traceback."""
+that needs it raises the module's own error, with its traceback.
+
+The series' warm-up tasks (``bakery_rank_warmup``, plugin.rank_warmups, RankPool.warm_up):
+a world started early runs them on every rank before its first test gets the pool; one
+that raises or hangs is reported in one line, and the tests get fresh ranks."""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from typing import Any
 import pytest
 
 from bakery.testing.dist import RankError, RankPool, stop_rank_server
-from bakery.testing.plugin import rank_modules
+from bakery.testing.plugin import RankPools, rank_modules, rank_warmups
 
 
 @pytest.fixture
@@ -104,3 +108,80 @@ def test_rank_modules_are_the_multi_rank_tests_modules_once_in_order() -> None:
     ]
     assert rank_modules(items) == [("test_b", "/t/test_b.py"), ("test_a", "/t/test_a.py")]
     assert rank_modules(items[:1]) == []
+
+
+WARM = (
+    "def pid(ctx):\n"
+    "    return os.getpid()\n"
+    "def bakery_rank_warmup(ctx):\n"
+    "    with open(WARMED, 'a') as f:\n"
+    "        f.write(f'{os.getpid()}\\n')\n"
+    "def broken_warmup(ctx):\n"
+    "    raise RuntimeError('the warm-up broke')\n"
+    "def stuck_warmup(ctx):\n"
+    "    import torch, torch.distributed as dist\n"
+    "    if ctx.rank == 0:  # its peer never joins\n"
+    "        dist.all_reduce(torch.zeros(1), group=ctx.group)\n"
+)
+
+
+def warm_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, Path]:
+    warmed = tmp_path / "warmed"
+    module, _ = write_module(tmp_path, "warm_hooks", f"WARMED = {str(warmed)!r}\n" + WARM)
+    monkeypatch.setitem(sys.modules, "warm_hooks", module)
+    return module, warmed
+
+
+def test_a_world_runs_its_warmups_on_every_rank_before_its_first_test(
+    tmp_path: Path, cpu_ranks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module, warmed = warm_module(tmp_path, monkeypatch)
+    pools = RankPools()
+    try:
+        pools.prestart([2], [("warm_hooks", module.__file__)], [module.bakery_rank_warmup])
+        pool = pools(2)  # what a test's fixture asks for: it waits for the warm-up
+        ran = [int(pid) for pid in warmed.read_text().split()]
+        assert sorted(ran) == sorted(pool.run(module.pid))
+        assert pools.warmup_failures == {} and pool.starts == 1
+    finally:
+        pools.close()
+
+
+@pytest.mark.parametrize(
+    ("hook", "said"),
+    [
+        ("broken_warmup", "RuntimeError: the warm-up broke"),
+        ("stuck_warmup", "gave no answer to stuck_warmup in time"),
+    ],
+)
+def test_a_failed_warmup_is_one_line_and_the_tests_get_fresh_ranks(
+    tmp_path: Path, cpu_ranks: None, monkeypatch: pytest.MonkeyPatch, hook: str, said: str
+) -> None:
+    monkeypatch.setattr("bakery.testing.dist.GRACE", 0.5)  # a stuck peer: seconds, not 5
+    module, _ = warm_module(tmp_path, monkeypatch)
+    pools = RankPools()
+    try:
+        pools.prestart([2], [], [getattr(module, hook)])
+        pool = pools(2)
+        (failure,) = pools.warmup_failures.values()
+        assert failure.startswith(f"warm_hooks.{hook}: ") and said in failure
+        assert "\n" not in failure
+        assert len(set(pool.run(module.pid))) == 2 and pool.starts == 2
+    finally:
+        pools.close()
+
+
+def test_rank_warmups_are_the_multi_rank_tests_modules_hooks_once() -> None:
+    def hook(ctx: Any) -> None:
+        return None
+
+    with_hook = SimpleNamespace(__name__="test_b", __file__="/t/test_b.py", bakery_rank_warmup=hook)
+    items = [
+        item("test_single", "/t/test_single.py", None),
+        SimpleNamespace(fixturenames=("rank_pool",), callspec=None, module=with_hook),
+        SimpleNamespace(fixturenames=("rank_pool",), callspec=None, module=with_hook),
+        item("test_a", "/t/test_a.py", 4),  # no hook
+    ]
+    assert rank_warmups(items) == [hook]
+    single = SimpleNamespace(fixturenames=("device",), callspec=None, module=with_hook)
+    assert rank_warmups([single]) == []

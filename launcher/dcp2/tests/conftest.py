@@ -8,16 +8,20 @@ that lacks a feature of its release fails, naming it; a tree that has a feature 
 release lacks fails too (another release's kernel); a release without the feature
 skips the test, and that skip is in the release's expected-skip set.
 
-``ttir_probe``: the TTIR probe's process (dcp2_support.start_ttir_probe), started when
-collection ends where its test is collected (in a pytest-xdist worker, when the test
-asks for it), and killed at the end of the session if no test waited for it. Its test
-runs last.
+``ttir_probe``: the TTIR probe's process (dcp2_support.start_ttir_probe), started with
+the session where bakery starts its helpers early (a GPU host of 4 cores or more:
+``bakery.testing.plugin.starts_early``; once the ranks warm up before their first test,
+the probe's test waited up to 2.6 s for it on the device when it started at collection's
+end: BENCHMARKS.md), else when collection ends where its test is collected (in a
+pytest-xdist worker, when the test asks for it). Killed when collection ends without its
+test, and at the end of the session if no test waited for it. Its test runs last.
 """
 
 import pytest
 from dcp2_support import start_ttir_probe
 
 from bakery.testing.loader import tree_from_env
+from bakery.testing.plugin import starts_early
 
 #: The test that reads the TTIR probe's answer.
 PROBE_TEST = "test_block_max_propagates_nan_when_compiled"
@@ -31,18 +35,36 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.name == PROBE_TEST)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # trylast: after bakery's plugin has checked the tree and the GPU
+    if starts_early(config):
+        config.stash[_PROBE] = start_ttir_probe(str(tree_from_env()))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     if hasattr(session.config, "workerinput"):
         return  # an xdist worker may never get the test: it starts the probe then
-    if any(item.name == PROBE_TEST for item in session.items):
+    collected = any(item.name == PROBE_TEST for item in session.items)
+    if not collected:
+        _stop_probe(session.config)
+    elif session.config.stash.get(_PROBE, None) is None:
         session.config.stash[_PROBE] = start_ttir_probe(str(tree_from_env()))
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    proc = session.config.stash.get(_PROBE, None)
+def _stop_probe(config: pytest.Config) -> None:
+    proc = config.stash.get(_PROBE, None)
     if proc is not None and proc.poll() is None:
         proc.kill()
         proc.communicate()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _stop_probe(session.config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _stop_probe(config)  # a session that ended in its configure or collection
 
 
 @pytest.fixture

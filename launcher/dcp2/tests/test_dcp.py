@@ -307,6 +307,19 @@ def dcp_on_rank(ctx, problem: Problem, topk_blocks: int, reduce_bytes: int | Non
     return out.cpu(), (calls, topk_dtypes), masked.cpu(), reduced
 
 
+def bakery_rank_warmup(ctx) -> None:
+    """Run by bakery on a GPU, on every rank once before its first test (README,
+    ``rank_pool``): one small case of the first test's kind, so that what a process's
+    first launch pays (Triton's launchers, the first collective) is paid while the
+    single-rank tests run. It checks nothing: the tests do."""
+    rng = random.Random("warm-up")
+    problem = make_problem(
+        rng, world=ctx.world_size, rows=2, row_repeat=1, with_starts=False, block_size=8
+    )
+    with torch.inference_mode():
+        dcp_on_rank(ctx, problem, 1, None)
+
+
 def refuses_local_block_size_mismatch(ctx, problem: Problem) -> bool:
     shard = problem.shards[ctx.rank]
     out = torch.full((problem.rows, 2), UNWRITTEN, dtype=torch.int32, device=ctx.device)

@@ -41,6 +41,8 @@ from bakery.testing.compat import interpret_mode
 DEFAULT_TIMEOUT = float(os.environ.get("BAKERY_RANK_TIMEOUT", "120"))
 #: Seconds to spawn the ranks and join the process group.
 START_TIMEOUT = 180.0
+#: Seconds a warm-up task (:meth:`RankPool.warm_up`) may take.
+WARMUP_TIMEOUT = 30.0
 #: Once one rank has answered a task in E seconds, its peers get GRACE + E more: after
 #: the last collective of a task little work is left, so a peer that lags that far
 #: behind is stuck in a collective that the others never joined.
@@ -337,6 +339,22 @@ class RankPool:
                 raise RankError(f"rank {rank} failed to start:\n{detail}")
             pending.discard(rank)
         self._ready = True
+
+    def warm_up(self, tasks: Sequence[Callable[..., Any]]) -> str | None:
+        """Start the ranks and run each of ``tasks`` (``fn(ctx)``) on every rank, for
+        what a first task pays once per process (on a GPU: Triton's launchers, the first
+        collective). None when all ran; else what went wrong, in one line: the pool is
+        killed then, and the next task starts fresh ranks that meet the failure, if it is
+        one, in a test (a task may take :data:`WARMUP_TIMEOUT` seconds)."""
+        for fn in tasks:
+            try:
+                self.run(fn, timeout=WARMUP_TIMEOUT)
+            except (RankError, RankTimeout) as e:
+                self.close()
+                lines = [line for line in str(e).splitlines() if line.strip()]
+                last = f" ... {lines[-1].strip()}" if len(lines) > 1 else ""
+                return f"{fn.__module__}.{fn.__qualname__}: {lines[0] if lines else e}{last}"
+        return None
 
     def close(self, *, polite: bool = True) -> None:
         """Stop the ranks: politely when they are idle, by force otherwise.

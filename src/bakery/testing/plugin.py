@@ -133,7 +133,10 @@ class _SessionState:
         if self.worker:
             return
         self.pools.prestart(
-            prestart_worlds(session.items, os.cpu_count() or 1), rank_modules(session.items)
+            prestart_worlds(session.items, os.cpu_count() or 1),
+            rank_modules(session.items),
+            # under the interpreter a warm-up saves no compile: it would only add CPU
+            () if self.interpret else rank_warmups(session.items),
         )
 
     def _need_rules(self, series: Path | None) -> None:
@@ -383,8 +386,9 @@ def _run_probe(config: pytest.Config, probe: str, state: _SessionState) -> str |
 #: server started at collection's end; with the device also chosen without torch, the
 #: warm verify went from 17.5/19.0 s to 11.8/13.6 s on an H100: BENCHMARKS.md,
 #: 2026-12-06). Below it, the server starts when collection ends, if a rank test was
-#: collected (an import beside pytest's would slow it on 2 cores). dcp2's TTIR probe
-#: started this early gained nothing there (BENCHMARKS.md): it starts at collection's end.
+#: collected (an import beside pytest's would slow it on 2 cores). A series' own helper
+#: may follow the same rule (dcp2's TTIR probe: once the ranks warmed up before their
+#: first test, the probe had become the run's last wait).
 EARLY_SERVER_CORES = 4
 
 
@@ -574,6 +578,22 @@ def rank_modules(items: Sequence[Any]) -> list[tuple[str, str | None]]:
     return list(found.items())
 
 
+#: A module of multi-rank tests may define this ``fn(ctx)``: on a GPU, every rank of the
+#: worlds started early runs it once before its first test (RankPool.warm_up).
+WARMUP = "bakery_rank_warmup"
+
+
+def rank_warmups(items: Sequence[Any]) -> list[Any]:
+    """The :data:`WARMUP` functions of the collected multi-rank tests' modules, each once."""
+    found: dict[str, Any] = {}
+    for item in items:
+        module = getattr(item, "module", None)
+        warmup = getattr(module, WARMUP, None)
+        if module is not None and rank_world(item) is not None and callable(warmup):
+            found.setdefault(module.__name__, warmup)
+    return list(found.values())
+
+
 def prestart_worlds(items: Sequence[Any], cores: int) -> list[int]:
     """The world sizes whose ranks start when collection ends, smallest first: every size
     the collected rank tests use while their processes fit the cores beside pytest's
@@ -593,39 +613,58 @@ class RankPools:
 
     def __init__(self) -> None:
         self._pools: dict[int, Any] = {}
-        self._starting: threading.Thread | None = None
+        #: world size -> the thread starting (and warming up) its ranks
+        self._starting: dict[int, threading.Thread] = {}
         #: what every rank imports while it starts (:func:`rank_modules`)
         self._modules: tuple[tuple[str, str | None], ...] = ()
+        #: world size -> what went wrong in its warm-up (RankPool.warm_up)
+        self.warmup_failures: dict[int, str] = {}
 
     def prestart(
-        self, worlds: Sequence[int], modules: Sequence[tuple[str, str | None]] = ()
+        self,
+        worlds: Sequence[int],
+        modules: Sequence[tuple[str, str | None]] = (),
+        warmups: Sequence[Any] = (),
     ) -> None:
-        """Start these worlds' ranks from a thread: a rank's start waits for the fork
-        server's imports (seconds of torch), which the tests need not wait for. Every
-        rank of the session, these and any started later, imports ``modules`` and
-        makes its device ready before its first task (dist.warm_rank)."""
+        """Start these worlds' ranks, each world from a thread of its own: a rank's start
+        waits for the fork server's imports (seconds of torch), which the tests need not
+        wait for, and a world's first test waits only for its own. Every rank of the
+        session, these and any started later, imports ``modules`` before its first task
+        (dist.warm_rank); these run ``warmups`` too (:func:`rank_warmups`)."""
         self._modules = tuple(modules)
         if not worlds:
             return
         from bakery.testing.dist import start_rank_server
 
         start_rank_server()
-        pools = [self(world) for world in worlds]
-        self._starting = threading.Thread(
-            target=lambda: [pool.start() for pool in pools], name="bakery-rank-start", daemon=True
-        )
-        self._starting.start()
+        for world in worlds:
+            thread = threading.Thread(
+                target=self._start,
+                args=(world, self(world), tuple(warmups)),
+                name=f"bakery-rank-start-{world}",
+                daemon=True,
+            )
+            self._starting[world] = thread
+            thread.start()
 
-    def _started(self) -> None:
-        if self._starting is not None:
-            self._starting.join()
-            self._starting = None
+    def _start(self, world: int, pool: Any, warmups: Sequence[Any]) -> None:
+        pool.start()
+        failure = pool.warm_up(warmups) if warmups else None
+        if failure is not None:
+            self.warmup_failures[world] = failure
+
+    def _started(self, world: int | None = None) -> None:
+        """Wait for the start of this world's ranks (of every world: None)."""
+        for w in [world] if world is not None else list(self._starting):
+            thread = self._starting.get(w)
+            if thread is not None and thread is not threading.current_thread():
+                thread.join()
+                self._starting.pop(w, None)
 
     def __call__(self, world_size: int = 2) -> Any:
         from bakery.testing.dist import RankPool
 
-        if self._starting is not None and threading.current_thread() is not self._starting:
-            self._started()
+        self._started(world_size)
         if world_size not in self._pools:
             self._pools[world_size] = RankPool(world_size, modules=self._modules)
         return self._pools[world_size]
@@ -685,6 +724,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         lines.append(f"expectations   vLLM {release} (the bake's release: {state.bake.release})")
     for defect_id, count in sorted(state.known.items()):
         lines.append(f"known defect   {defect_id}: {count} tests")
+    for world, failure in sorted(state.pools.warmup_failures.items()):
+        lines.append(
+            f"rank warm-up   world {world} failed (its tests ran on fresh ranks): {failure}"
+        )
     if not lines:
         return
     terminalreporter.section("bakery: code under test")
