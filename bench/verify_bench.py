@@ -7,7 +7,7 @@ every rank process: ``RUSAGE_CHILDREN`` of this script around each run); on a sh
 machine they move far less than the wall. Standalone::
 
     .venv/bin/python bench/verify_bench.py --baseline-rev main [--releases 0.30.0,0.34.0]
-        [--reuse-rows] [--json build/bench/verify.json]
+        [--rounds N] [--reuse-rows] [--json build/bench/verify.json]
 """
 
 from __future__ import annotations
@@ -108,17 +108,33 @@ def verify_once(
     }
 
 
-def before_after(rev: str, releases: list[str], work: Path) -> dict[str, Any]:
-    """The baseline's and today's verify, alternating, each with an empty bakery cache
-    (so neither reuses a result; today's Triton cache is then cold too)."""
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median wall (of ``rounds`` runs), with every run's CPU and wall."""
+    ordered = sorted(runs, key=lambda run: run["wall"])
+    return {**ordered[(len(ordered) - 1) // 2], "runs": [[r["cpu"], r["wall"]] for r in runs]}
+
+
+def before_after(rev: str, releases: list[str], work: Path, rounds: int = 1) -> dict[str, Any]:
+    """The baseline's and today's verify, alternating ``rounds`` times, each with an
+    empty bakery cache (so neither reuses a result; today's Triton cache is then cold
+    too); with more than one round, the run of median wall of each."""
     old = source_of(rev, work)
     out: dict[str, Any] = {"rev": rev}
     for release in releases:
         tree = tree_of(release)
-        with tempfile.TemporaryDirectory(dir=work) as a, tempfile.TemporaryDirectory(dir=work) as b:
-            base = verify_once(old, tree, Path(a))
-            today = verify_once(ROOT / "src", tree, Path(b), "--no-reuse")
-        out[release] = {"baseline": base, "today": today}
+        base, today = [], []
+        for _ in range(rounds):
+            with (
+                tempfile.TemporaryDirectory(dir=work) as a,
+                tempfile.TemporaryDirectory(dir=work) as b,
+            ):
+                base.append(verify_once(old, tree, Path(a)))
+                today.append(verify_once(ROOT / "src", tree, Path(b), "--no-reuse"))
+        out[release] = (
+            {"baseline": base[0], "today": today[0]}
+            if rounds == 1
+            else {"baseline": _median(base), "today": _median(today)}
+        )
     return out
 
 
@@ -151,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline-rev", default="main")
     ap.add_argument("--releases", default="0.30.0,0.34.0")
     ap.add_argument("--reuse-rows", action="store_true", help="also the result-reuse rows")
+    ap.add_argument("--rounds", type=int, default=1, help="baseline and today alternated N times")
     ap.add_argument("--no-before-after", action="store_true")
     ap.add_argument("--json", type=Path, default=ROOT / "build" / "bench" / "verify.json")
     args = ap.parse_args(argv)
@@ -158,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     res: dict[str, Any] = {"load_start": os.getloadavg()[0]}
     if not args.no_before_after:
-        res["before_after"] = before_after(args.baseline_rev, args.releases.split(","), work)
+        res["before_after"] = before_after(
+            args.baseline_rev, args.releases.split(","), work, args.rounds
+        )
         print(json.dumps(res["before_after"], indent=1), flush=True)
     if args.reuse_rows:
         res["reuse"] = reuse_rows(args.releases.split(",")[-1], work)
