@@ -33,6 +33,7 @@ from bakery.testing import expect
 from bakery.testing.loader import ENV_MODE, ROOT_PACKAGE, TREE_ENV
 
 PLUGIN = "bakery.testing.plugin"
+PYTEST_MAIN = "bakery.testing.pytest_main"
 
 _log = logging.getLogger(__name__)
 
@@ -119,7 +120,8 @@ def pytest_command(
     The tests folder's own ``pytest.ini`` is the only pytest configuration: without
     one, ``empty_ini`` stands in, so that no configuration of a folder above (bakery's
     own ``pyproject.toml``, say) changes how the bundled tests run."""
-    command = [python or sys.executable, "-m", "pytest", "-p", PLUGIN, "-p", "no:cacheprovider"]
+    # bakery.testing.pytest_main: pytest's entry, ended without Python's slow teardown
+    command = [python or sys.executable, "-m", PYTEST_MAIN, "-p", PLUGIN, "-p", "no:cacheprovider"]
     ini = tests_dir / "pytest.ini"
     if ini.is_file() or empty_ini is not None:
         command.append(f"-c={ini if ini.is_file() else empty_ini}")

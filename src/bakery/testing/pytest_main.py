@@ -1,0 +1,39 @@
+"""``python -m bakery.testing.pytest_main ARGS``: ``python -m pytest ARGS`` (what verify
+runs), with a quick exit once pytest is done.
+
+pytest's own entry point returns its exit code to Python's normal exit. In a process that
+imported torch and Triton that exit is slow: 0.4-0.5 s of finalizing modules and objects
+on this project's 2-core CI host (``python -c "import torch, triton"``: 1.63-1.74 s
+against 1.18-1.24 s ending with ``os._exit``, BENCHMARKS.md), on the path of every verify,
+matrix row, port candidate and mutant. Nothing in it is needed by then: pytest has written
+every report (the terminal's, JUnit XML, bakery's results file) in its hooks before
+``console_main`` returns, and bakery's plugin has stopped the rank processes. So the
+streams and logging's handlers are flushed, and the process ends with ``os._exit`` and
+pytest's exit code. What does not run: ``atexit`` handlers and the wait for non-daemon
+threads a test left behind (which would otherwise hold the run open).
+
+Hand-written because no library offers it: the standard library's exit is the slow part.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+
+
+def main() -> None:
+    import pytest
+
+    code = pytest.console_main()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        # a closed or broken pipe: nothing left to say
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(int(code))
+
+
+if __name__ == "__main__":
+    main()
