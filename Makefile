@@ -35,7 +35,8 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/zizmor --offline --no-progress .github/workflows
 
-# make bench BASELINE=<rev>: also time the warm bake of the code at <rev> (history rows)
+# make bench BASELINE=<rev>: also time the warm bake (history rows) and verify (before/after,
+# reuse rows) of the code at <rev>
 bench: setup
 	$(BIN)/python bench/bench.py $(if $(BASELINE),--baseline-rev $(BASELINE))
 

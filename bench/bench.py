@@ -32,6 +32,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import synth  # noqa: E402 - bench/ helper, found through the path above
+import verify_bench  # noqa: E402 - verify before/after and reuse rows (bench/verify_bench.py)
 import wheel_bench  # noqa: E402 - the wheel section (bench/wheel_bench.py)
 
 BIN = Path(sys.executable).parent
@@ -616,10 +617,18 @@ def bench_matrix_disk(runs: int) -> Result:
     return bench_matrix(runs, drop=True)
 
 
-def bench_verify(runs: int) -> Result:
+#: The releases whose verify runs before and after (``make bench BASELINE=rev``).
+VERIFY_RELEASES = ["0.30.0", "0.34.0"]
+
+
+def bench_verify(runs: int, baseline_rev: str = "") -> Result:
+    """``bakery verify --interpret`` on the base bake, where its time goes; with a
+    baseline rev, also the baseline's and today's verify on :data:`VERIFY_RELEASES`,
+    alternated three times (CPU with children, wall), and the result-reuse rows
+    (bench/verify_bench.py)."""
     helptext = run([BAKERY, "verify", "--help"], check=False)
-    if helptext.returncode != 0 or not (ROOT / "src" / "bakery" / "verify.py").is_file():
-        return {"skipped": "`bakery verify` (src/bakery/verify.py) does not exist yet"}
+    if helptext.returncode != 0:
+        return {"skipped": "`bakery verify --help` failed"}
     warm_up([BASE])
     tree = RUNS_DIR / "warmup" / BASE
     cmd = [BAKERY, "verify", SERIES, "--tree", str(tree), "--interpret", "--", "--durations=0"]
@@ -644,13 +653,19 @@ def bench_verify(runs: int) -> Result:
         k: statistics.median(d.get(k, 0.0) for d in durations)
         for k in ("setup", "call", "teardown")
     }
-    return {
+    out: Result = {
         "times": {"bakery verify --interpret": stats(walls)},
         "imports": imports,
         "durations": phases,
         "summary": durations[-1].get("summary", ""),
         "slowest": durations[-1].get("slowest", ""),
     }
+    if baseline_rev:
+        out["before_after"] = verify_bench.before_after(
+            baseline_rev, VERIFY_RELEASES, WORK, rounds=3
+        )
+        out["reuse"] = verify_bench.reuse_rows(VERIFY_RELEASES[-1], WORK)
+    return out
 
 
 def _durations(text: str) -> Result:
@@ -847,10 +862,29 @@ def summary_lines(res: dict[str, Result]) -> list[str]:
     return lines + wheel_bench.summary_lines(res.get("wheel"))
 
 
-def _gpu_section() -> str:
-    """The H200 figures, measured by hand on the device (bench/gpu.md)."""
-    gpu = ROOT / "bench" / "gpu.md"
-    return gpu.read_text() if gpu.is_file() else ""
+def kept_sections(old: str, generated: str) -> str:
+    """The sections of the last BENCHMARKS.md that this script does not write (figures
+    measured by hand: on the device, against earlier code, by a section's own script),
+    in their order, to follow the ones it wrote: a run of ``make bench`` rewrites its own
+    figures and never drops anyone else's."""
+    ours = {line for line in generated.splitlines() if line.startswith("## ")}
+    kept: list[str] = []
+    keep = False
+    for line in old.splitlines(keepends=True):
+        if line.startswith("## "):
+            keep = line.rstrip("\n") not in ours
+        if keep:
+            kept.append(line)
+    text = "".join(kept)
+    return "\n" + text if text and not generated.endswith("\n\n") else text
+
+
+def write_benchmarks(res: dict[str, Result], m: Result) -> None:
+    """BENCHMARKS.md: this run's sections, then every section kept from the last one."""
+    target = ROOT / "BENCHMARKS.md"
+    generated = write_markdown(res, m)
+    old = target.read_text() if target.is_file() else ""
+    target.write_text(generated + kept_sections(old, generated))
 
 
 def write_markdown(res: dict[str, Result], m: Result) -> str:
@@ -1008,6 +1042,47 @@ def _md_verify(r: Result | None, start: float | None) -> list[str]:
         "",
         f"Slowest single phase: {r['slowest']}.",
     ]
+    return [*md, "", *_md_verify_before_after(r.get("before_after")), *_md_reuse(r.get("reuse"))]
+
+
+def _cpu_wall(run: Result) -> str:
+    return f"{run['cpu']:.1f} / {run['wall']:.1f} s"
+
+
+def _md_verify_before_after(r: Result | None) -> list[str]:
+    if not r:
+        return []
+    md = [
+        f"`bakery verify {SERIES} --interpret`, the code at {r['rev']} and today's alternated "
+        "three times (`bench/verify_bench.py`), CPU (children included) / wall of each run; "
+        "the ratio of the median walls:",
+        "",
+        "| release | baseline | today | wall ratio | today's verdict |",
+        "|---|---|---|---:|---|",
+    ]
+    for release, row in r.items():
+        if not isinstance(row, dict):
+            continue
+        base, today = row["baseline"], row["today"]
+        runs = [
+            ", ".join(f"{c:.1f}/{w:.1f}" for c, w in x.get("runs", [[x["cpu"], x["wall"]]]))
+            for x in (base, today)
+        ]
+        ratio = today["wall"] / base["wall"] if base["wall"] else float("nan")
+        md.append(f"| {release} | {runs[0]} s | {runs[1]} s | {ratio:.2f} | {today['verdict']} |")
+    return [*md, ""]
+
+
+def _md_reuse(r: Result | None) -> list[str]:
+    if not r:
+        return []
+    md = [
+        f"Result reuse ({VERIFY_RELEASES[-1]}, one bakery cache, CPU / wall):",
+        "",
+        "| run | CPU / wall | verdict |",
+        "|---|---|---|",
+    ]
+    md += [f"| {label} | {_cpu_wall(run)} | {run['verdict']} |" for label, run in r.items()]
     return [*md, ""]
 
 
@@ -1124,6 +1199,36 @@ NOTES = """## How to read these figures
 # --- main --------------------------------------------------------------------------------------
 
 
+#: Sections that run ``--runs`` times; the others half as often (at least 3).
+FULL_RUNS = (
+    "warm",
+    "warm-memory",
+    "warm-disk",
+    "cold",
+    "startup",
+    "scale",
+    "matrix",
+    "matrix-disk",
+    "wheel",
+)
+
+
+def run_section(name: str, args: argparse.Namespace) -> Result | None:
+    """One section's results (None: a history section without a baseline rev)."""
+    runs = args.runs if name in FULL_RUNS else max(3, args.runs // 2)
+    if name == "scale":
+        return bench_scale(runs, args.sizes.split(","))
+    if name == "verify":
+        return bench_verify(3, args.baseline_rev)
+    if name in ("history", "history-memory"):
+        if not args.baseline_rev:
+            return None
+        fn = bench_history if name == "history" else bench_history_memory
+        return fn(args.runs, args.baseline_rev)
+    section: Callable[[int], Result] = globals()[f"bench_{name.replace('-', '_')}"]
+    return section(runs)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=7, help="runs per variant (default 7)")
@@ -1141,14 +1246,12 @@ def main() -> int:
     ap.add_argument(
         "--baseline-rev",
         default="",
-        help="also time the warm bake of the code at this git revision",
+        help="also time the warm bake and verify of the code at this git revision",
     )
     args = ap.parse_args()
     if args.report:
         saved = json.loads(RESULTS.read_text())
-        (ROOT / "BENCHMARKS.md").write_text(
-            write_markdown(saved["results"], saved["machine"]) + _gpu_section()
-        )
+        write_benchmarks(saved["results"], saved["machine"])
         print("\n".join(summary_lines(saved["results"])))
         return 0
     only = [s for s in args.only.split(",") if s]
@@ -1165,32 +1268,9 @@ def main() -> int:
         if name not in only:
             continue
         log(f"== {name}")
-        runs = (
-            args.runs
-            if name
-            in (
-                "warm",
-                "warm-memory",
-                "warm-disk",
-                "cold",
-                "startup",
-                "scale",
-                "matrix",
-                "matrix-disk",
-                "wheel",
-            )
-            else max(3, args.runs // 2)
-        )
-        if name == "verify":
-            runs = 3
-        if name == "scale":
-            res[name] = bench_scale(runs, args.sizes.split(","))
-        elif name in ("history", "history-memory"):
-            if args.baseline_rev:
-                fn = bench_history if name == "history" else bench_history_memory
-                res[name] = fn(args.runs, args.baseline_rev)
-        else:
-            res[name] = globals()[f"bench_{name.replace('-', '_')}"](runs)
+        got = run_section(name, args)
+        if got is not None:
+            res[name] = got
         shutil.rmtree(RUNS_DIR / name, ignore_errors=True)
     shutil.rmtree(RUNS_DIR, ignore_errors=True)
     m = machine()
@@ -1199,7 +1279,7 @@ def main() -> int:
         f"(sections run: {', '.join(only)})"
     )
     RESULTS.write_text(json.dumps({"machine": m, "results": res}, indent=2))
-    (ROOT / "BENCHMARKS.md").write_text(write_markdown(res, m) + _gpu_section())
+    write_benchmarks(res, m)
     print("\n".join(summary_lines(res)))
     return 0
 
