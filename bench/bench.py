@@ -631,7 +631,8 @@ def bench_verify(runs: int, baseline_rev: str = "") -> Result:
         return {"skipped": "`bakery verify --help` failed"}
     warm_up([BASE])
     tree = RUNS_DIR / "warmup" / BASE
-    cmd = [BAKERY, "verify", SERIES, "--tree", str(tree), "--interpret", "--", "--durations=0"]
+    cmd = [BAKERY, "verify", SERIES, "--tree", str(tree), "--interpret", "--no-reuse"]
+    cmd += ["--", "--durations=0"]
     walls: list[float] = []
     durations: list[dict[str, float]] = []
     for _ in range(runs):
@@ -1261,7 +1262,8 @@ def main() -> int:
     WORK.mkdir(parents=True, exist_ok=True)
     load_start = os.getloadavg()[0]
     res: dict[str, Result] = {}
-    if RESULTS.exists():  # sections not rerun keep their last figures
+    had_results = RESULTS.exists()
+    if had_results:  # sections not rerun keep their last figures
         res = json.loads(RESULTS.read_text()).get("results", {})
     shutil.rmtree(RUNS_DIR, ignore_errors=True)
     for name in SECTIONS:
@@ -1279,7 +1281,14 @@ def main() -> int:
         f"(sections run: {', '.join(only)})"
     )
     RESULTS.write_text(json.dumps({"machine": m, "results": res}, indent=2))
-    write_benchmarks(res, m)
+    if had_results or set(only) == set(SECTIONS):
+        write_benchmarks(res, m)
+    else:
+        # a fresh clone has no results.json: some sections alone would rewrite
+        # BENCHMARKS.md's generated part without the others' figures
+        partial = WORK / "BENCHMARKS.partial.md"
+        partial.write_text(write_markdown(res, m))
+        log(f"BENCHMARKS.md left as it is (no earlier results here); these sections: {partial}")
     print("\n".join(summary_lines(res)))
     return 0
 

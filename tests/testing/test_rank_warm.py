@@ -185,3 +185,32 @@ def test_rank_warmups_are_the_multi_rank_tests_modules_hooks_once() -> None:
     assert rank_warmups(items) == [hook]
     single = SimpleNamespace(fixturenames=("device",), callspec=None, module=with_hook)
     assert rank_warmups([single]) == []
+
+
+def test_a_world_that_cannot_start_is_one_line_and_its_test_starts_it_again(
+    cpu_ranks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start thread's own failure (here the first start, made to raise) is recorded,
+    not printed as a thread's traceback; the world's first test starts real ranks."""
+    real_start = RankPool.start
+    calls: list[int] = []
+
+    def start_once_broken(pool: RankPool) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("no processes left\nsecond line")
+        real_start(pool)
+
+    monkeypatch.setattr(RankPool, "start", start_once_broken)
+    pools = RankPools()
+    try:
+        pools.prestart([2])
+        pool = pools(2)
+        assert pools.warmup_failures == {2: "OSError: no processes left"}
+        assert len(set(pool.run(rank_of))) == 2
+    finally:
+        pools.close()
+
+
+def rank_of(ctx: Any) -> int:
+    return int(ctx.rank)

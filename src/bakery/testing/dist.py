@@ -211,10 +211,11 @@ def warm_rank(device: Any, modules: Sequence[ModuleRef]) -> None:
     """What a rank's first task would pay, paid before the rank says it is ready (its
     pool starts while single-rank tests run): the device (:func:`warm_device`) and the
     modules whose tests send it tasks. An import that fails is left for the task that
-    needs the module: it raises there, with its traceback, as before."""
+    needs the module: it raises there, with its traceback, as before (BaseException
+    too: pytest's module-level skip is one)."""
     warm_device(device)
     for modname, path in modules:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(BaseException):
             _import(modname, path)
 
 

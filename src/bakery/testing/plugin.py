@@ -648,8 +648,13 @@ class RankPools:
             thread.start()
 
     def _start(self, world: int, pool: Any, warmups: Sequence[Any]) -> None:
-        pool.start()
-        failure = pool.warm_up(warmups) if warmups else None
+        try:
+            pool.start()
+            failure = pool.warm_up(warmups) if warmups else None
+        except Exception as e:  # the world's first test starts it again, and meets it
+            pool.close(polite=False)
+            lines = str(e).strip().splitlines()
+            failure = f"{type(e).__name__}: {lines[0] if lines else ''}"
         if failure is not None:
             self.warmup_failures[world] = failure
 
