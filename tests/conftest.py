@@ -69,6 +69,21 @@ def index(monkeypatch: pytest.MonkeyPatch) -> Iterator[Index]:
         yield idx
 
 
+# --- rank processes ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cpu_ranks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Rank pools on the CPU (gloo, Triton's interpreter), forked from the fork server;
+    the server is stopped after the test, so the next one starts its own."""
+    from bakery.testing.dist import stop_rank_server
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.delenv("BAKERY_RANK_START", raising=False)
+    yield
+    stop_rank_server()
+
+
 # --- the CLI -----------------------------------------------------------------------------------
 
 

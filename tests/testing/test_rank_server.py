@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import resource
-from collections.abc import Iterator
 from multiprocessing import forkserver
 
 import pytest
@@ -19,14 +18,6 @@ def rank_burns_cpu(ctx) -> int:
     for i in range(3_000_000):
         total += i % 7
     return ctx.rank
-
-
-@pytest.fixture
-def cpu_ranks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("TRITON_INTERPRET", "1")  # CPU ranks over gloo
-    monkeypatch.delenv("BAKERY_RANK_START", raising=False)
-    yield
-    stop_rank_server()
 
 
 def server_pid() -> int | None:

@@ -12,23 +12,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
 
-from bakery.testing.dist import RankError, RankPool, stop_rank_server
+from bakery.testing.dist import RankError, RankPool
 from bakery.testing.plugin import RankPools, rank_modules, rank_warmups
-
-
-@pytest.fixture
-def cpu_ranks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("TRITON_INTERPRET", "1")  # CPU ranks over gloo
-    monkeypatch.delenv("BAKERY_RANK_START", raising=False)
-    yield
-    stop_rank_server()
 
 
 def write_module(tmp_path: Path, name: str, body: str) -> tuple[ModuleType, Path]:
