@@ -7,7 +7,7 @@ on this project's 2-core CI host (``python -c "import torch, triton"``: 1.63-1.7
 against 1.18-1.24 s ending with ``os._exit``, BENCHMARKS.md), on the path of every verify,
 matrix row, port candidate and mutant. Nothing in it is needed by then: pytest has written
 every report (the terminal's, JUnit XML, bakery's results file) in its hooks before
-``console_main`` returns, and bakery's plugin has stopped the rank processes. So the
+``pytest.main`` returns, and bakery's plugin has stopped the rank processes. So the
 streams and logging's handlers are flushed, and the process ends with ``os._exit`` and
 pytest's exit code. What does not run: ``atexit`` handlers and the wait for non-daemon
 threads a test left behind (which would otherwise hold the run open).
@@ -26,7 +26,13 @@ import sys
 def main() -> None:
     import pytest
 
-    code = pytest.console_main()
+    # pytest.main(), not console_main(): pytest 9.1 deprecates console_main for programs
+    # (a PytestRemovedIn10Warning at the top of every verify); both read sys.argv's
+    # arguments and return the exit code, and a broken pipe is handled below
+    try:
+        code = pytest.main()
+    except BrokenPipeError:
+        code = 1
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         # a closed or broken pipe: nothing left to say
