@@ -1,11 +1,11 @@
 """Shared fixtures: every test runs in its own tmp folder with its own cache and home.
 
 No test may touch the user's cache or home: ``BAKERY_CACHE_DIR``, ``BAKERY_HOME``,
-``HOME`` and ``XDG_CACHE_HOME`` all point into ``tmp_path``, and the working directory is
-``tmp_path``. Tests marked ``network`` use one persistent cache (``BAKERY_TEST_CACHE``,
-default ``~/.cache/bakery-tests``) so that releases are downloaded once, not per run.
-What tests share besides fixtures (trees, repos, series, the fake index, sdists, GNU
-patch) is in the ``tests/support`` package.
+``BAKERY_CONFIG_DIR`` (the seal key), ``HOME`` and ``XDG_CACHE_HOME`` all point into
+``tmp_path``, and the working directory is ``tmp_path``. Tests marked ``network`` use one
+persistent cache (``BAKERY_TEST_CACHE``, default ``~/.cache/bakery-tests``) so that
+releases are downloaded once, not per run. What tests share besides fixtures (trees,
+repos, series, the fake index, sdists, GNU patch) is in the ``tests/support`` package.
 """
 
 from __future__ import annotations
@@ -33,9 +33,13 @@ def _isolate(
     home = tmp_path / "home"
     (home / "launcher").mkdir(parents=True)
     monkeypatch.setenv("BAKERY_HOME", str(home))
+    # the seal key (bakery.safety.seal) beside the cache it seals: the network tests'
+    # persistent cache keeps its key, every other test has its own
     if request.node.get_closest_marker("network"):
         monkeypatch.setenv("BAKERY_CACHE_DIR", str(TEST_CACHE))
+        monkeypatch.setenv("BAKERY_CONFIG_DIR", str(TEST_CACHE.with_name("bakery-tests-config")))
     else:
+        monkeypatch.setenv("BAKERY_CONFIG_DIR", str(tmp_path / "userhome" / ".config" / "bakery"))
         monkeypatch.setenv("BAKERY_CACHE_DIR", str(tmp_path / "cache"))
         # A unit test that reaches for the package index fails at once instead of waiting.
         monkeypatch.setenv("BAKERY_INDEX_URL", "http://127.0.0.1:9/simple")

@@ -19,8 +19,14 @@ A verify run depends on (the *inputs*, :func:`inputs`):
   tree too (:func:`tree_digest`, ``.git`` and bytecode aside: about 0.4 s of CPU for a
   vLLM tree of 9,000 files). Trees in other folders with the same bytes share results.
 
-Layout: ``CACHE/verify/STATIC-FILES.json``, plain JSON, never executed. A record that
-does not parse or has the wrong shape is ignored (the suite runs and writes a new one).
+Layout: ``CACHE/verify/STATIC-FILES.json``, plain JSON, never executed. The cache is
+data (SECURITY.md): a record is read through the cache policy (a real folder of the cache,
+a regular file, bounded: never a link, FIFO or device), and believed only with its seal
+(:mod:`bakery.safety.seal`: an HMAC under the user's key, kept outside the cache) and the
+full static key it was made for. A record that does not parse, has the wrong shape, or
+fails its seal is ignored (the suite runs and writes a new one); one that fails its seal
+is said once (a warning: it was written elsewhere or edited). Records are written through
+the one temp-file writer (:func:`bakery.outputs.replacing`).
 Hand-written (a few dozen lines of hashing and JSON): no library keys test results by
 the code a run imported.
 """
@@ -29,10 +35,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import importlib.metadata
 import json
+import logging
 import os
 import re
+import stat
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -40,8 +49,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: The shape of a record; another one is ignored.
-FORMAT = 1
+from bakery.safety import cachepolicy, seal
+
+#: The shape of a record; another one is ignored. 2: sealed, with the full static key.
+FORMAT = 2
+#: The seal's kind of a verify record.
+SEAL_KIND = "verify-record"
+_log = logging.getLogger(__name__)
+_said: set[str] = set()
 FOLDER = "verify"
 #: Packages whose version is an input.
 _PACKAGES = ("torch", "triton", "pytest", "numpy", "pytest-xdist", "bakery")
@@ -57,48 +72,73 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _files(folder: Path, *, recursive: bool) -> dict[str, str]:
-    """sha256 of every regular file under ``folder`` (relative posix path -> hex)."""
-    out: dict[str, str] = {}
-    if not folder.is_dir():
-        return out
-    found = folder.rglob("*") if recursive else folder.iterdir()
-    for p in sorted(found):
-        rel = p.relative_to(folder)
-        if any(part in _SKIP_DIRS for part in rel.parts) or p.suffix == ".pyc":
+def _entry_digest(path: str) -> str:
+    """What one entry of a folder is, never blocking and never following a link: a
+    regular file's sha256, a link's target (``link:``), or the kind of a FIFO, socket or
+    device (``special:``; never opened: a FIFO in a tree must not hang verify, even with
+    ``--no-reuse``, since the key is made before every run)."""
+    try:
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            return "link:" + os.readlink(path)
+        if not stat.S_ISREG(st.st_mode):
+            return f"special:{stat.S_IFMT(st.st_mode):o}"
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(path, flags)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # swapped since the lstat
+                return "special:changed"
+            h = hashlib.sha256()
+            while chunk := f.read(1 << 20):  # hashlib.file_digest is Python 3.11+
+                h.update(chunk)
+            return h.hexdigest()
+    except OSError as e:
+        return f"unreadable:{e.errno}"
+
+
+def _walk(folder: str, *, recursive: bool, skip: frozenset[str]) -> list[tuple[str, str]]:
+    """(relative posix path, :func:`_entry_digest`) of every entry under folder, sorted,
+    without descending into a link: a linked folder is its target's name (``link:``), so
+    pointing it elsewhere changes the key (the files a run loads through it are in the
+    key by their bytes: :func:`module_files`)."""
+    out: list[tuple[str, str]] = []
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            with os.scandir(os.path.join(folder, rel_dir) if rel_dir else folder) as it:
+                entries = list(it)
+        except OSError as e:
+            out.append((rel_dir, f"unreadable:{e.errno}"))
             continue
-        if p.is_file() and not p.is_symlink():
-            out[rel.as_posix()] = _digest(p.read_bytes())
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            if entry.name.endswith(".pyc"):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if recursive and entry.name not in skip:
+                    stack.append(rel)
+                continue
+            out.append((rel, _entry_digest(entry.path)))
+    out.sort()
     return out
 
 
-def _file_digest(path: str) -> bytes:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:  # hashlib.file_digest is Python 3.11+
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.digest()
+def _files(folder: Path, *, recursive: bool) -> dict[str, str]:
+    """Every file, link and special file under ``folder`` (relative posix path -> the
+    sha256 of its bytes, ``link:TARGET``, or ``special:MODE``)."""
+    if not folder.is_dir():
+        return {}
+    return dict(_walk(str(folder), recursive=recursive, skip=frozenset(_SKIP_DIRS)))
 
 
 def tree_digest(tree: Path) -> str:
-    """sha256 over every file of the tree (relative path, bytes; a link's target), in a
-    stable order; ``.git``, ``__pycache__`` and ``*.pyc`` left out."""
+    """sha256 over every entry of the tree (relative path, then a file's sha256, a link's
+    target, or a special file's kind; see :func:`_walk`), in a stable order; ``.git``,
+    ``__pycache__``, ``.pytest_cache`` and ``*.pyc`` left out."""
     h = hashlib.sha256()
-    for folder, dirs, names in os.walk(tree):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and d != ".git")
-        for name in sorted(names):
-            if name.endswith(".pyc"):
-                continue
-            p = os.path.join(folder, name)
-            rel = os.path.relpath(p, tree).encode("utf-8", "surrogateescape")
-            try:
-                if os.path.islink(p):
-                    what = b"link:" + os.readlink(p).encode("utf-8", "surrogateescape")
-                else:
-                    what = _file_digest(p)
-            except OSError as e:
-                what = f"unreadable:{e.errno}".encode()
-            h.update(rel + b"\0" + what + b"\0")
+    for rel, what in _walk(str(tree), recursive=True, skip=frozenset({*_SKIP_DIRS, ".git"})):
+        h.update(os.fsencode(rel) + b"\0" + os.fsencode(what) + b"\0")
     return h.hexdigest()
 
 
@@ -136,7 +176,6 @@ def inputs(
     python: str | None = None,
 ) -> dict[str, Any]:
     """Everything but the loaded tree modules that a run's result depends on."""
-    import bakery.testing
     from bakery.testing.expect import MANIFEST
 
     manifest = tree / MANIFEST
@@ -147,18 +186,55 @@ def inputs(
         "series": _files(series_dir, recursive=False) if series_dir is not None else {},
         "manifest": _digest(manifest.read_bytes()) if manifest.is_file() else None,
         "tree": tree_digest(tree),
-        "bakery": _files(Path(bakery.testing.__file__).parent, recursive=False),
+        "bakery": machinery(),
         "python": sys.version,
         # the test environment: light (bakery's) or full (vLLM's requirements, its own
-        # interpreter; the environment's folder is keyed by its requirements)
+        # interpreter; the environment's folder is keyed by its requirements, and what is
+        # installed in it is in the key too)
         "env_mode": env_mode,
         "interpreter": python,
+        "interpreter_env": interpreter_env(python) if python is not None else None,
         "packages": {name: _version(name) for name in _PACKAGES},
         "device": device_name if device_name is not None else device(interpret),
         "interpret": interpret,
         "pytest_args": list(pytest_args),
         "env": {k: v for k, v in sorted(env.items()) if _ENV.match(k)},
     }
+
+
+#: The packages whose source is bakery's test machinery (the plugin, the loader, the
+#: runner that reads the report): an edit of any of their files runs the suite again.
+MACHINERY = ("bakery.testing", "bakery.verifying")
+
+
+def machinery() -> dict[str, str]:
+    """Every file of the :data:`MACHINERY` packages, by package (``bakery.testing/plugin.py``)."""
+    out: dict[str, str] = {}
+    for name in MACHINERY:
+        module = sys.modules.get(name)
+        if module is None:
+            with contextlib.suppress(ImportError):
+                module = importlib.import_module(name)
+        where = getattr(module, "__file__", None)
+        if where:
+            for rel, what in _files(Path(where).parent, recursive=True).items():
+                out[f"{name}/{rel}"] = what
+    return out
+
+
+def interpreter_env(python: str) -> dict[str, str]:
+    """What another interpreter's environment holds (a full environment's): its
+    ``pyvenv.cfg`` (the Python it was made from) and the names of its installed
+    distributions (``torch-2.9.0.dist-info``: name and version), without starting it."""
+    root = Path(python).parent.parent
+    out = {"pyvenv.cfg": _entry_digest(str(root / "pyvenv.cfg"))}
+    for site in sorted(root.glob("lib*/python*/site-packages")):
+        with contextlib.suppress(OSError):
+            for entry in sorted(os.listdir(site)):
+                if entry.endswith((".dist-info", ".egg-info", ".pth")):
+                    rel = f"{site.relative_to(root).as_posix()}/{entry}"
+                    out[rel] = _entry_digest(str(site / entry)) if entry.endswith(".pth") else ""
+    return out
 
 
 def static_key(data: Mapping[str, Any]) -> str:
@@ -173,8 +249,8 @@ def module_files(tree: Path, names: Sequence[str]) -> dict[str, str | None]:
     for name in names:
         parts = name.split(".")
         for rel in ("/".join(parts) + ".py", "/".join([*parts, "__init__.py"])):
-            p = tree / rel
-            out[rel] = _digest(p.read_bytes()) if p.is_file() and not p.is_symlink() else None
+            what = _entry_digest(str(tree / rel))  # a link or FIFO: None, never read
+            out[rel] = what if _HEX.fullmatch(what) else None
     return out
 
 
@@ -195,7 +271,7 @@ def short(key: str) -> str:
     return key[:16]
 
 
-def _valid(data: Any) -> bool:
+def _valid(data: Any, static: str) -> bool:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return False
     files, result = data.get("files"), data.get("result")
@@ -204,20 +280,60 @@ def _valid(data: Any) -> bool:
     for rel, sha in files.items():
         if not _MODULE_FILE.fullmatch(str(rel)) or not (sha is None or _HEX.fullmatch(str(sha))):
             return False
+    if data.get("static") != static:  # a sealed record of other inputs, renamed
+        return False
     return all(isinstance(data.get(k), str) for k in ("key", "date", "tree"))
 
 
-def lookup(root: Path, static: str, tree: Path) -> Record | None:
-    """The record of ``static`` whose recorded tree files ``tree`` still has, if any."""
-    folder = root / FOLDER
-    if not folder.is_dir():
+def _say_once(text: str) -> None:
+    if text not in _said:
+        _said.add(text)
+        _log.warning(text)
+
+
+def folder(root: Path, *, make: bool) -> Path | None:
+    """``CACHE/verify``: a real folder of the cache (a link there is replaced by a folder
+    when making, else nothing is read behind it)."""
+    return cachepolicy.top(root, FOLDER, repair=make)
+
+
+def _read(p: Path, static: str) -> dict[str, Any] | None:
+    """A record's data where it is one of ours for static: a regular file read under the
+    cache policy, the right shape, and sealed by this user's key."""
+    try:
+        data = json.loads(cachepolicy.read_bytes(p, what="verify record"))
+    except cachepolicy.CacheRefused as e:
+        _say_once(f"{e}; it is ignored")
         return None
-    for p in sorted(folder.glob(f"{static[:32]}-*.json")):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    mac = data.pop("seal", None)
+    if not seal.valid_json(SEAL_KIND, data, mac):
         try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError):
+            seal.key()
+        except seal.SealUnavailable as e:
+            _say_once(f"verify results are not reused: {e}")
+            return None
+        _say_once(
+            f"a verify record in {p.parent} does not carry this machine's seal (written "
+            "elsewhere or edited); it is ignored and the tests run"
+        )
+        return None
+    return data if _valid(data, static) else None
+
+
+def lookup(root: Path, static: str, tree: Path) -> Record | None:
+    """The sealed record of ``static`` whose recorded tree files ``tree`` still has."""
+    where = folder(root, make=False)
+    if where is None:
+        return None
+    for p in sorted(where.glob(f"{static[:32]}-*.json")):
+        if not cachepolicy.contained(root, p):
             continue
-        if not _valid(data):
+        data = _read(p, static)
+        if data is None:
             continue
         files = data["files"]
         names = sorted({_module_of(rel) for rel in files})
@@ -239,23 +355,35 @@ def _module_of(rel: str) -> str:
 def store(
     root: Path, static: str, tree: Path, module_names: Sequence[str], result: dict[str, Any]
 ) -> str:
-    """Record a finished run; its key (static key and loaded files' hashes)."""
+    """Record a finished run, sealed; its key (static key and loaded files' hashes). A
+    cache that cannot be written, or no key to seal with, records nothing (the run
+    stands; it is only not reused)."""
+    from bakery.errors import BakeryError
+    from bakery.outputs import replacing
+
     files = module_files(tree, module_names)
     fk = files_key(files)
     key = _digest(f"{static}:{fk}".encode())
-    folder = root / FOLDER
-    data = {
+    data: dict[str, Any] = {
         "format": FORMAT,
         "key": key,
+        "static": static,
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "tree": str(tree),
         "files": files,
         "result": result,
     }
-    with contextlib.suppress(OSError):  # a read-only cache still verifies; it only forgets
-        folder.mkdir(parents=True, exist_ok=True)
-        final = folder / f"{static[:32]}-{fk[:32]}.json"
-        tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, final)
+    try:
+        data["seal"] = seal.seal_json(SEAL_KIND, data)
+        root.mkdir(parents=True, exist_ok=True)
+        where = folder(root, make=True)
+        final = where / f"{static[:32]}-{fk[:32]}.json" if where is not None else None
+        # a link at the record's name is replaced, never written through (replacing)
+        if final is not None and cachepolicy.real_dir(root, final.parent):
+            with replacing(final) as fh:
+                fh.write((json.dumps(data, indent=1) + "\n").encode())
+    except seal.SealUnavailable as e:
+        _say_once(f"verify results are not recorded for reuse: {e}")
+    except (OSError, BakeryError):  # a read-only cache still verifies; it only forgets
+        pass
     return key
