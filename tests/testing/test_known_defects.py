@@ -232,6 +232,67 @@ def test_a_wrong_message_is_not_the_defect(tmp_path: Path) -> None:
     assert result.failed == 1 and not result.known_defects
 
 
+def test_another_exception_type_with_the_defects_text_is_not_the_defect(tmp_path: Path) -> None:
+    """The signature is the type and the text: a ValueError whose message is the defect's
+    text is a plain failure that names it; an AssertionError subclass is the defect."""
+    other = TESTS.replace(
+        'assert add(1, 1) == 2, "add is off by one"', 'raise ValueError("add is off by one")'
+    )
+    result = verify(make_series(tmp_path / "s", other), make_tree(tmp_path / "t", "0.30.0"))
+    assert result.exit_code == 1 and result.failed == 1 and not result.known_defects
+    sub = TESTS.replace(
+        'assert add(1, 1) == 2, "add is off by one"',
+        'class Mine(AssertionError):\n        pass\n\n    raise Mine("add is off by one")',
+    )
+    result = verify(make_series(tmp_path / "s2", sub), make_tree(tmp_path / "t2", "0.30.0"))
+    assert result.exit_code == 0 and result.known_defects == {"demo-off-by-one": 1}, result
+
+
+class _SubAssertion(AssertionError):
+    pass
+
+
+class NotAssertionError(Exception):
+    """A name that holds the defect's type name, of another family."""
+
+
+class AssertionErrorLike(Exception):
+    pass
+
+
+#: (raises, match, the failing call's exception, is it the defect)
+SIGNATURES = [
+    ("AssertionError", "^add is off by one", AssertionError("add is off by one"), True),
+    # re.search from the start: the message may go on
+    ("AssertionError", "^add is off by one", AssertionError("add is off by one: 3"), True),
+    # anchored: the text elsewhere in the message is not the defect
+    ("AssertionError", "^add is off by one", AssertionError("so add is off by one"), False),
+    # unanchored: it is
+    ("AssertionError", "add is off by one", AssertionError("so add is off by one"), True),
+    ("AssertionError", "^add is off by one", AssertionError("add is off by two"), False),
+    # a subclass of the type is the type
+    ("AssertionError", "^add is off by one", _SubAssertion("add is off by one"), True),
+    # another type with the very text is not
+    ("AssertionError", "^add is off by one", ValueError("add is off by one"), False),
+    ("AssertionError", "^add is off by one", NotAssertionError("add is off by one"), False),
+    ("AssertionError", "^add is off by one", AssertionErrorLike("add is off by one"), False),
+    # a base class named in raises takes its subclasses, never its base
+    ("ArithmeticError", "^boom$", ZeroDivisionError("boom"), True),
+    ("ZeroDivisionError", "^boom$", ArithmeticError("boom"), False),
+    # a $-anchored match: the whole message
+    ("ZeroDivisionError", "^boom$", ZeroDivisionError("boom!"), False),
+]
+
+
+@pytest.mark.parametrize(("raises", "match", "exc", "shows"), SIGNATURES)
+def test_a_defect_shows_only_with_its_type_and_anchored_text(
+    raises: str, match: str, exc: BaseException, shows: bool
+) -> None:
+    defect = expect.Defect("d", "s", "i", ("0.30.0",), raises=raises, match=match)
+    assert defect.shows_in(exc) is shows
+    assert defect.signature == f"{raises} matching {match!r}"
+
+
 def test_a_setup_error_is_never_the_defect(tmp_path: Path) -> None:
     tests = TESTS.replace(
         "def test_hits_the_defect():",
