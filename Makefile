@@ -49,7 +49,7 @@ ports-table: setup
 MUTANT_TREE ?= build/dcp2-0.30.0
 mutants: setup
 	test -d $(MUTANT_TREE) || $(BAKERY) apply dcp2 --vllm $(notdir $(subst dcp2-,,$(MUTANT_TREE))) --out $(MUTANT_TREE)
-	$(BIN)/python -m bakery.testing.mutants launcher/dcp2 --tree $(MUTANT_TREE)
+	$(BIN)/python -m bakery.verifying.mutants launcher/dcp2 --tree $(MUTANT_TREE)
 
 matrix: setup
 	$(BAKERY) matrix dcp2 --since 0.30.0 --verify --markdown build/matrix.md --json build/matrix.json

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bakery.testing import bytecode
-from bakery.testing.runner import run_verify
+from tests.support.verify import run_tests
 from tests.support.trees import write_files
 
 NO_WRITE = {"PYTHONDONTWRITEBYTECODE": "1"}
@@ -59,7 +59,7 @@ def test_verify_says_it_once_before_the_tests_run(
     tree = write_files(tmp_path / "tree", {"vllm/__init__.py": ""})
     tests = write_files(tmp_path / "t", {"test_quick.py": "def test_quick():\n    assert True\n"})
     with caplog.at_level(logging.INFO, logger="bakery"):
-        result = run_verify(tests, tree, interpret=True, pytest_args=["-q"])
+        result = run_tests(tests, tree, interpret=True, pytest_args=["-q"])
     assert result.exit_code == 0
     said = [r.getMessage() for r in caplog.records if "no byte code" in r.getMessage()]
     assert said == [bytecode.hint(["bakeryheavy"])]
@@ -67,5 +67,5 @@ def test_verify_says_it_once_before_the_tests_run(
     caplog.clear()
     compile_beside(heavy)
     with caplog.at_level(logging.INFO, logger="bakery"):
-        run_verify(tests, tree, interpret=True, pytest_args=["-q"])
+        run_tests(tests, tree, interpret=True, pytest_args=["-q"])
     assert not [r for r in caplog.records if "no byte code" in r.getMessage()]

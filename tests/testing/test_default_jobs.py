@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bakery.testing import runner
+from bakery.verifying import plan as runner
 
 
 @pytest.mark.parametrize(("cores", "jobs"), [(1, 1), (2, 1), (3, 1), (4, 2), (8, 4), (64, 4)])

@@ -40,7 +40,7 @@ def test_choosing_the_device_imports_no_torch() -> None:
     """The point of gpus.py: verify's choice and its reuse key cost no torch import."""
     code = (
         "import sys\n"
-        "from bakery.commands.verify import choose_device\n"
+        "from bakery.verifying.plan import choose_device\n"
         "from bakery.testing import reuse\n"
         "choose_device(None); reuse.device(False)\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
@@ -94,7 +94,7 @@ def test_who_is_asked(
 
 def test_without_torch_verify_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     from bakery.errors import VerifyError
-    from bakery.testing.runner import cuda_available
+    from bakery.verifying.plan import cuda_available
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(VerifyError, match="torch is not installed"):

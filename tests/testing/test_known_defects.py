@@ -16,7 +16,7 @@ from bakery.commands.matrix import Row, to_junit, to_markdown, verify_state
 from bakery.errors import SeriesError
 from bakery.patch.series import fixes_for
 from bakery.testing import expect
-from bakery.testing.runner import run_verify
+from tests.support.verify import run_tests
 from tests.support.trees import write_files
 
 DEFECTS = textwrap.dedent("""\
@@ -96,7 +96,7 @@ def make_tree(root: Path, version: str | None, diffs: tuple[str, ...] = ("01-x.d
 
 
 def verify(series: Path, tree: Path, *args: str):
-    return run_verify(
+    return run_tests(
         series / "tests",
         tree,
         interpret=True,

@@ -7,8 +7,8 @@ import json
 import textwrap
 from pathlib import Path
 
-from bakery.testing.pristine import outcomes, split
-from bakery.testing.runner import run_verify
+from bakery.verifying.pristine import outcomes, split
+from tests.support.verify import run_tests
 from tests.support.trees import write_files
 
 TESTS = textwrap.dedent("""\
@@ -37,7 +37,7 @@ def tree(root: Path, value: str, release: str | None = "0.30.0") -> Path:
 
 
 def junit_of(tests: Path, tree_dir: Path, junit: Path) -> dict[str, str]:
-    run_verify(tests, tree_dir, interpret=True, jobs=1, pytest_args=["-q"], junit=junit)
+    run_tests(tests, tree_dir, interpret=True, jobs=1, pytest_args=["-q"], junit=junit)
     return outcomes(junit)
 
 

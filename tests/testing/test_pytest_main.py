@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bakery.testing.runner import PYTEST_MAIN
+from bakery.verifying.runner import PYTEST_MAIN
 
 TESTS = """
 import atexit, threading

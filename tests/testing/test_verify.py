@@ -20,7 +20,9 @@ import pytest
 from bakery.errors import BakeryError, VerifyError
 from bakery.testing import loader, standins
 from bakery.testing.dist import RankError, RankPool, RankTimeout
-from bakery.testing.runner import pytest_command, run_verify
+from bakery.verifying.plan import VerifyPlan
+from bakery.verifying.runner import pytest_command
+from tests.support.verify import run_tests
 from tests.support.paths import FIXTURES, PROJECT
 from tests.support.trees import write_files
 
@@ -190,7 +192,7 @@ def quick_tests(root: Path, body: str = QUICK_TEST) -> Path:
 
 def test_run_verify_passes_and_reports_modules(tmp_path: Path, tree: Path) -> None:
     junit = tmp_path / "out" / "junit.xml"
-    result = run_verify(
+    result = run_tests(
         quick_tests(tmp_path / "t"), tree, interpret=True, pytest_args=["-q"], junit=junit
     )
 
@@ -202,18 +204,18 @@ def test_run_verify_passes_and_reports_modules(tmp_path: Path, tree: Path) -> No
 
 def test_run_verify_fails_on_a_failing_test(tmp_path: Path, tree: Path) -> None:
     body = QUICK_TEST + "\n\ndef test_broken():\n    assert cb._DCP_REDUCE_BYTES == 1\n"
-    result = run_verify(quick_tests(tmp_path / "t", body), tree, interpret=True)
+    result = run_tests(quick_tests(tmp_path / "t", body), tree, interpret=True)
     assert (result.exit_code, result.passed, result.failed) == (1, 2, 1)
 
 
 def test_run_verify_fails_when_no_test_runs(tmp_path: Path, tree: Path) -> None:
-    result = run_verify(quick_tests(tmp_path / "t", "X = 1\n"), tree, interpret=True)
+    result = run_tests(quick_tests(tmp_path / "t", "X = 1\n"), tree, interpret=True)
     assert result.exit_code == 1 and result.no_tests
 
 
 def test_a_collection_error_is_a_failure(tmp_path: Path) -> None:
     broken = make_tree(tmp_path / "tree", kernel="import vllm.not_stood_in\n")
-    result = run_verify(quick_tests(tmp_path / "t"), broken, interpret=True)
+    result = run_tests(quick_tests(tmp_path / "t"), broken, interpret=True)
     assert result.exit_code == 1 and result.errors == 1
 
 
@@ -222,19 +224,19 @@ def test_run_verify_refuses_bad_input(
 ) -> None:
     tests = quick_tests(tmp_path / "t")
     with pytest.raises(VerifyError, match="no bundled tests"):
-        run_verify(tmp_path / "missing", tree, interpret=True)
+        run_tests(tmp_path / "missing", tree, interpret=True)
     with pytest.raises(VerifyError, match="no test_"):
-        run_verify(tree, tree, interpret=True)
+        run_tests(tree, tree, interpret=True)
     with pytest.raises(VerifyError, match="no baked tree"):
-        run_verify(tests, tmp_path / "nowhere", interpret=True)
+        run_tests(tests, tmp_path / "nowhere", interpret=True)
     with pytest.raises(VerifyError, match="not a vLLM tree"):
-        run_verify(tests, tests, interpret=True)
+        run_tests(tests, tests, interpret=True)
     with pytest.raises(VerifyError, match="pytest stopped: usage error") as info:
-        run_verify(tests, tree, interpret=True, pytest_args=["--no-such-option"])
+        run_tests(tests, tree, interpret=True, pytest_args=["--no-such-option"])
     assert isinstance(info.value, BakeryError) and info.value.exit_code == 2
-    monkeypatch.setattr("bakery.testing.runner.cuda_available", lambda: False)
+    monkeypatch.setattr("bakery.verifying.plan.cuda_available", lambda: False)
     with pytest.raises(VerifyError, match="--interpret"):
-        run_verify(tests, tree, interpret=False)
+        run_tests(tests, tree, interpret=False)
 
 
 def test_plugin_without_gpu_or_tree_is_a_usage_error(tmp_path: Path, tree: Path) -> None:
@@ -267,7 +269,8 @@ def test_plugin_without_gpu_or_tree_is_a_usage_error(tmp_path: Path, tree: Path)
 
 
 def test_pytest_command_keeps_other_configuration_out(tmp_path: Path) -> None:
-    command = pytest_command(BUNDLED, tmp_path, interpret=True, pytest_args=["-x"])
+    plan = VerifyPlan(tests=BUNDLED, tree=tmp_path, interpret=True, pytest_args=("-x",))
+    command = pytest_command(plan)
     assert f"-c={BUNDLED / 'pytest.ini'}" in command
     assert command[-2:] == ["-x", str(BUNDLED)]
     assert "--bakery-interpret" in command and f"--bakery-tree={tmp_path}" in command
@@ -277,9 +280,7 @@ def test_results_json_is_readable(tmp_path: Path, tree: Path) -> None:
     # The plugin's report, as run_verify reads it: a plain JSON object.
     report = tmp_path / "report.json"
     command = pytest_command(
-        quick_tests(tmp_path / "t"),
-        tree,
-        interpret=True,
+        VerifyPlan(tests=quick_tests(tmp_path / "t"), tree=tree, interpret=True),
         report=report,
         empty_ini=write_files(tmp_path, {"e.ini": "[pytest]\n"}) / "e.ini",
     )
@@ -396,9 +397,8 @@ def collected(tests: Path, tree: Path, *pytest_args: str) -> int:
     """How many tests the bundled suite holds, as pytest collects them (-k included)."""
     import subprocess
 
-    command = pytest_command(
-        tests, tree, interpret=True, pytest_args=["--collect-only", "-q", *pytest_args]
-    )
+    args = ("--collect-only", "-q", *pytest_args)
+    command = pytest_command(VerifyPlan(tests=tests, tree=tree, interpret=True, pytest_args=args))
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -413,7 +413,7 @@ def test_bundled_suite_passes_on_the_baked_kernel(tmp_path: Path, tree: Path) ->
     pristine = make_tree(tmp_path / "pristine", kernel=PRISTINE_0_30_0.read_text())
     args = ["-q", f"--bakery-pristine={pristine}"]
     total = collected(BUNDLED, tree, f"--bakery-pristine={pristine}")
-    result = run_verify(BUNDLED, tree, interpret=True, pytest_args=args)
+    result = run_tests(BUNDLED, tree, interpret=True, pytest_args=args)
     assert result.exit_code == 0, result
     assert (result.failed, result.errors, result.xpassed) == (0, 0, 0), result
     assert result.skipped == SKIPPED_ON_0_30_0, result
@@ -432,5 +432,5 @@ def test_bundled_suite_fails_on_a_broken_kernel(
     tmp_path: Path, change: tuple[str, str], tests: str
 ) -> None:
     broken = make_tree(tmp_path / "tree", kernel=mutate(*change))
-    result = run_verify(BUNDLED, broken, interpret=True, pytest_args=["-q", "-x", "-k", tests])
+    result = run_tests(BUNDLED, broken, interpret=True, pytest_args=["-q", "-x", "-k", tests])
     assert result.exit_code == 1 and result.failed == 1 and result.errors == 0, result

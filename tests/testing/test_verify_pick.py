@@ -32,7 +32,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalIndex]:
 
 @pytest.fixture(autouse=True)
 def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("bakery.testing.runner.cuda_available", lambda: False)
+    monkeypatch.setattr("bakery.verifying.plan.cuda_available", lambda: False)
 
 
 @pytest.fixture

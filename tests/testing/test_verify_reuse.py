@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from bakery.testing import reuse
-from bakery.testing.runner import VerifyResult, run_verify
+from bakery.verifying.runner import VerifyResult
+from tests.support.verify import run_tests
 from tests.support.trees import write_files
 
 MODULE_FILE = "vllm/tiny/kernel.py"
@@ -49,7 +50,7 @@ def make(root: Path) -> tuple[Path, Path, Path]:
 
 
 def verify(series: Path, tree: Path, cache: Path, *args: str, **kw: object) -> VerifyResult:
-    return run_verify(
+    return run_tests(
         series / "tests",
         tree,
         interpret=True,

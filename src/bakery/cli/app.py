@@ -532,7 +532,7 @@ def matrix(
     if not _Invocation.quiet:
         err_console.print(_safe(f"baking {s.name} on {', '.join(versions)} with {jobs} workers"))
     if do_verify:
-        from bakery.commands.verify import choose_device
+        from bakery.verifying.plan import choose_device
 
         interpret, where = choose_device(interpret)
         if not _Invocation.quiet:

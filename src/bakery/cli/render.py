@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from bakery.porting.refresh import Refreshed
     from bakery.porting.review import PortView
     from bakery.porting.update import UpdateResult as PortUpdate
-    from bakery.testing.runner import VerifyResult
+    from bakery.verifying.runner import VerifyResult
 
 
 def _t(text: object) -> str:

@@ -127,18 +127,16 @@ class _Run:
 
     def _verify(self, tree: Path, commit: str, n: int) -> str | None:
         """None when the series' tests pass on the tree; else what failed."""
-        from bakery.testing.runner import run_verify
+        from bakery.verifying import plan as plans
+        from bakery.verifying.runner import run_verify
 
-        spath = load_series(self.series).path
+        log = self.scratch / f"{commit[:12]}.verify-{n}.log"
+        # a second run is a run: a flaky test must get its chance to fail again
+        reuse = plans.Reuse.REUSE if n == 1 else plans.Reuse.RECORD
+        options = plans.VerifyOptions(interpret=self.interpret, log=log, jobs=1, reuse=reuse)
         try:
-            res = run_verify(
-                spath / "tests",
-                tree,
-                interpret=self.interpret,
-                log=self.scratch / f"{commit[:12]}.verify-{n}.log",
-                series_dir=spath,
-                jobs=1,
-            )
+            plan = plans.for_series(load_series(self.series), tree, options, cache=self.ctx.cache)
+            res = run_verify(plan)
         except BakeryError as e:
             return f"did not run: {e.message}"
         if res.exit_code == 0:

@@ -237,7 +237,8 @@ def _reprove(
     out_root: Path,
     interpret: bool,
 ) -> str:
-    from bakery.testing.runner import run_verify
+    from bakery.verifying import plan as plans
+    from bakery.verifying.runner import run_verify
 
     _log.info(f"Proving {display_path(nxt)} on vLLM {release.version}", extra={"event": "port"})
     folder = (out_root / f"{series.name}-promote-{release.version}").absolute()
@@ -250,9 +251,8 @@ def _reprove(
     if report.status != "baked":
         return "not run: the port does not bake on the release as written"
     try:
-        res = run_verify(
-            series.path / "tests", folder / "tree", interpret=interpret, log=folder / "verify.log"
-        )
+        options = plans.VerifyOptions(interpret=interpret, log=folder / "verify.log")
+        res = run_verify(plans.for_series(series, folder / "tree", options))
     except BakeryError as e:
         return f"not run: {e.message}"
     return verify_line(res.exit_code, res.passed, res.failed, res.skipped)

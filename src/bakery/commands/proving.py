@@ -17,9 +17,9 @@ from bakery.errors import BakeryError
 from bakery.logs import muted
 from bakery.patch.series import Series, load_series
 from bakery.porting.propose import Candidate
-from bakery.sources.cache import Cache
 from bakery.sources.pristine import Pristine
-from bakery.testing.runner import VerifyResult, run_verify
+from bakery.verifying import plan as plans
+from bakery.verifying.runner import VerifyResult, run_verify
 
 _log = logging.getLogger(__name__)
 
@@ -77,19 +77,8 @@ def verify_line(code: int, passed: int, failed: int, skipped: int) -> str:
 def verify_tree(series: Series, folder: Path, interpret: bool) -> VerifyResult:
     """The series' tests on ``folder/tree``, in the series' test environment, the result
     recorded (and reused) in bakery's cache."""
-    from bakery.commands.verify import test_environment
-
-    mode, python = test_environment(series.env, folder / "tree", interpret)
-    return run_verify(
-        series.path / "tests",
-        folder / "tree",
-        interpret=interpret,
-        log=folder / "verify.log",
-        python=python,
-        env_mode=mode,
-        series_dir=series.path,
-        cache_root=Cache().root,
-    )
+    options = plans.VerifyOptions(interpret=interpret, log=folder / "verify.log")
+    return run_verify(plans.for_series(series, folder / "tree", options))
 
 
 def prove(

@@ -1,23 +1,26 @@
 """``bakery verify``: which tree and which series (in the open: ``--tree``, else the
 series' last apply), where the tests run (CPU or GPU), and the run itself
-(:mod:`bakery.testing.runner`). Nothing here prints."""
+(:mod:`bakery.verifying.runner`). Nothing here prints."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bakery import project
 from bakery.bake.staging import display_path
 from bakery.context import Context
 from bakery.errors import BakeryError, UsageError
 from bakery.patch.series import load_series
+from bakery.verifying import environments
 
 _log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from bakery.testing.runner import VerifyResult
+    from bakery.verifying.plan import VerifyPlan
+    from bakery.verifying.runner import VerifyResult
 
 
 def _default_series(home: Path, tree: Path | None) -> str:
@@ -61,20 +64,6 @@ def edited_files(tree: Path) -> list[str]:
     return changed
 
 
-def choose_device(interpret: bool | None) -> tuple[bool, str]:
-    """(interpret, where the tests run, in words). None: a GPU when torch sees one, else
-    the CPU; verify and matrix --verify both decide here, and say what they chose."""
-    if interpret is None:
-        from bakery.testing.runner import cuda_available
-
-        if cuda_available():
-            return False, "on the GPU (found one; --interpret for the CPU)"
-        return True, "on the CPU with Triton's interpreter (no CUDA GPU visible)"
-    if interpret:
-        return True, "on the CPU with Triton's interpreter (--interpret)"
-    return False, "on the GPU (--gpu)"
-
-
 def verify(
     ctx: Context,
     series_spec: str | None,
@@ -98,10 +87,11 @@ def verify(
     The result is recorded in bakery's cache; with ``reuse``, an earlier result whose
     inputs all equal this run's is returned without running (:mod:`bakery.testing.reuse`)."""
     from bakery.errors import VerifyError
-    from bakery.testing.runner import check_inputs, run_verify
+    from bakery.verifying import plan as plans
+    from bakery.verifying.runner import run_verify
 
-    if env is not None and env not in ENVS:
-        raise UsageError(f"--env {env!r}: use light or full")
+    if env is not None:
+        environments.get(env)  # an unknown name is one line before anything else
     series = load_series(series_spec or _default_series(ctx.home, tree), ctx.home)
     if series.tests is None:
         raise VerifyError(f"series {series.name} has no tests/ folder")
@@ -116,54 +106,23 @@ def verify(
         refuse_untrusted_default(ctx.home, tree, series.name)
     if not tree.is_dir():
         raise VerifyError(f"--tree {tree}: no such folder")
-    interpret, where = choose_device(interpret)
-    check_inputs(series.tests, tree, interpret)  # bad input is one line, before any other
-    _log.info(f"verifying {display_path(tree)} ({why}) {where}", extra={"event": "verify"})
     edited = edited_files(tree)
-    mode, python = test_environment(env or series.env, tree, interpret)
-    if pristine:
-        return _verify_both(series, tree, interpret, junit, pytest_args, jobs), edited
-    result = run_verify(
-        series.tests,
-        tree,
+    options = plans.VerifyOptions(
         interpret=interpret,
-        pytest_args=pytest_args,
+        env=env,
+        pytest_args=tuple(pytest_args),
         junit=junit,
         log=log,
-        series_dir=series.path,
         jobs=jobs,
-        python=python,
-        env_mode=mode,
-        cache_root=ctx.cache.root,
-        reuse=reuse,
+        reuse=plans.Reuse.REUSE if reuse else plans.Reuse.RECORD,
     )
-    return result, edited
-
-
-ENVS = ("light", "full")
-
-
-def test_environment(env: str | None, tree: Path, interpret: bool) -> tuple[str, str | None]:
-    """(mode, interpreter) of the test run. "full": the tree's requirements installed
-    once into a cached environment layered on bakery's (bakery.testing.fullenv); its
-    requirements are those of a CPU host (cpu.txt too) when torch sees no GPU."""
-    if env is None:
-        env = "light" if interpret else "full"
-    if env not in ENVS:
-        raise UsageError(f"--env {env!r}: use light or full")
-    if env == "light":
-        return "light", None
-    from bakery.testing import fullenv
-    from bakery.testing.runner import cuda_available
-
-    found = fullenv.ensure(tree, cpu=not cuda_available())
-    how = f"built in {found.seconds:.0f}s" if found.built else "cached"
-    _log.info(
-        f"full test environment {found.key} ({how}, {found.size / 1e6:.0f} MB): "
-        "vLLM's requirements, with bakery's torch and Triton",
-        extra={"event": "env"},
-    )
-    return "full", str(found.python)
+    if pristine:
+        options = dataclasses.replace(options, reuse=plans.Reuse.OFF)
+    plan = plans.for_series(series, tree, options, cache=ctx.cache)
+    _log.info(f"verifying {display_path(tree)} ({why}) {plan.device}", extra={"event": "verify"})
+    if pristine:
+        return _verify_both(plan), edited
+    return run_verify(plan), edited
 
 
 def refuse_untrusted_default(home: Path, tree: Path, series: str) -> None:
@@ -191,43 +150,24 @@ def refuse_untrusted_default(home: Path, tree: Path, series: str) -> None:
         raise VerifyError(f"{shown} is outside {display_path(build)} and not as baked; pass --tree")
 
 
-def _verify_both(
-    series: Any,
-    tree: Path,
-    interpret: bool,
-    junit: Path | None,
-    pytest_args: list[str],
-    jobs: int | None,
-) -> VerifyResult:
-    """verify --pristine: the baked run, then the pristine release's, split
-    (bakery.testing.pristine). Exit 1 also when no test passes only on the baked tree."""
-    import dataclasses
+def _verify_both(plan: VerifyPlan) -> VerifyResult:
+    """verify --pristine: the baked run, then the same plan on the pristine release,
+    split (bakery.verifying.pristine). Exit 1 also when no test passes only on the
+    baked tree."""
     import tempfile
 
-    from bakery.testing.pristine import run_pristine
-    from bakery.testing.runner import run_verify
+    from bakery.verifying.pristine import run_pristine
+    from bakery.verifying.runner import run_verify
 
     with tempfile.TemporaryDirectory(prefix="bakery-verify-") as tmp:
-        baked_junit = junit or Path(tmp) / "baked.xml"
-        result = run_verify(
-            series.tests,
-            tree,
-            interpret=interpret,
-            pytest_args=pytest_args,
-            junit=baked_junit,
-            series_dir=series.path,
-            jobs=jobs,
+        baked = (
+            plan
+            if plan.junit is not None
+            else dataclasses.replace(plan, junit=Path(tmp) / "baked.xml")
         )
+        result = run_verify(baked)
         _log.info("the same tests on the pristine release (--pristine)", extra={"event": "verify"})
-        _, split = run_pristine(
-            series.tests,
-            tree,
-            baked_junit,
-            interpret=interpret,
-            pytest_args=pytest_args,
-            series_dir=series.path,
-            jobs=jobs,
-        )
+        _, split = run_pristine(baked)
     code = result.exit_code if split.tests_the_series else 1
     return dataclasses.replace(result, exit_code=code, pristine=tuple(split.lines()))
 

@@ -43,7 +43,8 @@ from bakery.patch.series import Series, load_series
 from bakery.porting.refresh import Change, render_port
 from bakery.sources.pristine import Pristine
 from bakery.sources.resolve import release
-from bakery.testing.runner import run_verify
+from bakery.verifying import plan as plans
+from bakery.verifying.runner import run_verify
 
 _log = logging.getLogger(__name__)
 
@@ -386,9 +387,8 @@ def _prove(
     if series.tests is None:
         return "not run: the series has no tests/ folder"
     try:
-        r = run_verify(
-            series.tests, scratch / "baked", interpret=interpret, log=scratch / "verify.log"
-        )
+        options = plans.VerifyOptions(interpret=interpret, log=scratch / "verify.log")
+        r = run_verify(plans.for_series(series, scratch / "baked", options))
     except BakeryError as e:
         return f"not run: {e.message}"
     if r.exit_code == 0:

@@ -1,6 +1,6 @@
 """Mutation testing of a series' bundled tests: ``make mutants``.
 
-    python -m bakery.testing.mutants SERIES --tree BAKED_TREE [--only NAME...]
+    python -m bakery.verifying.mutants SERIES --tree BAKED_TREE [--only NAME...]
 
 A series lists hand-made mutants of one baked file in ``mutants.toml`` (``file``, then
 ``[[mutant]]`` with ``name``, ``old``, ``new``, optionally ``survives``: why no CPU
@@ -101,7 +101,9 @@ def _first_failure(junit: Path) -> str:
 
 
 def run_one(series_dir: Path, tree: Path, rel: str, mutant: Mutant, jobs: int) -> Outcome:
-    from bakery.testing.runner import run_verify
+    from bakery.patch.series import load_series
+    from bakery.verifying import plan as plans
+    from bakery.verifying.runner import run_verify
 
     text = (tree / rel).read_text()
     if text.count(mutant.old) != 1:
@@ -110,16 +112,16 @@ def run_one(series_dir: Path, tree: Path, rel: str, mutant: Mutant, jobs: int) -
     with tempfile.TemporaryDirectory(prefix=f".mutant-{mutant.name}-", dir=tree.parent) as tmp:
         scratch = _scratch_tree(tree, rel, text.replace(mutant.old, mutant.new), Path(tmp) / "t")
         junit = Path(tmp) / "junit.xml"
-        result = run_verify(
-            series_dir / "tests",
-            scratch,
+        options = plans.VerifyOptions(
             interpret=True,
-            pytest_args=["-q", "-x"],
+            pytest_args=("-q", "-x"),
             junit=junit,
             log=Path(tmp) / "log.txt",
-            series_dir=series_dir,
             jobs=jobs,
+            reuse=plans.Reuse.OFF,  # a kill is a run, never a record
         )
+        series = load_series(str(series_dir), series_dir.parent.parent)
+        result = run_verify(plans.for_series(series, scratch, options))
         if result.exit_code != 0:
             first = _first_failure(junit)
             if mutant.killed_by and not fnmatch.fnmatchcase(first, mutant.killed_by):

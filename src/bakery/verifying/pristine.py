@@ -15,18 +15,19 @@ not test it. Outcomes come from the two runs' JUnit files (pytest's own record).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bakery.errors import VerifyError
 from bakery.testing import expect
 from bakery.testing.loader import ROOT_PACKAGE
-from bakery.testing.runner import VerifyResult, cached_pristine, run_verify
+from bakery.verifying.plan import Reuse, VerifyPlan, cached_pristine
+from bakery.verifying.runner import VerifyResult, run_verify
 
 
 @dataclass
@@ -111,38 +112,36 @@ def _scratch(pristine: Path, root: Path) -> Path:
     return root
 
 
-def run_pristine(
-    tests_dir: Path,
-    tree: Path,
-    baked_junit: Path,
-    *,
-    interpret: bool,
-    pytest_args: Sequence[str],
-    series_dir: Path,
-    jobs: int | None,
-) -> tuple[VerifyResult, PristineSplit]:
-    """Run the tests on the pristine tree of ``tree``'s release; split them against the
-    baked run's JUnit file."""
-    release = expect.Bake.of(tree).release
+def run_pristine(baked: VerifyPlan) -> tuple[VerifyResult, PristineSplit]:
+    """Run the baked plan's tests on the pristine tree of its tree's release, in the same
+    test environment, on the same device, with the same series data; split them against
+    the baked run's JUnit file (``baked.junit``)."""
+    release = expect.Bake.of(baked.tree).release
     if release is None:
-        raise VerifyError(f"--pristine: {tree} records no vLLM release")
-    pristine = cached_pristine(tree)
+        raise VerifyError(f"--pristine: {baked.tree} records no vLLM release")
+    pristine = baked.pristine or cached_pristine(baked.tree)
     if pristine is None:
         raise VerifyError(
             f"--pristine: bakery's cache holds no pristine tree of vLLM {release} "
             f"(`bakery apply` with --vllm {release} puts it there)"
         )
-    args = [a for a in pytest_args if not a.startswith(("--bakery-rules", "--bakery-pristine"))]
+    if baked.junit is None:
+        raise VerifyError("--pristine: the baked run kept no JUnit file to compare with")
+    args = [
+        a for a in baked.pytest_args if not a.startswith(("--bakery-rules", "--bakery-pristine"))
+    ]
     with tempfile.TemporaryDirectory(prefix="bakery-pristine-") as tmp:
         scratch = _scratch(pristine, Path(tmp) / "tree")
         junit = Path(tmp) / "pristine.xml"
-        result = run_verify(
-            tests_dir,
-            scratch,
-            interpret=interpret,
-            pytest_args=[*args, f"--bakery-rules={release}", f"--bakery-pristine={scratch}"],
+        plan = dataclasses.replace(
+            baked,
+            tree=scratch,
+            pytest_args=(*args, f"--bakery-rules={release}", f"--bakery-pristine={scratch}"),
+            pristine=scratch,
             junit=junit,
-            series_dir=series_dir,
-            jobs=jobs,
+            log=None,
+            reuse=Reuse.OFF,
+            cache_root=None,
         )
-        return result, split(outcomes(baked_junit), outcomes(junit), release)
+        result = run_verify(plan)
+        return result, split(outcomes(baked.junit), outcomes(junit), release)

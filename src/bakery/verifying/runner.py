@@ -23,14 +23,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from bakery.errors import VerifyError
-from bakery.testing import expect
-from bakery.testing.loader import ENV_MODE, ROOT_PACKAGE, TREE_ENV
+from bakery.testing.loader import ENV_MODE, TREE_ENV
+from bakery.verifying.plan import Reuse, VerifyPlan
 
 PLUGIN = "bakery.testing.plugin"
 PYTEST_MAIN = "bakery.testing.pytest_main"
@@ -103,41 +103,32 @@ class VerifyResult:
 
 
 def pytest_command(
-    tests_dir: Path,
-    tree: Path,
-    *,
-    interpret: bool,
-    pytest_args: Sequence[str] = (),
-    junit: Path | None = None,
-    report: Path | None = None,
-    python: str | None = None,
-    empty_ini: Path | None = None,
-    series_dir: Path | None = None,
-    jobs: int = 1,
+    plan: VerifyPlan, *, report: Path | None = None, empty_ini: Path | None = None
 ) -> list[str]:
-    """The pytest command line that :func:`run_verify` runs (for display, too).
+    """The pytest command line that :func:`run_verify` runs for ``plan`` (for display, too).
 
     The tests folder's own ``pytest.ini`` is the only pytest configuration: without
     one, ``empty_ini`` stands in, so that no configuration of a folder above (bakery's
     own ``pyproject.toml``, say) changes how the bundled tests run."""
     # bakery.testing.pytest_main: pytest's entry, ended without Python's slow teardown
-    command = [python or sys.executable, "-m", PYTEST_MAIN, "-p", PLUGIN, "-p", "no:cacheprovider"]
-    ini = tests_dir / "pytest.ini"
+    python = plan.env.python or sys.executable
+    command = [python, "-m", PYTEST_MAIN, "-p", PLUGIN, "-p", "no:cacheprovider"]
+    ini = plan.tests / "pytest.ini"
     if ini.is_file() or empty_ini is not None:
         command.append(f"-c={ini if ini.is_file() else empty_ini}")
     # ``--opt=value``: a separate value would count as a path when pytest picks its rootdir.
-    command += [f"--rootdir={tests_dir}", f"--bakery-tree={tree}"]
-    if interpret:
+    command += [f"--rootdir={plan.tests}", f"--bakery-tree={plan.tree}"]
+    if plan.interpret:
         command.append("--bakery-interpret")
     if report is not None:
         command.append(f"--bakery-report={report}")
-    if series_dir is not None:
-        command.append(f"--bakery-series={series_dir}")
-    if jobs > 1:
-        command += [f"--numprocesses={jobs}", "--dist=loadgroup"]
-    if junit is not None:
-        command.append(f"--junitxml={junit}")
-    command += [*pytest_args, str(tests_dir)]
+    if plan.series_dir is not None:
+        command.append(f"--bakery-series={plan.series_dir}")
+    if plan.jobs > 1:
+        command += [f"--numprocesses={plan.jobs}", "--dist=loadgroup"]
+    if plan.junit is not None:
+        command.append(f"--junitxml={plan.junit}")
+    command += [*plan.pytest_args, str(plan.tests)]
     return command
 
 
@@ -151,193 +142,66 @@ def triton_cache(cache_root: Path) -> Path:
     return cache_root / "triton" / version
 
 
-def verify_environment(
-    tree: Path,
-    *,
-    interpret: bool,
-    base: Mapping[str, str] | None = None,
-    mode: str = "light",
-    cache_root: Path | None = None,
-) -> dict[str, str]:
-    """The subprocess environment: the tree, the loader's mode (light or full), Triton's
-    interpreter on or off, and (with ``cache_root``, unless the user set
-    ``TRITON_CACHE_DIR``) Triton's compile cache."""
+def verify_environment(plan: VerifyPlan, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The subprocess environment: the tree, the loader's mode (the test environment's
+    name), Triton's interpreter on or off, and (where results are recorded, unless the
+    user set ``TRITON_CACHE_DIR``) Triton's compile cache."""
     env = dict(os.environ if base is None else base)
-    if cache_root is not None and not env.get("TRITON_CACHE_DIR"):
-        env["TRITON_CACHE_DIR"] = str(triton_cache(cache_root))
-    env[TREE_ENV] = str(tree)
-    env[ENV_MODE] = mode
-    if interpret:
+    if plan.cache_root is not None and not env.get("TRITON_CACHE_DIR"):
+        env["TRITON_CACHE_DIR"] = str(triton_cache(plan.cache_root))
+    env[TREE_ENV] = str(plan.tree)
+    env[ENV_MODE] = plan.env.name
+    if plan.interpret:
         env["TRITON_INTERPRET"] = "1"
     else:
         env.pop("TRITON_INTERPRET", None)
     return env
 
 
-def check_inputs(tests_dir: Path, tree: Path, interpret: bool) -> None:
-    if not tests_dir.is_dir():
-        raise VerifyError(f"no bundled tests: {tests_dir} is not a folder")
-    if not any(tests_dir.glob("test_*.py")) and not any(tests_dir.glob("*_test.py")):
-        raise VerifyError(f"no bundled tests: {tests_dir} holds no test_*.py")
-    if not tree.is_dir():
-        raise VerifyError(f"no baked tree at {tree}")
-    if not (tree / ROOT_PACKAGE).is_dir():
-        raise VerifyError(f"{tree} is not a vLLM tree (no {ROOT_PACKAGE}/ folder)")
-    if not interpret and not cuda_available():
-        raise VerifyError(
-            "no CUDA GPU is visible to torch; use --interpret to run the kernels on CPU"
-        )
+def run_verify(plan: VerifyPlan) -> VerifyResult:
+    """Run the plan's tests against its tree; pytest prints as it goes (or, with
+    ``plan.log``, writes to that file: parallel matrix workers).
 
+    Raises :class:`~bakery.errors.VerifyError` when pytest itself cannot run (usage or
+    internal error, interrupted); a test that fails, or no test at all, is ``exit_code``
+    1. Bad input was refused when the plan was made (:mod:`bakery.verifying.plan`).
 
-def _checked_args(tree: Path, series_dir: Path | None, pytest_args: Sequence[str]) -> list[str]:
-    """``pytest_args`` with the cached pristine tree of the bake's release, unless one is
-    named (the series' rules were checked first: :func:`_check_series_data`)."""
-    args = list(pytest_args)
-    if not any(a.startswith("--bakery-pristine") for a in args):
-        pristine = cached_pristine(tree)
-        if pristine is not None:
-            args.append(f"--bakery-pristine={pristine}")
-    return args
-
-
-def cached_pristine(tree: Path) -> Path | None:
-    """The pristine tree of the bake's release in bakery's cache, where it is intact."""
-    release = expect.Bake.of(tree).release
-    if release is None:
-        return None
-    from bakery.errors import SourceError
-    from bakery.sources.cache import Cache
-
-    cache = Cache()
-    key = f"vllm-{release}"
-    if not (cache.root / "trees" / f"{key}.json").is_file():
-        return None
-    try:
-        with cache.lock(key):
-            entry = cache.tree_entry(key)
-    except SourceError:
-        return None
-    return entry.tree if entry is not None and (entry.tree / ROOT_PACKAGE).is_dir() else None
-
-
-def named_rules(pytest_args: Sequence[str]) -> str | None:
-    """The release named with ``--bakery-rules`` among the pytest arguments."""
-    for n, arg in enumerate(pytest_args):
-        if arg == "--bakery-rules" and n + 1 < len(pytest_args):
-            return pytest_args[n + 1]
-        if arg.startswith("--bakery-rules="):
-            return arg.split("=", 1)[1]
-    return None
-
-
-def cuda_available() -> bool:
-    """Whether torch would see a CUDA GPU, asked without importing torch (gpus.py)."""
-    from bakery.testing import gpus
-
-    try:
-        return bool(gpus.visible())
-    except gpus.TorchMissing as exc:
-        raise VerifyError(f"torch is not installed ({exc}); install bakery[kernels]") from None
-
-
-def default_jobs(interpret: bool) -> int:
-    """Workers for a verify run: half the cores, up to 4, under the interpreter (the
-    other half runs the tests' rank processes: on 2 cores a second worker cost 50% more
-    CPU for no gain in wall time, BENCHMARKS.md); one on a GPU (the ranks already hold
-    the GPUs); one without pytest-xdist."""
-    if not interpret or importlib.util.find_spec("xdist") is None:
-        return 1
-    return max(1, min((os.cpu_count() or 1) // 2, 4))
-
-
-def _check_series_data(series_dir: Path, tree: Path, pytest_args: Sequence[str]) -> None:
-    """Before pytest starts, one line (VerifyError) for a malformed data file of the
-    series, or for a tree that no rule of the series applies to."""
-    try:
-        expect.check_files(series_dir)
-    except expect.SeriesDataError as e:
-        raise VerifyError(str(e)) from None
-    why = expect.no_rules(series_dir, tree, named_rules(pytest_args))
-    if why:
-        raise VerifyError(why)
-
-
-def run_verify(
-    tests_dir: Path,
-    tree: Path,
-    *,
-    interpret: bool,
-    pytest_args: Sequence[str] = (),
-    junit: Path | None = None,
-    python: str | None = None,
-    log: Path | None = None,
-    series_dir: Path | None = None,
-    jobs: int | None = None,
-    env_mode: str = "light",
-    cache_root: Path | None = None,
-    reuse: bool = True,
-) -> VerifyResult:
-    """Run the tests in ``tests_dir`` against ``tree``; pytest prints as it goes.
-
-    ``pytest_args`` go to pytest before the tests folder; with ``log``, pytest's output
-    goes to that file instead of the terminal (parallel matrix workers). Raises
-    :class:`~bakery.errors.VerifyError` for bad input (no tests folder, no tree, no
-    GPU without ``interpret``) and when pytest itself cannot run (usage or internal
-    error, interrupted); a test that fails, or no test at all, is ``exit_code`` 1.
-    ``series_dir``: the series' data (known defects, expectations per release);
-    ``jobs``: pytest-xdist workers (default :func:`default_jobs`); ``env_mode``: "full"
-    when ``python`` is a full environment's interpreter (the loader runs packages'
-    ``__init__.py``; see :mod:`bakery.testing.loader`).
-
-    With ``cache_root`` (bakery's cache), the result is recorded there
-    (:mod:`bakery.testing.reuse`) and, with ``reuse``, an earlier result whose inputs
-    all equal this run's is returned instead of running (``reused`` says when it ran).
-    A run asked for a JUnit file always runs.
+    Unless ``plan.reuse`` is off, the result is recorded in bakery's cache
+    (:mod:`bakery.testing.reuse`) and, with ``Reuse.REUSE``, an earlier result whose
+    inputs all equal this run's is returned instead of running (``reused`` says when it
+    ran). A run asked for a JUnit file always runs.
     """
-    tests_dir, tree = Path(tests_dir).resolve(), Path(tree).resolve()
-    check_inputs(tests_dir, tree, interpret)
-    if series_dir is not None:
-        _check_series_data(Path(series_dir), tree, pytest_args)
-    pytest_args = _checked_args(tree, series_dir, pytest_args)
-    if jobs is None:
-        # -x / --maxfail stop the run at a failure: one worker, so that the stop is a
-        # failed run (exit 1), not an interrupted one (pytest-xdist's stop exits 2)
-        stops = any(a in ("-x", "--exitfirst") or a.startswith("--maxfail") for a in pytest_args)
-        jobs = 1 if stops else default_jobs(interpret)
-    elif jobs > 1 and importlib.util.find_spec("xdist") is None:
-        raise VerifyError("--jobs needs pytest-xdist: install bakery[kernels]")
-    junit = Path(junit).resolve() if junit is not None else None
-    static = None
-    if cache_root is not None:
+    static = device = None
+    if plan.cache_root is not None:
         from bakery.testing import reuse as reuses
 
-        series = Path(series_dir).resolve() if series_dir is not None else None
-        device = reuses.device(interpret)
+        device = reuses.device(plan.interpret)
         static = reuses.static_key(
             reuses.inputs(
-                tests_dir,
-                tree,
-                interpret=interpret,
-                pytest_args=pytest_args,
-                series_dir=series,
+                plan.tests,
+                plan.tree,
+                interpret=plan.interpret,
+                pytest_args=list(plan.pytest_args),
+                series_dir=plan.series_dir,
                 device_name=device,
-                env_mode=env_mode,
-                python=python,
+                env_mode=plan.env.name,
+                python=plan.env.python,
             )
         )
-        record = reuses.lookup(cache_root, static, tree) if reuse and junit is None else None
-        if record is not None:
-            with contextlib.suppress(_BadRecord):  # a damaged record: run again
-                return _from_record(record, tree, jobs)
-    env = verify_environment(tree, interpret=interpret, mode=env_mode, cache_root=cache_root)
-    if python is None:  # the tests run with this Python: its packages are theirs
+        if plan.reuse is Reuse.REUSE and plan.junit is None:
+            record = reuses.lookup(plan.cache_root, static, plan.tree)
+            if record is not None:
+                with contextlib.suppress(_BadRecord):  # a damaged record: run again
+                    return _from_record(record, plan.tree, plan.jobs)
+    env = verify_environment(plan)
+    if plan.env.python is None:  # the tests run with this Python: its packages are theirs
         from bakery.testing import bytecode
 
         slow = bytecode.recompiled(env)
         if slow:
             _log.info(bytecode.hint(slow), extra={"event": "detected"})
-    result = _run(tests_dir, tree, env, pytest_args, junit, python, log, series_dir, jobs)
-    if cache_root is not None and static is not None:
+    result = _run(plan, env)
+    if plan.cache_root is not None and static is not None:
         from bakery.testing import reuse as reuses
 
         if result.device_seen is not None and result.device_seen != device:
@@ -349,7 +213,7 @@ def run_verify(
             )
             return result
         names = [m.name for m in result.modules]
-        key = reuses.store(cache_root, static, tree, names, _to_record(result, tree))
+        key = reuses.store(plan.cache_root, static, plan.tree, names, _to_record(result, plan.tree))
         result = replace(result, key=key)
     return result
 
@@ -425,39 +289,18 @@ class _BadRecord(Exception):
     pass
 
 
-def _run(
-    tests_dir: Path,
-    tree: Path,
-    env: dict[str, str],
-    pytest_args: Sequence[str],
-    junit: Path | None,
-    python: str | None,
-    log: Path | None,
-    series_dir: Path | None,
-    jobs: int,
-) -> VerifyResult:
+def _run(plan: VerifyPlan, env: dict[str, str]) -> VerifyResult:
     with tempfile.TemporaryDirectory(prefix="bakery-verify-") as tmp:
         report = Path(tmp) / "report.json"
         empty_ini = Path(tmp) / "pytest.ini"
         empty_ini.write_text("[pytest]\n")
-        command = pytest_command(
-            tests_dir,
-            tree,
-            interpret=env.get("TRITON_INTERPRET") == "1",
-            pytest_args=pytest_args,
-            junit=junit,
-            report=report,
-            python=python,
-            empty_ini=empty_ini,
-            series_dir=Path(series_dir).resolve() if series_dir is not None else None,
-            jobs=jobs,
-        )
+        command = pytest_command(plan, report=report, empty_ini=empty_ini)
         started = time.monotonic()
         try:
-            if log is None:
+            if plan.log is None:
                 code = subprocess.run(command, env=env, check=False).returncode
             else:
-                with open(log, "wb") as sink:
+                with open(plan.log, "wb") as sink:
                     code = subprocess.run(
                         command, env=env, check=False, stdout=sink, stderr=subprocess.STDOUT
                     ).returncode
@@ -488,9 +331,9 @@ def _run(
         unexpected_skips=int((data or {}).get("unexpected_skips", 0)),
         expectations=(data or {}).get("expectations"),
         device_seen=(data or {}).get("device"),
-        jobs=jobs,
-        env=env.get(ENV_MODE, "light"),
+        jobs=plan.jobs,
+        env=plan.env.name,
         elapsed=elapsed,
-        junit=junit,
+        junit=plan.junit,
         command=tuple(command),
     )
