@@ -4,7 +4,8 @@ The way ``git range-diff`` pairs two versions of a patch series, each hunk of th
 diff is paired with a hunk of the port's diff of the same name and file: by their
 changes alone (the ``-``/``+`` lines; context and line numbers move with every release),
 exactly first, then by the most similar change (difflib's ratio over their characters,
-at least one half, as range-diff pairs commits by the size of their interdiff). A pair
+or over their lines for large hunks, at least one half, as range-diff pairs commits by
+the size of their interdiff). A pair
 is ``=`` (the same change, wherever the release put it) or ``!`` (changed: the interdiff
 of the two hunks is shown); a hunk left alone is ``<`` (in the series only: the port
 dropped it) or ``>`` (in the port only: what the release needed beyond the series).
@@ -18,6 +19,7 @@ port is a folder of plain diffs with no commits of its own.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,31 +80,78 @@ def _changes(h: Hunk) -> list[str]:
     return [k + t for k, t in h.lines if k != " "]
 
 
-def _alike(a: Hunk, b: Hunk) -> float:
-    """How alike two hunks' changes are, by characters (a line edited on both sides of
-    a pair still counts as mostly the same)."""
-    x, y = "\n".join(_changes(a)), "\n".join(_changes(b))
-    return difflib.SequenceMatcher(None, x, y, autojunk=False).ratio()
+#: Changes of two hunks at most this many characters together are compared character by
+#: character (a line edited on both sides of a pair still counts as mostly the same).
+#: difflib without autojunk is quadratic or worse in the length: two 600-line hunks
+#: (about 40,000 characters) took more than a minute, 5,600 characters 0.19 s.
+CHAR_CAP = 2_000
+#: Larger changes are compared by whole lines, each line one element (two 600-line hunks:
+#: milliseconds), up to this many lines together (a worst case of 2,000 repeated lines a
+#: side: 0.6 s); above it, as multisets of lines (``quick_ratio``, linear).
+LINE_CAP = 4_000
+#: The most element comparisons (``len(a) * len(b)``, the quadratic term) that one
+#: diff-ports spends on exact ratios; past it every pair is scored as multisets of lines,
+#: so a port of thousands of near-alike hunks ends too (7 to 40 million a second: a few
+#: seconds at worst).
+WORK_CAP = 50_000_000
+
+
+@dataclass
+class Scorer:
+    """How alike two hunks' changes are (0 to 1), within :data:`WORK_CAP` for a whole run.
+    Hand-written over difflib because the bound is the point: a pair needs at least one
+    half, so the cheap upper bounds (``real_quick_ratio``, ``quick_ratio``) settle most
+    pairs, and only the rest pay for an exact ratio."""
+
+    left: int = WORK_CAP
+    #: element comparisons spent on exact ratios so far (the quadratic work)
+    spent: int = 0
+    #: the longest sequence handed to an exact ratio
+    longest: int = 0
+
+    def alike(self, ca: tuple[str, ...], cb: tuple[str, ...]) -> float:
+        x, y = "\n".join(ca), "\n".join(cb)
+        by_lines = difflib.SequenceMatcher(None, ca, cb, autojunk=False)
+        if len(x) + len(y) <= CHAR_CAP:
+            m: difflib.SequenceMatcher[str] = difflib.SequenceMatcher(None, x, y, autojunk=False)
+            n, k = len(x), len(y)
+        elif len(ca) + len(cb) <= LINE_CAP:
+            m, n, k = by_lines, len(ca), len(cb)
+        else:
+            return by_lines.quick_ratio()
+        if m.real_quick_ratio() < 0.5 or m.quick_ratio() < 0.5:
+            return 0.0  # cannot be half alike: no pair
+        if n * k > self.left:
+            return by_lines.quick_ratio()
+        self.left -= n * k
+        self.spent += n * k
+        self.longest = max(self.longest, n, k)
+        return m.ratio()
 
 
 def _header(h: Hunk) -> str:
     return f"@@ -{h.old_start},{h.old_len} +{h.new_start},{h.new_len} @@"
 
 
-def _match(left: list[Hunk], right: list[Hunk]) -> tuple[dict[int, int], set[int]]:
+def _match(left: list[Hunk], right: list[Hunk], scorer: Scorer) -> tuple[dict[int, int], set[int]]:
     """right index -> left index: the same changes first, then the most similar (at
     least half alike); and the left hunks left unpaired."""
+    lc = [tuple(_changes(h)) for h in left]
+    rc = [tuple(_changes(h)) for h in right]
+    by_changes: dict[tuple[str, ...], list[int]] = {}
+    for i, c in enumerate(lc):
+        by_changes.setdefault(c, []).append(i)
     matched: dict[int, int] = {}
     free = set(range(len(left)))
-    for j, h in enumerate(right):
-        exact = next((i for i in sorted(free) if _changes(left[i]) == _changes(h)), None)
-        if exact is not None:
-            matched[j] = exact
-            free.discard(exact)
-    for j, h in enumerate(right):
+    for j, c in enumerate(rc):
+        same = by_changes.get(c)
+        if same:
+            matched[j] = same.pop(0)
+            free.discard(matched[j])
+    for j, c in enumerate(rc):
         if j in matched:
             continue
-        scored = [(_alike(left[i], h), -i) for i in free]
+        scored = [(scorer.alike(lc[i], c), -i) for i in free]
         best = max(scored, default=(0.0, 0))
         if best[0] >= 0.5:
             matched[j] = -best[1]
@@ -110,9 +159,9 @@ def _match(left: list[Hunk], right: list[Hunk]) -> tuple[dict[int, int], set[int
     return matched, free
 
 
-def _pair(left: list[Hunk], right: list[Hunk]) -> list[Pair]:
+def _pair(left: list[Hunk], right: list[Hunk], scorer: Scorer) -> list[Pair]:
     """Pairs in the right side's order, the left's unpaired hunks where they fell."""
-    matched, free = _match(left, right)
+    matched, free = _match(left, right, scorer)
     pairs: list[Pair] = []
     for j, h in enumerate(right):
         i = matched.get(j)
@@ -129,12 +178,40 @@ def _pair(left: list[Hunk], right: list[Hunk]) -> list[Pair]:
     return pairs
 
 
+_RANGE = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
+
+
 def _interdiff(a: Hunk, b: Hunk) -> list[str]:
-    """The change between two versions of a hunk, as range-diff shows it: a diff of diffs."""
-    lines = difflib.unified_diff(
-        [k + t for k, t in a.lines], [k + t for k, t in b.lines], lineterm="", n=1
-    )
-    return [line for line in lines if not line.startswith(("---", "+++"))]
+    """The change between two versions of a hunk, as range-diff shows it: a diff of diffs.
+
+    Large hunks (over :data:`LINE_CAP` lines together) first lose the lines they share at
+    both ends (difflib's matching blocks cost far more than linear on long sequences: two
+    20,000-line hunks took 54 s), and a middle still over the cap is told in one line."""
+    x, y = [k + t for k, t in a.lines], [k + t for k, t in b.lines]
+    skip = 0
+    if len(x) + len(y) > LINE_CAP:
+        short = min(len(x), len(y))
+        same = next((i for i in range(short) if x[i] != y[i]), short)
+        tail = next((i for i in range(short - same) if x[-1 - i] != y[-1 - i]), short - same)
+        skip, end = max(0, same - 1), max(0, tail - 1)  # one shared line kept each side
+        x, y = x[skip : len(x) - end], y[skip : len(y) - end]
+        if len(x) + len(y) > LINE_CAP:
+            return [
+                f"@@ the hunks differ in lines {skip + 1} to {skip + max(len(x), len(y))} "
+                f"({len(x)} and {len(y)} lines): too long to compare here @@"
+            ]
+    out = []
+    for line in difflib.unified_diff(x, y, lineterm="", n=1):
+        if line.startswith(("---", "+++")):
+            continue
+        m = _RANGE.match(line) if skip else None
+        if m:
+            line = (
+                f"@@ -{int(m[1]) + skip}{m[2] or ''} +{int(m[3]) + skip}{m[4] or ''} @@"
+                + line[m.end() :]
+            )
+        out.append(line)
+    return out
 
 
 def _by_file(data: bytes | None, name: str) -> dict[str, list[Hunk]]:
@@ -148,12 +225,18 @@ def _by_file(data: bytes | None, name: str) -> dict[str, list[Hunk]]:
     return out
 
 
-def compare(left: dict[str, bytes], right: dict[str, bytes], view: PortView) -> PortView:
-    """Fill the view from two sets of diffs by name (series or older port, and port)."""
+def compare(
+    left: dict[str, bytes], right: dict[str, bytes], view: PortView, scorer: Scorer | None = None
+) -> PortView:
+    """Fill the view from two sets of diffs by name (series or older port, and port),
+    pairing hunks within the scorer's bound (a new one: :data:`WORK_CAP`)."""
+    scorer = scorer if scorer is not None else Scorer()
     for name in sorted(set(left) | set(right)):
         lf, rf = _by_file(left.get(name), name), _by_file(right.get(name), name)
         for path in sorted(set(lf) | set(rf)):
-            view.files.append(FileView(name, path, _pair(lf.get(path, []), rf.get(path, []))))
+            view.files.append(
+                FileView(name, path, _pair(lf.get(path, []), rf.get(path, []), scorer))
+            )
     return view
 
 
@@ -196,16 +279,19 @@ def diff_ports(
             raise UsageError(f"{series.name} has no port for {vllm}")
         names = [vllm]
     views = []
+    scorer = Scorer()  # one bound for the whole run
     for release in names:
         rel = f"patches/{series.name}/{release}"
         if since is None:
             view = PortView(release, f"launcher/{series.name}/diffs", rel)
-            views.append(compare(_folder(series.path / "diffs"), _folder(root / release), view))
+            views.append(
+                compare(_folder(series.path / "diffs"), _folder(root / release), view, scorer)
+            )
             continue
         a, _, b = since.partition("..")
         right = (
             _at(home, b, rel) if b else _folder(root / release) if (root / release).is_dir() else {}
         )
         view = PortView(release, f"{rel} @ {a}", f"{rel} @ {b}" if b else rel)
-        views.append(compare(_at(home, a, rel), right, view))
+        views.append(compare(_at(home, a, rel), right, view, scorer))
     return views
