@@ -27,6 +27,28 @@ The build happens in a temporary folder beside its place, under the key's lock, 
 renamed into place; ``envs/<key>.json``, written last, says it is complete, with what was
 asked, what was left out and why, what got installed (``pip freeze``), the time and the
 size. Nothing here prints: progress goes to ``logging``.
+
+What the build may run, and what is checked before the environment's interpreter runs
+(SECURITY.md, "The full test environment"):
+
+- the installer takes wheels only (``--only-binary :all:``): no PEP 517 backend, no
+  ``setup.py`` from the index runs; the index's credentials reach it through its
+  environment (``PIP_INDEX_URL``, ``UV_INDEX_URL``), never its argv, and every error line
+  is redacted;
+- the requirements are read from regular files inside the tree only (never a link), and a
+  malformed one is one line that names the file and line (no traceback, no secret);
+- the marker holds the environment's *inventory*, made after the build: every folder,
+  every link and its target (the venv's ``bin/python``), and every file's size and
+  sha256, sealed by :mod:`bakery.safety.seal` (an HMAC under the user's key, kept
+  outside the cache; the installer compiles the byte code, so that running the tests
+  writes nothing new there). Before each use the marker's seal is checked and the folder is walked (never following a link):
+  the folder itself may not be a link, nothing may be added (a ``.pth`` file or a
+  ``__pycache__`` entry the installer did not write), removed, or turned into a link, a
+  link may not point elsewhere, and a file whose size, inode or ctime changed since it
+  was hashed (a write or a replacement changes its ctime, which the user cannot set) is
+  hashed again and must match; ``.pth`` files and ``pyvenv.cfg`` are hashed every time.
+  An environment that fails is removed (a link itself, never what it names) and built
+  again, and bakery says why once (a warning).
 """
 
 from __future__ import annotations
@@ -39,6 +61,7 @@ import platform
 import re
 import shutil
 import site
+import stat
 import subprocess
 import sys
 import tempfile
@@ -51,12 +74,18 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from bakery.errors import VerifyError
+from bakery.outputs import replace_bytes
+from bakery.redaction import redact_text, split_userinfo
+from bakery.safety import cachepolicy, seal
+from bakery.safety.limits import MiB
+from bakery.safety.text import clean
 from bakery.sources.cache import Cache, discard
 
 log = logging.getLogger(__name__)
 
 #: The way environments are built; a new one gives new keys (old ones are rebuilt).
-FORMAT = "1"
+#: 2: wheels only, byte code compiled at build, the marker holds a MACed inventory.
+FORMAT = "2"
 #: Never installed into a full environment: bakery's own torch and Triton serve the tests,
 #: and these are built against one torch (each would pull another torch, on CUDA hosts
 #: a multi-GB wheel). ``intel-openmp`` is the CPU torch's OpenMP runtime.
@@ -71,6 +100,15 @@ EXCLUDED = {
 #: What the tests of a full environment may rely on bakery to keep (pinned by constraints).
 PINNED = ("torch", "triton")
 _INSTALL_TIMEOUT = 3600
+#: A requirements file larger than this is refused (vLLM's are a few KB).
+MAX_REQUIREMENTS = 1 * MiB
+#: The marker: a few hundred bytes per file of the environment (about 30 000 files).
+MAX_MARKER = 64 * MiB
+#: One file of an environment hashed before use (the largest wheels' libraries).
+MAX_ENV_FILE = 4096 * MiB
+#: Files hashed at every use, whatever their stat says: what Python runs at start-up.
+_ALWAYS_HASHED = (".pth",)
+_ALWAYS_HASHED_NAMES = ("pyvenv.cfg", "sitecustomize.py", "usercustomize.py")
 
 
 @dataclass
@@ -95,49 +133,86 @@ class FullEnv:
     meta: dict[str, object]
 
 
-def _read_lines(path: Path, seen: set[Path]) -> list[str]:
-    """A requirements file's requirement lines, ``-r`` followed (inside the same folder)."""
+def _regular_in_tree(tree: Path, path: Path, shown: str) -> None:
+    """path is a regular file inside tree, reached through real folders only: a link (to a
+    file, or a folder on the way) could make the tree's requirements name anything on the
+    machine, and its lines would be sent to the index as package names."""
+    if not path.is_relative_to(tree):
+        raise VerifyError(f"{shown}: outside the tree; bakery reads requirements only there")
+    if not cachepolicy.real_dir(tree, path.parent):
+        raise VerifyError(f"{shown}: a folder on its way is a link; bakery does not follow it")
+    st = os.lstat(path) if os.path.lexists(path) else None
+    if st is None:
+        raise VerifyError(f"{shown}: no such file in the tree")
+    if stat.S_ISLNK(st.st_mode):
+        raise VerifyError(f"{shown}: a symbolic link; bakery reads requirements from the tree only")
+    if not stat.S_ISREG(st.st_mode):
+        raise VerifyError(f"{shown}: not a regular file")
+
+
+def _read_lines(tree: Path, path: Path, seen: set[Path]) -> list[tuple[str, str]]:
+    """(where, line) of a requirements file's requirement lines, ``-r`` followed inside the
+    same folder; ``where`` is ``requirements/NAME:LINE`` (errors name it, not the line)."""
     if path in seen:
         return []
     seen.add(path)
-    lines: list[str] = []
-    for raw in path.read_text(encoding="utf-8").splitlines():
+    shown = path.relative_to(tree).as_posix()
+    _regular_in_tree(tree, path, shown)
+    try:
+        data = cachepolicy.read_bytes(path, MAX_REQUIREMENTS, "requirements file")
+    except OSError as e:
+        raise VerifyError(f"{shown}: {e.strerror or 'cannot be read'}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise VerifyError(f"{shown}: not UTF-8 (byte {e.start})") from None
+    lines: list[tuple[str, str]] = []
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
         if not line:
             continue
-        if line.startswith(("-r ", "--requirement ")):
-            name = line.split(None, 1)[1].strip()
-            nested = (path.parent / name).resolve()
-            if nested.parent != path.parent.resolve():
-                raise VerifyError(f"{path}: -r {name} leaves the requirements folder")
-            lines += _read_lines(nested, seen)
+        where = f"{shown}:{number}"
+        if line.startswith(("-r ", "--requirement ", "-r", "--requirement=")):
+            name = re.sub(r"^(-r|--requirement)[ =]?", "", line).strip()
+            nested = path.parent / name
+            if (
+                not name
+                or "/" in name
+                or os.sep in name
+                or name in (".", "..")
+                or nested.parent != path.parent
+            ):
+                raise VerifyError(f"{where}: -r {clean(name)} leaves the requirements folder")
+            if not os.path.lexists(nested):
+                raise VerifyError(f"{where}: -r {clean(name)}: no such file in the tree")
+            lines += _read_lines(tree, nested, seen)
         elif line.startswith("-"):
             continue  # index options: bakery's index is pip's configuration
         else:
-            lines.append(line)
+            lines.append((where, line))
     return lines
 
 
 def requirements(tree: Path, *, cpu: bool) -> Requirements:
-    """The tree's runtime requirements for this host (see the module docstring)."""
+    """The tree's runtime requirements for this host (see the module docstring). A file
+    bakery cannot read as requirements (a link, not UTF-8, a marker it cannot evaluate, a
+    missing ``-r`` file) is one line (VerifyError) naming the file and line."""
+    tree = Path(os.path.abspath(tree))
     folder = tree / "requirements"
     names = ["common.txt", *(["cpu.txt"] if cpu else [])]
-    files = [folder / n for n in names]
-    if not files[0].is_file():
+    if not os.path.lexists(folder / names[0]):
         raise VerifyError(
             f"{tree}: no requirements/common.txt: the full environment needs a vLLM "
             "source tree that lists its requirements (use --env light)"
         )
     seen: set[Path] = set()
-    lines: list[str] = []
-    for f in files:
-        if f.is_file():
-            lines += _read_lines(f.resolve(), seen)
-    result = Requirements(
-        files=[f"requirements/{n}" for n in names if (folder / n).is_file()], kept=[]
-    )
-    for line in lines:
-        why = _drop_reason(line)
+    lines: list[tuple[str, str]] = []
+    present = [n for n in names if os.path.lexists(folder / n)]
+    for name in present:
+        lines += _read_lines(tree, folder / name, seen)
+    result = Requirements(files=[f"requirements/{n}" for n in present], kept=[])
+    for where, line in lines:
+        why = _drop_reason(where, line)
         if why:
             result.dropped[line] = why
         elif line not in result.kept:
@@ -145,13 +220,20 @@ def requirements(tree: Path, *, cpu: bool) -> Requirements:
     return result
 
 
-def _drop_reason(line: str) -> str | None:
+def _drop_reason(where: str, line: str) -> str | None:
     try:
         req = Requirement(line)
     except InvalidRequirement as e:
-        return f"not a requirement bakery reads ({e})"
-    if req.marker is not None and not req.marker.evaluate():
-        return "not for this host (its marker)"
+        return f"not a requirement bakery reads ({clean(e)})"
+    if req.marker is not None:
+        try:
+            applies = req.marker.evaluate()
+        except Exception as e:  # packaging's UndefinedComparison, UndefinedEnvironmentName...
+            raise VerifyError(
+                f"{where}: a marker bakery cannot evaluate ({type(e).__name__}: {clean(e)[:200]})"
+            ) from None
+        if not applies:
+            return "not for this host (its marker)"
     name = canonicalize_name(req.name)
     if name in EXCLUDED:
         return EXCLUDED[name]
@@ -208,17 +290,29 @@ def _layer_line() -> str:
     return f"import site; {calls}\n"
 
 
-def _installer(python: Path, index: str, constraints: Path, reqs: Path) -> list[str]:
+def _installer(python: Path, constraints: Path, reqs: Path) -> list[str]:
+    """The installer's argv: wheels only, and no index in it (the index, which may carry
+    a password, goes through the child's environment: :func:`_child_env`)."""
     uv = shutil.which("uv") or _module_uv()
     if uv:
         return [
-            uv, "pip", "install", "--python", str(python), "--index-url", index,
-            "--constraints", str(constraints), "--requirements", str(reqs),
+            uv, "pip", "install", "--python", str(python), "--only-binary", ":all:",
+            "--compile-bytecode", "--constraints", str(constraints), "--requirements", str(reqs),
         ]  # fmt: skip
     return [
         str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
-        "--index-url", index, "--constraint", str(constraints), "--requirement", str(reqs),
+        "--only-binary", ":all:", "--constraint", str(constraints), "--requirement", str(reqs),
     ]  # fmt: skip
+
+
+def _child_env(index: str) -> dict[str, str]:
+    """The installer's environment: the index (credentials and all) as pip and uv read it
+    from their own variables, where ``ps`` does not show it (``/proc/PID/environ`` is the
+    user's own, as the pip.conf that may hold the same password)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("UV_DEFAULT_INDEX", "UV_INDEX_URL")}
+    env.update(PIP_INDEX_URL=index, UV_INDEX_URL=index, PIP_REQUIRE_VIRTUALENV="0")
+    env["PIP_ONLY_BINARY"] = ":all:"
+    return env
 
 
 def _module_uv() -> str | None:
@@ -240,18 +334,145 @@ def _size(folder: Path) -> int:
     return total
 
 
-def _load_marker(marker: Path, prefix: Path) -> dict[str, object] | None:
+# --- the marker's seal -------------------------------------------------------------------------
+
+#: The seal's kind for a full environment's marker (bakery.safety.seal).
+SEAL_KIND = "fullenv-marker"
+
+
+def _sealed(meta: dict[str, object]) -> dict[str, object]:
+    return {k: v for k, v in meta.items() if k != "mac"}
+
+
+# --- the inventory --------------------------------------------------------------------------------
+
+#: One entry of an inventory: ["d"], ["l", target], or ["f", size, sha256, inode, ctime_ns].
+Entry = list[object]
+
+
+class Tampered(Exception):
+    """The environment on disk is not the one its marker describes (the reason)."""
+
+
+def _walk(prefix: Path) -> dict[str, os.stat_result]:
+    """Every entry under prefix (relative POSIX path -> lstat), never following a link."""
+    found: dict[str, os.stat_result] = {}
+
+    def fail(e: OSError) -> None:
+        raise Tampered(f"cannot be read ({e.strerror})")
+
+    for root, dirs, files in os.walk(prefix, onerror=fail):
+        for name in (*dirs, *files):
+            path = os.path.join(root, name)
+            found[Path(path).relative_to(prefix).as_posix()] = os.lstat(path)
+    return found
+
+
+def _hash(path: Path) -> str:
     try:
-        meta = json.loads(marker.read_text())
-    except (OSError, ValueError):
-        return None
+        return cachepolicy.sha256(path, MAX_ENV_FILE, "environment file")
+    except (OSError, cachepolicy.CacheRefused) as e:
+        raise Tampered(f"{path.name} cannot be hashed ({e})") from None
+
+
+def inventory(prefix: Path) -> dict[str, Entry]:
+    """What a built environment holds (see the module docstring)."""
+    entries: dict[str, Entry] = {}
+    for rel, st in _walk(prefix).items():
+        if stat.S_ISDIR(st.st_mode):
+            entries[rel] = ["d"]
+        elif stat.S_ISLNK(st.st_mode):
+            entries[rel] = ["l", os.readlink(prefix / rel)]
+        elif stat.S_ISREG(st.st_mode):
+            digest = _hash(prefix / rel)
+            entries[rel] = ["f", st.st_size, digest, st.st_ino, st.st_ctime_ns]
+        else:
+            raise Tampered(f"{rel} is not a file, folder or link")
+    return entries
+
+
+def _always_hashed(rel: str) -> bool:
+    name = rel.rsplit("/", 1)[-1]
+    return name.endswith(_ALWAYS_HASHED) or name in _ALWAYS_HASHED_NAMES
+
+
+def check_inventory(prefix: Path, recorded: dict[str, Entry]) -> bool:
+    """Tampered (the first difference) unless prefix holds what ``recorded`` says; True
+    when a file was hashed again and matched (its stat changed: a restored cache), so
+    that the caller records the new stat."""
+    st = os.lstat(prefix) if os.path.lexists(prefix) else None
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        raise Tampered("its folder is a link or not a folder" if st else "its folder is missing")
+    found = _walk(prefix)
+    added = sorted(set(found) - set(recorded))
+    if added:
+        what = "a .pth file" if added[0].endswith(".pth") else "a file"
+        raise Tampered(f"{what} its installer did not write: {clean(added[0])}")
+    missing = sorted(set(recorded) - set(found))
+    if missing:
+        raise Tampered(f"{clean(missing[0])} is missing")
+    restated = False
+    for rel, entry in recorded.items():
+        restated = _check_entry(prefix, rel, entry, found[rel]) or restated
+    return restated
+
+
+def _check_entry(prefix: Path, rel: str, entry: Entry, now: os.stat_result) -> bool:
+    """Tampered unless the entry at rel is as recorded; True when its stat was updated."""
+    kind = entry[0]
+    if kind == "d":
+        if not stat.S_ISDIR(now.st_mode):
+            raise Tampered(f"{clean(rel)} is no longer a folder")
+        return False
+    if kind == "l":
+        if not stat.S_ISLNK(now.st_mode) or os.readlink(prefix / rel) != entry[1]:
+            raise Tampered(f"{clean(rel)} is not the link its installer made")
+        return False
+    if not stat.S_ISREG(now.st_mode) or now.st_size != entry[1]:
+        raise Tampered(f"{clean(rel)} is not the file its installer wrote")
+    same_stat = [now.st_ino, now.st_ctime_ns] == entry[3:5]
+    if same_stat and not _always_hashed(rel):
+        return False
+    if _hash(prefix / rel) != entry[2]:
+        raise Tampered(f"{clean(rel)} was changed since it was installed")
+    entry[3:5] = [now.st_ino, now.st_ctime_ns]
+    return not same_stat
+
+
+def _write_marker(marker: Path, meta: dict[str, object]) -> None:
+    meta["mac"] = seal.seal_json(SEAL_KIND, _sealed(meta))
+    replace_bytes(marker, (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode())
+
+
+def _trusted(marker: Path, prefix: Path) -> tuple[dict[str, object] | None, str]:
+    """(the marker's data, "") when the environment may run; (None, why) when it must be
+    built (why is "" where there was simply none, or one of an older format)."""
+    if not os.path.lexists(marker) and not os.path.lexists(prefix):
+        return None, ""
+    try:
+        meta = json.loads(cachepolicy.read_text(marker, MAX_MARKER, "environment marker"))
+    except FileNotFoundError:
+        return None, "its marker is missing"
+    except (OSError, ValueError, cachepolicy.CacheRefused) as e:
+        return None, f"its marker cannot be read ({clean(e)[:200]})"
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        return None
-    return meta if _python(prefix).exists() else None
+        return None, ""  # an older format: its key differs, this is a leftover
+    if not seal.valid_json(SEAL_KIND, _sealed(meta), meta.get("mac")):
+        return None, "its marker's MAC does not match (not written by bakery on this machine)"
+    recorded = meta.get("inventory")
+    if not isinstance(recorded, dict):
+        return None, "its marker holds no inventory"
+    try:
+        if check_inventory(prefix, recorded):
+            _write_marker(marker, meta)
+    except Tampered as e:
+        return None, str(e)
+    return meta, ""
 
 
 def ensure(tree: Path, *, cpu: bool, cache: Cache | None = None) -> FullEnv:
-    """The full environment for ``tree``'s requirements: from the cache, else built now."""
+    """The full environment for ``tree``'s requirements: from the cache once its files
+    are checked (see the module docstring), else built now."""
     cache = cache or Cache()
     reqs = requirements(tree, cpu=cpu)
     pinned = pins()
@@ -261,25 +482,27 @@ def ensure(tree: Path, *, cpu: bool, cache: Cache | None = None) -> FullEnv:
     envs = cache.path("envs")
     prefix, marker = envs / key, envs / f"{key}.json"
     started = time.monotonic()
+    seal.key()  # SealUnavailable (one line) where this user's key cannot be trusted
     with cache.lock(f"env-{key}"):
-        meta = _load_marker(marker, prefix)
+        meta, why = _trusted(marker, prefix)
         if meta is not None:
             cache.touch(marker)
             return FullEnv(
                 prefix, _python(prefix), key, False, time.monotonic() - started,
                 _number(meta.get("size")), meta,
             )  # fmt: skip
-        marker.unlink(missing_ok=True)
-        if prefix.exists():
-            discard(prefix)
+        if why:
+            note = f"the cached full test environment {key} is not used ({why}); building it again"
+            log.warning(note, extra={"event": "env"})
+            cache.notes.append(note)
+        cachepolicy.remove(marker)
+        cachepolicy.remove(prefix)
         log.info(
             f"building the full test environment {key} (once; then cached)", extra={"event": "env"}
         )
         meta = _build(prefix, reqs, pinned, key)
         meta["seconds"] = round(time.monotonic() - started)
-        tmp = marker.with_suffix(f".json.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, marker)
+        _write_marker(marker, meta)
     return FullEnv(
         prefix, _python(prefix), key, True, float(_number(meta.get("seconds"))),
         _number(meta.get("size")), meta,
@@ -302,9 +525,9 @@ def _build(prefix: Path, reqs: Requirements, pinned: dict[str, str], key: str) -
         constraints.write_text("".join(f"{n}=={v}\n" for n, v in sorted(pinned.items())))
         wanted = work / "bakery-requirements.txt"
         wanted.write_text("".join(line + "\n" for line in reqs.kept))
-        command = _installer(_python(work), index, constraints, wanted)
+        command = _installer(_python(work), constraints, wanted)
         if reqs.kept:
-            _install(work, key, command)
+            _install(work, key, command, index)
         meta: dict[str, object] = {
             "format": FORMAT,
             "key": key,
@@ -323,14 +546,20 @@ def _build(prefix: Path, reqs: Requirements, pinned: dict[str, str], key: str) -
     finally:
         if work.exists():
             discard(work)
+    try:
+        meta["inventory"] = inventory(prefix)
+    except Tampered as e:
+        cachepolicy.remove(prefix)
+        raise VerifyError(f"the full test environment {key} just built: {e}") from None
     meta["size"] = _size(prefix)
     return meta
 
 
-def _last_error(output: str) -> str:
+def _last_error(output: str, index: str) -> str:
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     errors = [ln for ln in lines if re.match(r"(ERROR|error)\b", ln)]
-    return (errors or lines or ["the installer failed without a word"])[-1][:300]
+    last = (errors or lines or ["the installer failed without a word"])[-1]
+    return clean(redact_text(last, index))[:300]
 
 
 def _freeze(prefix: Path) -> list[str]:
@@ -345,14 +574,17 @@ def _freeze(prefix: Path) -> list[str]:
     return sorted(set(found))
 
 
-def _install(work: Path, key: str, command: list[str]) -> None:
-    """Run the installer; its output goes to ``bakery-install.log`` in the environment."""
-    log.debug("full env %s: %s", key, " ".join(command))
+def _install(work: Path, key: str, command: list[str], index: str) -> None:
+    """Run the installer; its output (redacted) goes to ``bakery-install.log`` in the
+    environment."""
+    log.debug("full env %s: %s (index %s)", key, " ".join(command), split_userinfo(index)[0])
     proc = subprocess.run(
         command, capture_output=True, text=True, timeout=_INSTALL_TIMEOUT, check=False,
-        env={**os.environ, "PIP_REQUIRE_VIRTUALENV": "0"},
+        env=_child_env(index),
     )  # fmt: skip
-    (work / "bakery-install.log").write_text(proc.stdout + proc.stderr)
+    output = redact_text(proc.stdout + proc.stderr, index)
+    (work / "bakery-install.log").write_text(output)
     if proc.returncode != 0:
-        last = _last_error(proc.stdout + proc.stderr)
-        raise VerifyError(f"the full test environment could not be installed: {last}")
+        raise VerifyError(
+            f"the full test environment could not be installed: {_last_error(output, index)}"
+        )
