@@ -17,7 +17,7 @@ import pytest
 from bakery.sources import identity
 from tests.support.dsa import DSA, cache_dsa_releases, dsa_file, dsa_history, dsa_series, dsa_tree
 from tests.support.repos import git
-from tests.support.trees import write_files
+from tests.support.trees import cache_release, write_files
 
 
 @pytest.fixture
@@ -157,3 +157,102 @@ def test_a_local_checkout_claims_the_release_it_describes_from(cli, tmp_path, up
     r = cli("check", "dsa", "--vllm", up, "--json", "t.json", "--strict")
     assert r.exit_code == 0, r.output
     assert _json("t.json")["vllm"]["identity"]["version"] == "0.31.0"
+
+
+# --- what the pristine release is, varied (issue 50) --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("added", "pristine"),
+    [
+        ("vllm/extra.py", False),  # a module the package would import
+        ("vllm/model_executor/new/kernel.py", False),  # deeper in the package
+        ("tests/test_extra.py", True),  # a checkout's tests never run in the package
+        ("docs/extra.md", True),
+        ("vllm_extra/x.py", True),  # beside the package, not in it
+    ],
+)
+def test_a_tree_that_adds_a_module_under_vllm_is_not_the_release_and_strict_fails(
+    cli, tmp_path, upstream, added: str, pristine: bool
+) -> None:
+    files = dsa_tree(dsa_file("0.31.0"), "0.31.0")
+    tree = write_files(tmp_path / "a", {**files, added: "X = 1\n"})
+    r = cli("check", "dsa", "--vllm", tree, "--json", "r.json")
+    assert r.exit_code == 0, r.output
+    ident = _json("r.json")["vllm"]["identity"]
+    assert ident["pristine"] is pristine, ident
+    if not pristine:
+        assert ident["paths"] == [added] and ident["differs"] == 1
+    strict = cli("check", "dsa", "--vllm", tree, "--strict")
+    assert strict.exit_code == (0 if pristine else 1), strict.output
+
+
+def _listing(files: dict[str, str]) -> identity.Listing:
+    return {p: ("100644", identity._blob_id(c.encode())) for p, c in files.items()}
+
+
+RELEASE = {"vllm/__init__.py": "", "vllm/a.py": "A = 1\n", "setup.py": ""}
+
+
+@pytest.mark.parametrize(
+    ("tree", "differs"),
+    [
+        (RELEASE, []),
+        ({**RELEASE, "vllm/b.py": "B = 1\n"}, ["vllm/b.py"]),
+        ({**RELEASE, "vllm/a.py": "A = 2\n"}, ["vllm/a.py"]),
+        ({k: v for k, v in RELEASE.items() if k != "vllm/a.py"}, ["vllm/a.py"]),
+        ({k: v for k, v in RELEASE.items() if k != "setup.py"}, ["setup.py"]),
+        ({**RELEASE, "benchmarks/b.py": "B = 1\n"}, []),
+        # written by the sdist build: never asked of a checkout, either way
+        ({**RELEASE, "vllm/_version.py": "__version__ = '0.31.0'\n"}, []),
+        ({**RELEASE, "PKG-INFO": "Version: 0.31.0\n"}, []),
+        ({**RELEASE, "vllm.egg-info/PKG-INFO": "x"}, []),
+    ],
+)
+def test_a_tree_differs_from_the_release_by_its_package_files(
+    tree: dict[str, str], differs: list[str]
+) -> None:
+    release = _listing({**RELEASE, "vllm/_version.py": "__version__ = '0.31.0'\n"})
+    assert identity.differences(_listing(tree), release) == differs
+    # a test release without _version.py: the same answers
+    plain = _listing(RELEASE)
+    assert identity.differences(_listing(tree), plain) == differs
+
+
+def test_a_link_in_place_of_a_release_file_differs() -> None:
+    release = _listing(RELEASE)
+    tree = dict(release)
+    tree["vllm/a.py"] = ("120000", release["vllm/a.py"][1])  # same id, a link
+    assert identity.differences(tree, release) == ["vllm/a.py"]
+
+
+VERSION_PY = "__version__ = version = '0.31.0'\n"
+
+
+@pytest.mark.parametrize("written", [None, VERSION_PY, "__version__ = '0.31.0.dev0+gabc'\n"])
+def test_a_checkout_of_a_release_tag_with_its_version_file_is_the_release(
+    cli, tmp_path: Path, home: Path, written: str | None
+) -> None:
+    """Real sdists carry vllm/_version.py (written by the build); a checkout of the tag has
+    none, or the one a local build wrote: either way it is the release, as the sdist is."""
+    dsa_history(tmp_path / "up")
+    files = dsa_tree(dsa_file("0.31.0"), "0.31.0")
+    files.pop("setup.py")
+    cache_release("0.31.0", {**files, "vllm/_version.py": VERSION_PY})
+    dsa_series(home)
+    up = tmp_path / "up"
+    git(up, "checkout", "-q", "v0.31.0")
+    # upstream's .gitignore names it: git never sees it
+    (up / ".git" / "info" / "exclude").write_text("vllm/_version.py\n")
+    if written is not None:
+        (up / "vllm" / "_version.py").write_text(written)
+    for spec in (str(up), f"git+file://{up}@v0.31.0"):
+        r = cli("check", "dsa", "--vllm", spec, "--strict", "--json", "r.json")
+        assert r.exit_code == 0, r.output
+        ident = _json("r.json")["vllm"]["identity"]
+        assert ident["pristine"] is True and ident["version"] == "0.31.0", ident
+    # the same checkout with a module the release lacks: not the release
+    (up / "vllm" / "extra.py").write_text("X = 1\n")
+    r = cli("check", "dsa", "--vllm", up, "--strict", "--allow-dirty")
+    assert r.exit_code == 1, r.output
+    assert "vllm/extra.py" in r.output

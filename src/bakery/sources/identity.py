@@ -149,7 +149,9 @@ def differences(tree: Listing, release: Listing) -> list[str]:
         have = tree.get(rel)
         if have is None or have[1] != sha or (have[0] == "120000") != (mode == "120000"):
             out.append(rel)
-    out += [r for r in tree if r not in release and r.startswith("vllm/")]
+    # sdist-only files count on neither side: a checkout's _version.py (a local build wrote
+    # it) is no module of the release's, whether the release's copy is cached or not
+    out += [r for r in tree if r not in release and r.startswith("vllm/") and not sdist_only(r)]
     return sorted(out)
 
 
