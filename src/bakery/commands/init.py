@@ -10,7 +10,10 @@ was baked from, so that ``git diff`` in it, or ``bakery refresh SERIES --tree DI
 --new-diff NAME``, makes the diffs.
 
 Nothing existing is replaced (the series folder, the tree: one line, exit 2), and nothing
-is written outside the project (``--tree`` must lie inside it). Nothing here prints.
+is written outside the project (``--tree`` must lie inside it, and ``launcher/`` or
+``work/`` that is a link out of it is refused), nor inside bakery's cache (which ``bakery
+cache clean`` empties). The default ``work/`` gets a ``.gitignore`` of ``*``, so the
+checkouts it holds are never committed to the project. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -128,13 +131,16 @@ def init(
     except paths.UnsafeDataError as e:
         raise UsageError(e.message) from None
     base = _release(vllm)
-    folder = home / "launcher" / name
-    work = _tree_place(home, name, tree) if with_tree else None
+    folder = _launcher(home) / name
+    work = _tree_place(ctx, home, name, tree) if with_tree else None
     for target, what in ((folder, "the series"), (work, "--tree")):
         if target is not None and (target.exists() or target.is_symlink()):
             raise UsageError(
                 f"{display_path(target)} exists ({what}); bakery init replaces nothing"
             )
+    if work is not None and not work.parent.exists():  # the default work/, in the project
+        work.parent.mkdir(parents=True)
+        _ignore_all(work.parent)
     _write_series(folder, name, base)
     try:
         if work is not None:
@@ -156,17 +162,59 @@ def _release(vllm: str) -> str:
     return versions.normalize(spec)
 
 
-def _tree_place(home: Path, name: str, tree: Path | None) -> Path:
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _tree_place(ctx: Context, home: Path, name: str, tree: Path | None) -> Path:
+    """Where the working tree goes: inside the project, through no link out of it, and
+    never inside bakery's cache (``cache clean`` would delete it with the user's edits)."""
     work = (tree if tree is not None else home / "work" / name).absolute()
+    shown = f"--tree {tree}" if tree is not None else f"work/{name}"
+    folder = "work/" if tree is None else str(work.parent)  # as named, not resolved
     resolved_home = home.resolve()
     parent = work.parent.resolve() if work.parent.exists() else None
-    inside = parent is not None and (parent == resolved_home or resolved_home in parent.parents)
+    inside = parent is not None and _inside(parent, resolved_home)
     if tree is not None and not inside:
         where = "its folder does not exist" if parent is None else "it lies outside the project"
         raise UsageError(f"--tree {tree}: {where} ({display_path(home)}); choose a folder in it")
-    if parent is None:  # the default work/ folder, in the project
-        work.parent.mkdir(parents=True, exist_ok=True)
+    if parent is None and work.parent.is_symlink():
+        raise UsageError(f"{shown}: {folder} is a link to nothing; remove it")
+    if parent is not None and not inside:
+        raise UsageError(
+            f"{shown}: {folder} leads outside the project (a link?); "
+            "bakery init writes only inside it: remove the link or give --tree"
+        )
+    real = (parent if parent is not None else resolved_home / "work") / work.name
+    cache = ctx.cache.root.resolve()
+    if _inside(real, cache) or _inside(cache, real):
+        raise UsageError(
+            f"{shown}: lies inside bakery's cache ({cache}), which `bakery cache clean` "
+            "empties; choose a folder of the project"
+        )
     return work
+
+
+def _ignore_all(folder: Path) -> None:
+    """work/.gitignore with ``*``: the working trees (a whole vLLM checkout each) are
+    never added to the project by ``git add -A``, whatever the project's own .gitignore."""
+    from bakery.outputs import replace_bytes
+
+    if not (folder / ".gitignore").exists() and not (folder / ".gitignore").is_symlink():
+        replace_bytes(
+            folder / ".gitignore",
+            b"# bakery init's working trees: git checkouts of vLLM, never part of the project\n*\n",
+        )
+
+
+def _launcher(home: Path) -> Path:
+    """launcher/, refused when it leads outside the project (a link out of it)."""
+    launcher = home / "launcher"
+    if launcher.is_symlink() and not _inside(launcher.resolve(), home.resolve()):
+        raise UsageError(
+            "launcher/ leads outside the project (a link); bakery init writes only inside it"
+        )
+    return launcher
 
 
 def _write_series(folder: Path, name: str, base: str) -> None:
