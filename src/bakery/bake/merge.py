@@ -160,7 +160,11 @@ class Fallback:
             else h
             for h in res.hunks
         ]
-        return FileResult(res.path, hunks, merged, res.mode)
+        # the sides stay with the merge: a merge whose code breaks a contract on the
+        # release becomes a conflict (checks.guard), recorded in git's index as one
+        return FileResult(
+            res.path, hunks, merged, res.mode, sides=(ours_before, current, ours_after)
+        )
 
     def _merge_syntax(
         self, res: FileResult, current: bytes, ours_before: bytes, ours_after: bytes
@@ -189,7 +193,9 @@ class Fallback:
             else h
             for h in res.hunks
         ]
-        return FileResult(res.path, hunks, merged.content, res.mode)
+        return FileResult(
+            res.path, hunks, merged.content, res.mode, sides=(ours_before, current, ours_after)
+        )
 
     def guard(
         self,
@@ -315,6 +321,8 @@ ACTIONS = {
     "moved": "the file moved upstream: make a port whose diff names the new path",
     "context-drift": "resolve the conflict by hand, then refresh a port from the resolved tree",
     "missing": "the file is gone upstream: drop or rewrite the diff in a port",
+    "contract": "the merged code calls what the release no longer defines that way: "
+    "resolve it by hand (the attempt's index holds the three sides), then refresh a port",
 }
 
 

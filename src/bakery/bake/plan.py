@@ -11,8 +11,8 @@ from pathlib import Path
 from bakery.bake.merge import Fallback, diagnose
 from bakery.bake.staging import display_path
 from bakery.errors import UnsafePathError
-from bakery.model.report import BakeReport, DiffResult
-from bakery.patch.engine import FileResult, apply_file
+from bakery.model.report import BakeReport, DiffResult, bake_proof
+from bakery.patch.engine import FileResult, Outcome, apply_file
 from bakery.patch.parse import Diff, FilePatch
 from bakery.patch.series import Series, detect_layout
 from bakery.sources.pristine import Pristine
@@ -68,10 +68,37 @@ class _Overlay:
             return path.read_bytes(), stat.S_IMODE(st.st_mode)
         except FileNotFoundError:
             return None, None
+        except NotADirectoryError:
+            return self._under_file(diff, fp, rel)
         except OSError as e:
             raise UnsafePathError(
                 diff.path, fp.diff_line, f"cannot read {rel}: {e.strerror}"
             ) from None
+
+    def exists(self, rel: str) -> bool:
+        """Whether the file is there as the series has left the tree so far (a plain
+        diff whose two names differ patches the one that exists: patch.parse)."""
+        if rel in self.state:
+            return self.state[rel][0] is not None
+        try:
+            path = self.pristine.file(rel)
+            return path.is_file() and not path.is_symlink()
+        except OSError:
+            return False
+
+    def _under_file(self, diff: Diff, fp: FilePatch, rel: str) -> tuple[None, None]:
+        """A path below a pristine file: absent where the series deleted that file (a
+        file turned into a folder, as git applies it), else refused naming the file."""
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            above = "/".join(parts[:i])
+            if above in self.state and self.state[above][0] is None:
+                return None, None
+            if self.pristine.file(above).is_file():
+                raise UnsafePathError(
+                    diff.path, fp.diff_line, f"{rel}: {above} is a file, not a folder"
+                )
+        raise UnsafePathError(diff.path, fp.diff_line, f"cannot read {rel}: not a folder above it")
 
     def final(self, rel: str) -> bytes | None:
         """A file with the whole series applied (for checks.guard)."""
@@ -126,6 +153,46 @@ def _checked_path(pristine: Pristine, diff: Diff, fp: FilePatch, rel: str) -> Pa
     return full
 
 
+class _DiffStart:
+    """What one diff found, for its git renames and copies: git reads their sources as the
+    diff found the tree (a criss-cross rename swaps two files), lets a rename's target be a
+    file that the diff renames or deletes away, and never deletes a source that another
+    rename or copy of the diff wrote."""
+
+    def __init__(self, d: Diff) -> None:
+        self.before: dict[str, tuple[bytes | None, int | None]] = {}
+        self.made: set[str] = set()
+        self.leaving = {fp.old_path for fp in d.files if fp.move == "rename" or fp.is_delete}
+
+    def read(self, d: Diff, fp: FilePatch, overlay: _Overlay) -> tuple[bytes | None, int | None]:
+        if fp.move is None:
+            return overlay.read(d, fp, fp.path)
+        if fp.path not in self.leaving and overlay.read(d, fp, fp.path)[0] is not None:
+            raise UnsafePathError(
+                d.path,
+                fp.diff_line,
+                f"the {fp.move} of {fp.source} to {fp.path}: {fp.path} already exists "
+                "(git refuses it)",
+            )
+        src = fp.source
+        return self.before[src] if src in self.before else overlay.read(d, fp, src)
+
+    def write(
+        self,
+        overlay: _Overlay,
+        writes: dict[str, tuple[bytes | None, int | None]],
+        rel: str,
+        value: tuple[bytes | None, int | None],
+        pre: tuple[bytes | None, int | None],
+    ) -> None:
+        """Write rel as the diff changes it; pre: what it held before."""
+        if value[0] is None and rel in self.made:
+            return  # a rename's source that another file patch of this diff wrote
+        self.before.setdefault(rel, pre)
+        writes[rel] = value
+        overlay.state[rel] = value
+
+
 def _plan_file(
     d: Diff,
     fp: FilePatch,
@@ -134,9 +201,11 @@ def _plan_file(
     fuzz: int,
     fallback: Fallback | None,
     pristine: Pristine,
+    start: _DiffStart | None = None,
 ) -> FileResult:
     """One file of one diff, applied on the overlay (merged or diagnosed if it fails)."""
-    old, mode = overlay.read(d, fp, fp.path)
+    start = start or _DiffStart(d)
+    old, mode = start.read(d, fp, overlay)
     fres = apply_file(fp, old, fuzz, mode)
     if not fres.ok:
         if fallback is not None:
@@ -147,9 +216,14 @@ def _plan_file(
     # leaves them: later diffs see them, and --keep-failed writes them.
     if fres.content is not None or fres.deleted:
         value = (None if fres.deleted else fres.content, fres.mode)
-        if (old, mode) != value:
-            writes[fp.path] = value
-            overlay.state[fp.path] = value
+        if fp.move is not None or fp.is_new:
+            start.made.add(fp.path)
+        if fp.move is not None:
+            start.write(overlay, writes, fp.path, value, overlay.read(d, fp, fp.path))
+            if fp.move == "rename":
+                start.write(overlay, writes, fp.source, (None, None), (old, mode))
+        elif (old, mode) != value:
+            start.write(overlay, writes, fp.path, value, (old, mode))
     return fres
 
 
@@ -164,6 +238,14 @@ def _notes(d: Diff, strip: int) -> list[str]:
             "a CRLF copy: the trailing CR of its lines was dropped, as GNU patch does "
             f"(`--binary` keeps them): {', '.join(stripped)}"
         )
+    for fp in d.files:
+        if fp.move is not None:
+            notes.append(f"{fp.move}s {fp.source} to {fp.path} (git's '{fp.move} from/to')")
+        elif fp.other_path is not None:
+            notes.append(
+                f"names {fp.other_path} and {fp.path}: patches {fp.path}, as GNU patch "
+                "chooses (the name that exists)"
+            )
     return notes
 
 
@@ -175,6 +257,26 @@ def _stale(series: Series) -> list[str]:
     from bakery.patch import provenance
 
     return provenance.stale_lines(series.path, series.port)
+
+
+def _contract_conflicts(report: BakeReport) -> None:
+    """A merged hunk the contract check failed (checks.guard: its code calls what the
+    release no longer defines that way) is a conflict like any other: its action said, the
+    merged file written as the conflict of a ``--keep-failed`` attempt, with the merge's
+    three sides as unmerged index entries."""
+    from bakery.bake.merge import ACTIONS
+
+    for d in report.diffs:
+        for f in d.files:
+            broken = [
+                h
+                for h in f.hunks
+                if h.status is Outcome.FAILED and (h.reason or "").startswith("contract:")
+            ]
+            for h in broken:
+                h.action = ACTIONS["contract"]
+            if broken and f.conflict is None and f.content is not None:
+                f.conflict = f.content
 
 
 def plan(
@@ -217,10 +319,12 @@ def plan(
     result = Plan(report)
     for i, d in enumerate(diffs, 1):
         _log.info(f"Applying {d.name} ({i}/{len(diffs)})", extra={"event": "diff"})
+        d.resolve_paths(strip, root, overlay.exists)  # x.orig/x: the file the tree has now
         dres = DiffResult(d.name, d.sha256, notes=_notes(d, strip))
         writes: dict[str, tuple[bytes | None, int | None]] = {}
+        start = _DiffStart(d)
         for fp in d.files:
-            dres.files.append(_plan_file(d, fp, overlay, writes, fuzz, fallback, pristine))
+            dres.files.append(_plan_file(d, fp, overlay, writes, fuzz, fallback, pristine, start))
         if fallback is not None and dres.ok:
             dres.warnings = fallback.warnings(d)
         report.diffs.append(dres)
@@ -232,5 +336,7 @@ def plan(
             overlay.pristine_file,
             report.ok,
         )
+        _contract_conflicts(report)
     report.status = "checked" if report.ok else "conflict"
+    report.proof = bake_proof(report)
     return result

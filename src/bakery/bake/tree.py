@@ -37,7 +37,7 @@ from bakery.git import conflicts
 from bakery.git.index import restat_index
 from bakery.git.repo import NEW_CONFIG, clone_local, commit_series, link_objects
 from bakery.logs import muted
-from bakery.model.report import MANIFEST, BakeReport, write_json
+from bakery.model.report import MANIFEST, BakeReport, bake_proof, write_json
 from bakery.patch import mail
 from bakery.patch.series import Series
 from bakery.safety import paths
@@ -431,6 +431,7 @@ def bake(
     if not report.ok:
         confirm()
         report.status = "conflict"
+        report.proof = None
         if keep_failed and failed not in (None, "unchanged"):
             # before anything is removed: the user's attempt is worth more than ours
             raise UsageError(
@@ -449,6 +450,7 @@ def bake(
         confirm()  # before the tree takes its place
         report.status = "baked"
         report.out = display_path(out)
+        report.proof = bake_proof(report)
         write_json(staging / MANIFEST, report.manifest())
         move_into_place(staging, out)
     except BaseException:

@@ -16,6 +16,7 @@ For a port, made on its own release, only what no longer binds is reported.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -34,6 +35,9 @@ class Use:
     launch: bool = False  # kernel[grid](...)
     keywords: tuple[str, ...] = ()
     positional: int | None = 0  # None: *args or **kwargs make the count unknown
+    #: the positional arguments written out (not ``*x``), known even where ``positional``
+    #: is not; never shown
+    explicit: int = 0
 
     def show(self) -> str:
         if not self.call:
@@ -178,11 +182,31 @@ def _call_use(node: ast.Call, lines: set[int], callees: set[int]) -> Use | None:
         k.arg is None for k in node.keywords
     )
     keywords = tuple(sorted(k.arg for k in node.keywords if k.arg))
-    return Use(name, True, launch, keywords, None if starred else len(node.args))
+    explicit = sum(1 for a in node.args if not isinstance(a, ast.Starred))
+    return Use(name, True, launch, keywords, None if starred else len(node.args), explicit)
 
 
 def _positional(sig: Signature) -> list[str]:
     return [p.name for p in sig.params or () if p.kind == "positional"]
+
+
+#: Keywords a Triton launch (``kernel[grid](...)``) takes besides the kernel's parameters:
+#: the launch options of ``triton.runtime.jit.JITFunction.run``, never a contract break.
+LAUNCH_OPTIONS = frozenset(
+    {
+        "num_warps",
+        "num_stages",
+        "num_ctas",
+        "maxnreg",
+        "enable_fp_fusion",
+        "launch_cooperative_grid",
+        "debug",
+        "grid",
+        "warmup",
+        "stream",
+        "device",
+    }
+)
 
 
 def binding(use: Use, sig: Signature) -> list[str]:
@@ -194,7 +218,7 @@ def binding(use: Use, sig: Signature) -> list[str]:
     out = [
         f"passes {k}= by keyword, which is no longer a parameter"
         for k in use.keywords
-        if k not in names and "**kwargs" not in kinds
+        if k not in names and "**kwargs" not in kinds and not (use.launch and k in LAUNCH_OPTIONS)
     ]
     pos = _positional(sig)
     if use.positional is not None:
@@ -220,3 +244,38 @@ def change(use: Use, old: Signature, new: Signature) -> list[str]:
         if moved:
             out.append(f"its positional arguments now fill other parameters ({', '.join(moved)})")
     return out
+
+
+def breaks(
+    use: Use, before: Signature | _Gone | None, after: Signature | _Gone | None
+) -> str | None:
+    """Why a use that fit ``before`` (the series on its base release) does not fit ``after``
+    (the merged tree on the release), or None: the name is gone, or the call passes a
+    keyword, or a number of arguments, the new signature does not take (issue 45: such a
+    merge is a conflict, not a bake). A use that did not bind before says nothing (the
+    static view may miss what binds it at run time)."""
+    if not isinstance(before, Signature):
+        return None
+    if after is GONE:
+        return f"`{use.name}` is gone on the release"
+    if not isinstance(after, Signature):
+        return None
+    known = _counted(use, before)
+    if binding(known, before):
+        return None
+    problems = change(known, before, after)
+    return f"{use.show()} {'; '.join(problems)}" if problems else None
+
+
+def _counted(use: Use, sig: Signature) -> Use:
+    """A call whose ``*args`` hide how many positional arguments it passes, counted where
+    the signature it was written for tells: the positional parameters before the first one
+    it passes by keyword (``k(a, *s, b, PIN=...)`` against ``k(a, x, y, b, PIN=...)``: 4).
+    Otherwise (no keyword to count up to, or fewer than it writes out) as it is."""
+    if use.positional is not None or not use.call or sig.params is None:
+        return use
+    pos = _positional(sig)
+    n = next((i for i, name in enumerate(pos) if name in use.keywords), None)
+    if n is None or n < use.explicit:
+        return use
+    return dataclasses.replace(use, positional=n)

@@ -204,11 +204,40 @@ def _contracts(pairs: list[tuple[Diff, DiffResult]], target: Target, record: Bas
                 for r in f.hunks:
                     if f.path == path and r.index == hunk and use.show() not in r.uses:
                         r.uses = sorted([*r.uses, use.show()])
+            _break_merged(dres, path, hunk, use, record, target)
         line = _contract_line(path, use, record, target, port_uses)
         if line is None or (path, use.name, line) in seen:
             continue
         seen.add((path, use.name, line))
         dres.warnings.append(f"{line} (hunk {hunk} uses {use.show()})")
+
+
+MERGES = (Outcome.MERGED, Outcome.MERGED_SYNTAX)
+
+
+def _break_merged(
+    dres: DiffResult, path: str, hunk: int, use: Use, record: BaseRecord, target: Target
+) -> None:
+    """A merged hunk whose call, present as the series wrote it in the merged file, no longer
+    fits what the merged file defines (or uses a name that is gone) is failed: a conflict,
+    with the reason, not a bake (issue 45). The bake then stops at it as at any conflict."""
+    for f in dres.files:
+        if f.path != path or f.content is None:
+            continue
+        for r in f.hunks:
+            if r.index != hunk or r.status not in MERGES:
+                continue
+            idx = index(f.content, _package(path))
+            n = f.content.count(b"\n") + 1
+            if use not in contracts.uses(idx, set(range(1, n + 1))):
+                continue  # the merge changed the call: nothing to say for sure
+            why = contracts.breaks(
+                use, record.baked.lookup(path, use.name), target.baked.lookup(path, use.name)
+            )
+            if why is not None:
+                kind = "syntax merge" if r.status is Outcome.MERGED_SYNTAX else "three-way merge"
+                r.status = Outcome.FAILED
+                r.reason = f"contract: the {kind}'s code does not fit the release: {why}"
 
 
 def _contract_line(

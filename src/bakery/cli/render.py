@@ -171,6 +171,9 @@ def _problems(console: Console, report: BakeReport, quiet: bool = False) -> None
                 f"{'do' if many else 'does'} not apply[/]",
                 soft_wrap=True,
             )
+            broken = [h for h in bad[:_MAX_LISTED] if (h.reason or "").startswith("contract:")]
+            for h in broken:  # a merge that breaks a contract: why (issue 45)
+                console.print(f"  hunk {h.index}: {_t(h.reason or '')}", soft_wrap=True)
             for a in actions:
                 console.print(f"  {_t(a)}", soft_wrap=True)
 
@@ -183,9 +186,12 @@ def _verdict(console: Console, report: BakeReport) -> None:
                 counts[h.status.value] = counts.get(h.status.value, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
     if report.status == "baked":
-        console.print(f"[bold green]baked[/] {_t(str(report.out))} ({summary})", soft_wrap=True)
+        console.print(
+            f"[bold green]baked[/] {_t(str(report.out))} ({summary}){_proof(report)}",
+            soft_wrap=True,
+        )
     elif report.status == "checked":
-        console.print(f"[bold green]applies[/] ({summary})", soft_wrap=True)
+        console.print(f"[bold green]applies[/] ({summary}){_proof(report)}", soft_wrap=True)
     else:
         stop = next((d.name for d in report.diffs if not d.ok), None)
         where = (
@@ -194,6 +200,21 @@ def _verdict(console: Console, report: BakeReport) -> None:
             else ""
         )
         console.print(f"[bold red]does not apply[/] ({summary}){where}", soft_wrap=True)
+
+
+def _proof(report: BakeReport) -> str:
+    """The tree's proof state (issue 45), ending the verdict: ``, unverified: N hunks
+    merged; run `bakery verify S```."""
+    proof = report.proof
+    if proof is None:
+        return ""
+    if proof.state == "unverified":
+        merged = proof.reason.partition(";")[0]
+        line = f"unverified: {merged}; run `bakery verify {report.series_name}`"
+    else:
+        line = f"{proof.state}: {proof.reason}"
+    color = {"verified": "green", "failed": "red"}.get(proof.state, "yellow")
+    return f", [{color}]{_t(line)}[/]"
 
 
 def series_list(console: Console, rows: list[SeriesRow]) -> None:
@@ -414,7 +435,7 @@ def _skips_and_pristine(console: Console, r: VerifyResult) -> None:
 
 def verify_summary(console: Console, result: VerifyResult, edited: list[str]) -> None:
     """After pytest's own output: where the code came from, edits since the bake, counts."""
-    r = result  # bakery.testing.runner.VerifyResult
+    r = result  # bakery.verifying.runner.VerifyResult
     if edited:
         console.print(
             "[yellow]the tree was edited since it was baked; these files differ "

@@ -171,6 +171,10 @@ def _apply(
     finally:
         if base is not None:
             base.close()
+    if report.status == "baked":
+        from bakery.commands import proof
+
+        report.proof = proof.recorded(ctx.cache.root, out) or report.proof
     if report.status == "baked" and opts.remember:
         ctx.cache.path(".")  # the cache folder and its README
         project.remember(ctx.cache.root / project.LAST_BAKES, series.name, out)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import cast, get_args
 
 from bakery.errors import UsageError
-from bakery.model.report import MANIFEST
+from bakery.model.report import MANIFEST, Proof
 from bakery.model.results import BakeStatus
 from bakery.safety import limits, paths
 
@@ -75,6 +75,10 @@ class Manifest:
     stopped_at: str | None = None
     #: a ``port --update`` tree: the series' diffs (name -> sha256) it carries
     carries: dict[str, str] | None = None
+    #: what was known of the tree when it was baked (issue 45; None in older manifests):
+    #: ``unverified`` or ``stale``; a verify's verdict is kept in the cache, by content
+    #: (commands.proof), never written into the tree
+    proof: Proof | None = None
 
 
 class ManifestError(UsageError):
@@ -169,6 +173,7 @@ def parse(data: object, where: str) -> Manifest:
         series_path=_str(series, "path", where),
         stopped_at=_str(data, "stopped_at", where),
         carries=_carries(data, where),
+        proof=Proof.from_json(_get(data, "proof", dict, where)),
     )
 
 

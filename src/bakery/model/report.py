@@ -6,12 +6,65 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, cast, get_args
 
 from bakery import __version__
 from bakery.model.identity import Identity
 from bakery.model.results import BakeStatus, FileResult, HunkResult, Outcome, worst
 
 MANIFEST = Path(".bakery") / "manifest.json"
+
+#: What is known of a tree's content (issue 45): ``verified``, the series' tests passed on
+#: exactly this content; ``unverified``, baked, not yet tested; ``stale``, made from a port
+#: older than the series it stands for; ``failed``, the tests failed on this content.
+ProofState = Literal["verified", "unverified", "stale", "failed"]
+
+
+@dataclass(frozen=True)
+class Proof:
+    """A tree's proof state with its reason: one value, in the manifest and every report
+    (JSON ``"proof": {"state", "reason"}``)."""
+
+    state: ProofState
+    reason: str
+
+    @property
+    def verified(self) -> bool:
+        return self.state == "verified"
+
+    def line(self) -> str:
+        return f"{self.state}: {self.reason}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"state": self.state, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, d: object) -> Proof | None:
+        """``to_json``'s form read back; None for anything else (an older report has none)."""
+        if not isinstance(d, dict):
+            return None
+        state, reason = d.get("state"), d.get("reason")
+        if state not in get_args(ProofState) or not isinstance(reason, str):
+            return None
+        return cls(cast("ProofState", state), reason)
+
+
+def bake_proof(report: BakeReport) -> Proof | None:
+    """The proof state a bake (or check) leaves: none for one that does not apply; ``stale``
+    where the port it took is older than the series (and its change was not carried);
+    else ``unverified``, with the hunks that were not applied as written counted."""
+    if report.status not in ("baked", "checked"):
+        return None
+    if report.port_stale:
+        return Proof("stale", f"{report.port}: {report.port_stale[0]}")
+    merged = sum(
+        1
+        for d in report.diffs
+        for f in d.files
+        for h in f.hunks
+        if h.status.value in ("merged", "merged-syntax")
+    )
+    return Proof("unverified", f"{merged} hunks merged; not yet tested")
 
 
 @dataclass
@@ -105,6 +158,8 @@ class BakeReport:
     files_sha256: dict[str, str] = field(default_factory=dict)
     #: What the tree is (made by sources/identity.py); None when not known
     identity: Identity | None = None
+    #: What is known of the tree's content (None: a bake that did not apply)
+    proof: Proof | None = None
 
     @property
     def ok(self) -> bool:
@@ -137,6 +192,7 @@ class BakeReport:
             "failed_out": self.failed_out,
             "layout": self.layout,
             "bakery": __version__,
+            "proof": self.proof.to_json() if self.proof else None,
             "diffs": [d.to_json() for d in self.diffs],
         }
 
