@@ -11,6 +11,13 @@ context, before it says it is ready (:func:`warm_rank`): while single-rank tests
 - Otherwise CUDA tensors: NCCL, one GPU per rank, when there are enough GPUs;
   else gloo with every rank on ``cuda:0``.
 
+The ranks meet through torch.distributed's c10d ``TCPStore``, which the pool's owner
+serves (:func:`open_store`): on one host bound to 127.0.0.1 and gloo on ``lo``, on a
+port the store took itself (port 0), so no other host reaches it and no other process
+can take the port first. Across hosts (``bakery verify --nnodes``), some ranks of a
+world run on other nodes; their tasks travel over authenticated connections
+(:mod:`bakery.testing.nodes`).
+
 Every task has a deadline: a rank that is stuck (say, in a collective its peers never
 join) gets the whole pool killed, the test fails with :class:`RankTimeout`, and the
 next task starts a fresh pool. Tasks are module-level functions ``fn(ctx, *args)``;
@@ -33,9 +40,12 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from bakery.testing.compat import interpret_mode
+
+if TYPE_CHECKING:
+    from bakery.testing.nodes import HeadLink
 
 #: Seconds a task may take before its ranks are killed (override: BAKERY_RANK_TIMEOUT).
 DEFAULT_TIMEOUT = float(os.environ.get("BAKERY_RANK_TIMEOUT", "120"))
@@ -57,17 +67,46 @@ class RankTimeout(AssertionError):
     """A rank did not answer in time (a stuck collective, most likely); the pool was killed."""
 
 
-def choose_backend(world_size: int) -> tuple[str, list[str]]:
-    """The backend and each rank's device for this machine and mode."""
+def choose_backend(
+    world_size: int, gpus_by_node: Sequence[int] | None = None
+) -> tuple[str, list[str]]:
+    """The backend and each rank's device for this machine and mode.
+
+    Across nodes (``gpus_by_node``: each node's GPU count, this one's first), ranks are
+    split in blocks (:func:`node_of`): NCCL where every node has a GPU for each of its
+    ranks (the user's pair: one GB10 each), gloo otherwise; a rank's device is its
+    index among its node's ranks."""
     if interpret_mode():
         return "gloo", ["cpu"] * world_size
     import torch
 
     if not torch.cuda.is_available():
         raise RuntimeError("no CUDA GPU is visible; use TRITON_INTERPRET=1 with CPU tensors")
-    if torch.cuda.device_count() >= world_size:
-        return "nccl", [f"cuda:{rank}" for rank in range(world_size)]
+    gpus = list(gpus_by_node) if gpus_by_node else [torch.cuda.device_count()]
+    gpus[0] = torch.cuda.device_count()
+    nodes = len(gpus)
+    local = [
+        rank - first_rank(node_of(rank, world_size, nodes), world_size, nodes)
+        for rank in range(world_size)
+    ]
+    counts = [
+        sum(1 for r in range(world_size) if node_of(r, world_size, nodes) == n)
+        for n in range(nodes)
+    ]
+    if all(gpus[n] >= counts[n] for n in range(nodes)):
+        return "nccl", [f"cuda:{i}" for i in local]
     return "gloo", ["cuda:0"] * world_size
+
+
+def node_of(rank: int, world_size: int, nnodes: int) -> int:
+    """The node that runs ``rank`` of a world: ranks in blocks, as torchrun places them
+    (world 4 on 2 nodes: ranks 0-1 on node 0, 2-3 on node 1; world 2: one each)."""
+    return rank * nnodes // world_size
+
+
+def first_rank(node: int, world_size: int, nnodes: int) -> int:
+    """The lowest rank of ``node`` in a world (its ranks' local indices count from it)."""
+    return next((r for r in range(world_size) if node_of(r, world_size, nnodes) == node), 0)
 
 
 #: What the fork server imports once, before it forks any rank: the imports every rank
@@ -143,10 +182,46 @@ class RankContext:
     group: Any
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+#: The store's address on one host: loopback only (SECURITY.md, "Ranks").
+LOOPBACK = "127.0.0.1"
+
+
+def open_store(host: str = LOOPBACK, *, timeout: float = START_TIMEOUT) -> tuple[Any, int]:
+    """Serve a c10d ``TCPStore`` on ``host`` only, on a port it takes itself: (store,
+    port). torch's own server listens on every interface whatever host it is given, and
+    a port found free and released first may be taken before the store binds it; so
+    the socket is bound here (``host``, port 0) and handed to the store
+    (``master_listen_fd``), which owns it from then on."""
+    import torch.distributed as dist
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.bind((host, 0))
+        sock.listen(128)
+        port = int(sock.getsockname()[1])
+    except OSError:
+        sock.close()
+        raise
+    store = dist.TCPStore(  # type: ignore[attr-defined]
+        host,
+        port,
+        None,
+        True,
+        timedelta(seconds=timeout),
+        wait_for_workers=False,
+        master_listen_fd=sock.detach(),
+    )
+    return store, port
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _ref(fn: Callable[..., Any]) -> tuple[str, str, str | None]:
@@ -222,7 +297,7 @@ def warm_rank(device: Any, modules: Sequence[ModuleRef]) -> None:
 def _rank_main(
     rank: int,
     world_size: int,
-    port: int,
+    store_at: tuple[str, int],
     backend: str,
     device: str,
     inbox: Any,
@@ -230,18 +305,26 @@ def _rank_main(
     collective_timeout: float,
     modules: Sequence[ModuleRef] = (),
 ) -> None:
-    """Entry point of a spawned rank: join the group, warm up (:func:`warm_rank`), then
-    run tasks until told to stop."""
+    """Entry point of a spawned rank: join the group through the pool's store
+    (``store_at``: host, port), warm up (:func:`warm_rank`), then run tasks until told
+    to stop. With a loopback store, gloo's pair sockets are on ``lo`` too (gloo follows
+    the host name's address otherwise)."""
     try:
+        host, port = store_at
+        if is_loopback(host):
+            os.environ["GLOO_SOCKET_IFNAME"] = "lo"
         import torch
         import torch.distributed as dist
 
         dev = torch.device(device)
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
+        store = dist.TCPStore(  # type: ignore[attr-defined]
+            host, port, None, False, timedelta(seconds=START_TIMEOUT), use_libuv=True
+        )
         dist.init_process_group(
             backend,
-            init_method=f"tcp://127.0.0.1:{port}",
+            store=store,
             rank=rank,
             world_size=world_size,
             timeout=timedelta(seconds=collective_timeout),
@@ -254,9 +337,15 @@ def _rank_main(
         outbox.put(("ready", rank, False, traceback.format_exc()))
         return
     outbox.put(("ready", rank, True, None))
+    parent = os.getppid()
     try:
         while True:
-            message = inbox.get()
+            try:
+                message = inbox.get(timeout=1.0)
+            except queue.Empty:
+                if os.getppid() != parent:
+                    break  # its fork server (or owner) is gone: nobody will ask again
+                continue
             if message is None:
                 break
             task_id, ref, payload = message
@@ -279,16 +368,22 @@ class RankPool:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         modules: Sequence[ModuleRef] = (),
+        link: HeadLink | None = None,
     ) -> None:
         self.world_size = world_size
         self.timeout = timeout
         #: imported by every rank before it says it is ready (:func:`warm_rank`)
         self.modules = tuple(modules)
-        self.backend, self.devices = choose_backend(world_size)
+        #: the other nodes (``bakery verify --nnodes``): their ranks run there
+        self.link = link
+        self.backend, self.devices = choose_backend(
+            world_size, link.gpus_by_node() if link is not None else None
+        )
         self.starts = 0
         self._procs: list[Any] = []
         self._inboxes: list[Any] = []
         self._outbox: Any = None
+        self._store: Any = None
         self._ready = False
         self._task = 0
 
@@ -298,16 +393,19 @@ class RankPool:
         if self._procs:
             return
         ctx = rank_context()
-        port = free_port()
+        host = self.link.store_host if self.link is not None else LOOPBACK
+        self._store, port = open_store(host)
         self._outbox = ctx.Queue()
-        self._inboxes = [ctx.Queue() for _ in range(self.world_size)]
-        self._procs = [
+        self.starts += 1
+        here = [r for r in range(self.world_size) if self._node(r) == 0]
+        self._inboxes = [ctx.Queue() if r in here else None for r in range(self.world_size)]
+        procs: list[Any] = [
             ctx.Process(
                 target=_rank_main,
                 args=(
                     rank,
                     self.world_size,
-                    port,
+                    (host, port),
                     self.backend,
                     self.devices[rank],
                     self._inboxes[rank],
@@ -318,12 +416,33 @@ class RankPool:
                 name=f"bakery-rank{rank}",
                 daemon=True,
             )
+            if rank in here
+            else None
             for rank in range(self.world_size)
         ]
-        for proc in self._procs:
-            proc.start()
-        self.starts += 1
+        if self.link is not None:
+            remote = self.link.start_ranks(
+                self.world_size,
+                self.starts,
+                (host, port),
+                self.backend,
+                self.devices,
+                self.timeout,
+                self.modules,
+                self._outbox,
+            )
+            for rank, (proc, inbox) in remote.items():
+                procs[rank], self._inboxes[rank] = proc, inbox
+        self._procs = procs
+        for rank in here:
+            self._procs[rank].start()
         self._ready = False
+
+    def _node(self, rank: int) -> int:
+        """The node that runs ``rank`` (0: this one)."""
+        if self.link is None:
+            return 0
+        return node_of(rank, self.world_size, self.link.nnodes)
 
     def wait_ready(self) -> None:
         self.start()
@@ -379,6 +498,7 @@ class RankPool:
                 q.close()
                 q.cancel_join_thread()
         self._procs, self._inboxes, self._outbox, self._ready = [], [], None, False
+        self._store = None  # its server stops with its last reference
 
     def kill(self) -> None:
         """Send every live rank SIGKILL without waiting: pools killed together die
@@ -469,7 +589,10 @@ class RankPool:
                 dead = [r for r in pending if not self._procs[r].is_alive()]
                 if dead:
                     codes = {r: self._procs[r].exitcode for r in dead}
+                    lost = self.link.lost if self.link is not None else None
                     self.close()
+                    if lost:
+                        raise RankError(f"ranks {dead} lost during {what}: {lost}") from None
                     raise RankError(
                         f"ranks {dead} died during {what} (exit codes {codes})"
                     ) from None
