@@ -104,7 +104,11 @@ class _SessionState:
         self.series = series
         self.worker = worker
         self.counts = dict.fromkeys(_COUNTS, 0)
-        self.pools = RankPools()
+        from bakery.testing.nodes import HeadLink
+
+        #: the other nodes of a multi-node verify (bakery verify --nnodes), or None
+        self.link = None if worker else HeadLink.from_env()
+        self.pools = RankPools(self.link)
         try:
             self.bake = expect.Bake.of(tree, series)
             #: the release whose rules apply: the bake's, or the one the user named
@@ -132,6 +136,8 @@ class _SessionState:
         # (not in pytest-xdist workers: only the one that gets rank tests needs them).
         if self.worker:
             return
+        if self.link is not None:  # a lost node ends the run after the test under way
+            self.link.on_lost(lambda line: setattr(session, "shouldstop", line))
         self.pools.prestart(
             prestart_worlds(session.items, os.cpu_count() or 1),
             rank_modules(session.items),
@@ -320,6 +326,8 @@ class _SessionState:
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self.pools.close()
+        if self.link is not None:
+            self.link.close()
         if self.worker:
             output = session.config.workeroutput  # type: ignore[attr-defined]
             output["bakery_modules"] = self.module_entries()
@@ -343,6 +351,7 @@ class _SessionState:
             "modules": self.module_entries(),
             "tool_fixes": self.tool_fixes,
             "device": _device_words(self.interpret),
+            "nodes": self.link.summary() if self.link is not None else [],
         }
         from bakery.outputs import replace_bytes
 
@@ -611,7 +620,9 @@ class RankPools:
     pool across test modules pays that once. A pool that had to be killed restarts
     on its next task."""
 
-    def __init__(self) -> None:
+    def __init__(self, link: Any = None) -> None:
+        #: the other nodes (bakery.testing.nodes.HeadLink): some ranks run there
+        self.link = link
         self._pools: dict[int, Any] = {}
         #: world size -> the thread starting (and warming up) its ranks
         self._starting: dict[int, threading.Thread] = {}
@@ -671,7 +682,7 @@ class RankPools:
 
         self._started(world_size)
         if world_size not in self._pools:
-            self._pools[world_size] = RankPool(world_size, modules=self._modules)
+            self._pools[world_size] = RankPool(world_size, modules=self._modules, link=self.link)
         return self._pools[world_size]
 
     def close(self) -> None:
@@ -729,6 +740,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         lines.append(f"expectations   vLLM {release} (the bake's release: {state.bake.release})")
     for defect_id, count in sorted(state.known.items()):
         lines.append(f"known defect   {defect_id}: {count} tests")
+    if state.link is not None:
+        lines += [f"node           {line}" for line in state.link.summary()]
+        if state.link.lost:
+            lines.append(f"lost           {state.link.lost}")
     for world, failure in sorted(state.pools.warmup_failures.items()):
         lines.append(
             f"rank warm-up   world {world} failed (its tests ran on fresh ranks): {failure}"
