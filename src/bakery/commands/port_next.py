@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,10 @@ from bakery.context import Context
 from bakery.errors import BakeryError, UsageError
 from bakery.logs import muted
 from bakery.model.identity import Identity
+from bakery.outputs import replace_bytes
 from bakery.patch.series import Series, load_series
+from bakery.porting.update import regular_port
+from bakery.safety import paths
 from bakery.sources import identity as identities
 from bakery.sources import resolve as sources
 from bakery.sources.pristine import Pristine
@@ -199,6 +203,7 @@ def promote(
     nxt = next_dir(series, home)
     if not (nxt / PROVEN_ON).is_file():
         raise UsageError(f"{display_path(nxt)}: no port of an unreleased tree to promote")
+    regular_port(nxt, home)  # PROVENANCE.md is written: never through a link
     dest = home / "patches" / series.name / version
     if dest.exists():
         raise UsageError(f"{display_path(dest)} exists: a release's port is never replaced")
@@ -260,6 +265,8 @@ def _reprove(
 
 def _move(nxt: Path, dest: Path, line: str) -> None:
     note = nxt / "PROVENANCE.md"
-    if note.is_file():
-        note.write_text(note.read_text() + line)
+    if os.path.lexists(note):
+        paths.regular_file(note, "--promote")
+        # the one temp-file writer: a link planted at the name since is replaced, not followed
+        replace_bytes(note, note.read_bytes() + line.encode())
     nxt.rename(dest)

@@ -41,6 +41,7 @@ from bakery.model.report import MANIFEST
 from bakery.patch import provenance
 from bakery.patch.series import Series, load_series
 from bakery.porting.refresh import Change, render_port
+from bakery.safety import paths
 from bakery.sources.pristine import Pristine
 from bakery.sources.resolve import release
 from bakery.verifying import plan as plans
@@ -258,12 +259,37 @@ def _one(
         return res
     _log.info(f"Carrying the series' change into {rel}", extra={"event": "port"})
     scratch = (out_root / f"{series.name}-{port_dir.name}-update").absolute()
+    try:
+        regular_port(port_dir, ctx.home)
+    except BakeryError as e:
+        res.state, res.why = "cannot", e.message
+        return res
     _clear(scratch)
     try:
         _carry_into(ctx, series, spec, port_dir, record, scratch, res, interpret, write)
     except BakeryError as e:
         res.state, res.why = "cannot", e.message
     return res
+
+
+def regular_port(port_dir: Path, home: Path) -> None:
+    """Refuse a port that is not a folder of regular files inside the project: ``--update``
+    copies its other files into the new port and ``--promote`` writes its PROVENANCE.md, so
+    a link there (a NOTES.md naming a user's secret) would become a copy of what it names,
+    ready to commit, or a write outside the project; a subfolder would be dropped."""
+    if port_dir.is_symlink() or not port_dir.resolve().is_relative_to(home.resolve()):
+        raise paths.UnsafeDataError(
+            f"{display_path(port_dir)} is a link out of the project's patches/; bakery "
+            "copies and writes only regular files inside the project"
+        )
+    for f in sorted(port_dir.iterdir()):
+        try:
+            paths.regular_file(f, display_path(port_dir) or str(port_dir))
+        except paths.UnsafeDataError as e:
+            raise paths.UnsafeDataError(
+                f"{e.message}; a port holds only regular files (bakery copies and writes "
+                "nothing else): replace it with the file, or move it out of the port"
+            ) from None
 
 
 def _clear(scratch: Path) -> None:
@@ -404,8 +430,9 @@ def _replace(port_dir: Path, new_dir: Path) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".{port_dir.name}.update-", dir=port_dir.parent))
     try:
         for f in port_dir.iterdir():
-            if f.is_file() and f.suffix not in (".diff", ".patch") and f.name != provenance.FILE:
-                shutil.copy2(f, staging / f.name)
+            paths.regular_file(f, str(display_path(port_dir)))  # checked before; again here
+            if f.suffix not in (".diff", ".patch") and f.name != provenance.FILE:
+                shutil.copy2(f, staging / f.name, follow_symlinks=False)
         for f in new_dir.iterdir():
             shutil.copyfile(f, staging / f.name)
         old = port_dir.with_name(f".{port_dir.name}.old-{os.getpid()}")
