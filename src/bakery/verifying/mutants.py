@@ -18,6 +18,7 @@ tests state, and a generic tool would mutate vLLM's whole file.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fnmatch
 import json
 import os
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bakery.errors import BakeryError
+from bakery.verifying import plan as plans
+from bakery.verifying.plan import VerifyPlan
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -100,11 +103,25 @@ def _first_failure(junit: Path) -> str:
     return "a test failed"
 
 
-def run_one(series_dir: Path, tree: Path, rel: str, mutant: Mutant, jobs: int) -> Outcome:
+def plan_for(series_dir: Path, tree: Path, jobs: int) -> VerifyPlan:
+    """The plan of the mutants' runs, made once on the baked tree (its test environment
+    is the series' own): each mutant's run is this plan on its scratch tree."""
     from bakery.patch.series import load_series
-    from bakery.verifying import plan as plans
+
+    options = plans.VerifyOptions(
+        interpret=True,
+        pytest_args=("-q", "-x"),
+        jobs=jobs,
+        reuse=plans.Reuse.OFF,  # a kill is a run, never a record
+    )
+    series = load_series(str(series_dir), series_dir.parent.parent)
+    return plans.for_series(series, tree, options)
+
+
+def run_one(baked: VerifyPlan, rel: str, mutant: Mutant) -> Outcome:
     from bakery.verifying.runner import run_verify
 
+    tree = baked.tree
     text = (tree / rel).read_text()
     if text.count(mutant.old) != 1:
         return Outcome(mutant, "not-applicable", f"{mutant.old!r} is not in this release's file")
@@ -112,16 +129,8 @@ def run_one(series_dir: Path, tree: Path, rel: str, mutant: Mutant, jobs: int) -
     with tempfile.TemporaryDirectory(prefix=f".mutant-{mutant.name}-", dir=tree.parent) as tmp:
         scratch = _scratch_tree(tree, rel, text.replace(mutant.old, mutant.new), Path(tmp) / "t")
         junit = Path(tmp) / "junit.xml"
-        options = plans.VerifyOptions(
-            interpret=True,
-            pytest_args=("-q", "-x"),
-            junit=junit,
-            log=Path(tmp) / "log.txt",
-            jobs=jobs,
-            reuse=plans.Reuse.OFF,  # a kill is a run, never a record
-        )
-        series = load_series(str(series_dir), series_dir.parent.parent)
-        result = run_verify(plans.for_series(series, scratch, options))
+        plan = dataclasses.replace(baked, tree=scratch, junit=junit, log=Path(tmp) / "log.txt")
+        result = run_verify(plan)
         if result.exit_code != 0:
             first = _first_failure(junit)
             if mutant.killed_by and not fnmatch.fnmatchcase(first, mutant.killed_by):
@@ -140,10 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rel, mutants = load(args.series)
     outcomes = []
+    baked = plan_for(args.series.resolve(), args.tree.resolve(), args.jobs)
     for mutant in mutants:
         if args.only and mutant.name not in args.only:
             continue
-        outcome = run_one(args.series.resolve(), args.tree.resolve(), rel, mutant, args.jobs)
+        outcome = run_one(baked, rel, mutant)
         outcomes.append(outcome)
         print(f"{outcome.state:15} {mutant.name}: {outcome.detail}", flush=True)
     ran = [o for o in outcomes if o.state != "not-applicable"]
