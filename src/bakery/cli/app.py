@@ -938,8 +938,10 @@ def _promote(series: str, version: str, interpret: bool, out: Path, json_file: P
 
 def _add_subcommands() -> None:
     from bakery.cli.cache import cache_app
+    from bakery.cli.ci import ci_app
 
     app.add_typer(cache_app)
+    app.add_typer(ci_app)
 
 
 _add_subcommands()
