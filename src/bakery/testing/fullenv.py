@@ -41,14 +41,15 @@ What the build may run, and what is checked before the environment's interpreter
   every link and its target (the venv's ``bin/python``), and every file's size and
   sha256, sealed by :mod:`bakery.safety.seal` (an HMAC under the user's key, kept
   outside the cache; the installer compiles the byte code, so that running the tests
-  writes nothing new there). Before each use the marker's seal is checked and the folder is walked (never following a link):
-  the folder itself may not be a link, nothing may be added (a ``.pth`` file or a
-  ``__pycache__`` entry the installer did not write), removed, or turned into a link, a
-  link may not point elsewhere, and a file whose size, inode or ctime changed since it
-  was hashed (a write or a replacement changes its ctime, which the user cannot set) is
-  hashed again and must match; ``.pth`` files and ``pyvenv.cfg`` are hashed every time.
-  An environment that fails is removed (a link itself, never what it names) and built
-  again, and bakery says why once (a warning).
+  writes nothing new there). Before each use the marker's seal is checked and the
+  folder is walked (never following a link): the folder itself may not be a link;
+  nothing may be added (a ``.pth`` file or a ``__pycache__`` entry the installer did
+  not write), removed, or turned into a link; a link may not point elsewhere; and a
+  file whose size, inode or ctime changed since it was hashed (a write or a
+  replacement changes its ctime, which the user cannot set) is hashed again and must
+  match. ``.pth`` files and ``pyvenv.cfg`` are hashed every time. An environment that
+  fails is removed (a link itself, never what it names) and built again, and bakery
+  says why once (a warning).
 """
 
 from __future__ import annotations
@@ -156,7 +157,7 @@ def _read_lines(tree: Path, path: Path, seen: set[Path]) -> list[tuple[str, str]
     if path in seen:
         return []
     seen.add(path)
-    shown = path.relative_to(tree).as_posix()
+    shown = str(path)  # the tree is absolute: the message says which tree
     _regular_in_tree(tree, path, shown)
     try:
         data = cachepolicy.read_bytes(path, MAX_REQUIREMENTS, "requirements file")
