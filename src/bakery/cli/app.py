@@ -495,8 +495,13 @@ def matrix(
         typer.Option("--jobs", "-j", min=1, metavar="N", help="Parallel workers (default: 2)."),
     ] = 2,
     out: Annotated[
-        Path, typer.Option("--out", metavar="DIR", help="Where the baked trees go.")
-    ] = Path("build/matrix"),
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="DIR",
+            help="Where the baked trees go (default: the project's build/matrix).",
+        ),
+    ] = None,
     json_file: JsonOpt = None,
     markdown: Annotated[
         Path | None,
@@ -542,7 +547,7 @@ def matrix(
         str(s.path),
         versions,
         mx.MatrixOptions(
-            out_root=out.absolute(),
+            out_root=(out if out is not None else _context().home / "build" / "matrix").absolute(),
             jobs=jobs,
             verify=do_verify,
             interpret=bool(interpret),
@@ -790,8 +795,13 @@ def port(
         typer.Option("--lines-only", help="Merge by lines only, never by syntax (for comparison)."),
     ] = False,
     out: Annotated[
-        Path, typer.Option("--out", metavar="DIR", help="Scratch folder for candidate trees.")
-    ] = Path("build/port"),
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="DIR",
+            help="Scratch folder for candidate trees (default: the project's build/port).",
+        ),
+    ] = None,
     json_file: JsonOpt = None,
 ) -> None:
     """Propose a port of the series to a release: every start tried, merged by lines
@@ -826,7 +836,7 @@ def port(
 def _port_update(
     series: str,
     vllm: str | None,
-    out: Path,
+    out: Path | None,
     interpret: bool,
     dry_run: bool,
     json_file: Path | None,
@@ -892,8 +902,13 @@ def bisect(
         typer.Option("--interpret/--gpu", help="Verify on the CPU (Triton interpreter) or a GPU."),
     ] = True,
     out: Annotated[
-        Path, typer.Option("--out", metavar="DIR", help="Scratch folder for the bakes.")
-    ] = Path("build/bisect"),
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="DIR",
+            help="Scratch folder for the bakes (default: the project's build/bisect).",
+        ),
+    ] = None,
     json_file: JsonOpt = None,
 ) -> None:
     """Name the first upstream commit (first-parent, from --good to --bad) that breaks
@@ -918,7 +933,9 @@ def bisect(
     raise typer.Exit(code=0 if result.ok else 1)
 
 
-def _promote(series: str, version: str, interpret: bool, out: Path, json_file: Path | None) -> None:
+def _promote(
+    series: str, version: str, interpret: bool, out: Path | None, json_file: Path | None
+) -> None:
     from bakery.commands.port_next import promote
 
     done = promote(_context(), series, version, interpret=interpret, out_root=out)

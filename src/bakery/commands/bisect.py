@@ -165,7 +165,7 @@ def bisect(
     bad: str,
     verify: bool = False,
     interpret: bool = True,
-    out_root: Path = Path("build/bisect"),
+    out_root: Path | None = None,
 ) -> BisectResult:
     from bakery.sources.gitsource import mirror_commit, split_spec
 
@@ -182,6 +182,7 @@ def bisect(
     commits = _first_parent(mirror, good_c, bad_c)
     if not commits or commits[-1][0] != bad_c:
         raise UsageError(f"--bad {bad} is not a first-parent descendant of --good {good}")
+    out_root = out_root if out_root is not None else ctx.home / "build" / "bisect"
     scratch = (out_root / series.name).absolute()
     scratch.mkdir(parents=True, exist_ok=True)
     run = _Run(series_spec, url, scratch, verify, interpret, replace(ctx, progress=None))

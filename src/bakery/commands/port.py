@@ -50,7 +50,7 @@ def port(
     series_spec: str,
     *,
     vllm: str,
-    out_root: Path = Path("build/port"),
+    out_root: Path | None = None,
     interpret: bool = True,
     upstream: Path | None = None,
     previous: str | None = None,
@@ -58,6 +58,7 @@ def port(
     syntax: bool = True,
 ) -> PortResult:
     home, cache = ctx.home, ctx.cache
+    out_root = out_root if out_root is not None else ctx.home / "build" / "port"
     series = load_series(series_spec, home)
     series.require_diffs()
     if not sources.is_version(vllm):  # a tree that is no release: patches/SERIES/next/

@@ -192,7 +192,7 @@ def promote(
     version: str,
     *,
     interpret: bool = True,
-    out_root: Path = Path("build/port"),
+    out_root: Path | None = None,
 ) -> Promoted:
     """next/ to the release's own port: as it is where the release's package files are the
     ones it was proven on, else only once baked and verified on the release."""
@@ -200,6 +200,7 @@ def promote(
     series = load_series(series_spec, home)
     if not sources.is_version(version):
         raise UsageError(f"--promote {version!r}: not a release version")
+    out_root = out_root if out_root is not None else home / "build" / "port"
     nxt = next_dir(series, home)
     if not (nxt / PROVEN_ON).is_file():
         raise UsageError(f"{display_path(nxt)}: no port of an unreleased tree to promote")

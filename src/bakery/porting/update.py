@@ -224,11 +224,12 @@ def update(
     series_spec: str,
     *,
     vllm: str | None = None,
-    out_root: Path = Path("build/port"),
+    out_root: Path | None = None,
     interpret: bool = True,
     write: bool = True,
 ) -> UpdateResult:
     home = ctx.home
+    out_root = out_root if out_root is not None else home / "build" / "port"
     series = load_series(series_spec, home)
     if not series.base:
         raise UsageError(f"series {series.name} names no base release: nothing to update from")
