@@ -12,11 +12,8 @@ never built: the build fails in one line, and the file is never made.
 from __future__ import annotations
 
 import base64
-import hashlib
 import io
-import subprocess
 import tarfile
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,31 +23,11 @@ import pytest
 from bakery.errors import VerifyError
 from bakery.sources.cache import Cache
 from bakery.testing import fullenv
+from tests.support.archives import pure_wheel
 from tests.support.index import Server, serve
 from tests.support.trees import write_files
 
 USER, SECRET = "builder", "S3cretPW-in-pipconf"
-
-
-def wheel(name: str, version: str, code: str) -> tuple[str, bytes]:
-    """A pure-Python wheel of one module, its RECORD complete."""
-    dist = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": code.encode(),
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-        b"Tag: py3-none-any\n",
-    }
-    record = ""
-    for rel, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record += f"{rel},sha256={digest},{len(data)}\n"
-    files[f"{dist}/RECORD"] = (record + f"{dist}/RECORD,,\n").encode()
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        for rel, data in files.items():
-            zf.writestr(rel, data)
-    return f"{name}-{version}-py3-none-any.whl", buf.getvalue()
 
 
 def hostile_sdist(name: str, version: str, marker: Path) -> tuple[str, bytes]:
@@ -94,22 +71,25 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
 
 @pytest.fixture
 def argvs(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """The argv of every child fullenv starts (the real subprocess.run runs it)."""
+    """The argv of every child fullenv starts (through bakery.process, the one door; the
+    real door starts it)."""
+    from bakery import process
+
     seen: list[list[str]] = []
-    real = subprocess.run
+    real = process.start
 
     def spy(command: Any, *args: Any, **kwargs: Any) -> Any:
         seen.append([str(c) for c in command])
         return real(command, *args, **kwargs)
 
-    monkeypatch.setattr(fullenv.subprocess, "run", spy)
+    monkeypatch.setattr(process, "start", spy)
     return seen
 
 
 def test_the_password_reaches_the_index_but_no_argv(
     tmp_path: Path, site: Server, argvs: list[list[str]]
 ) -> None:
-    name, data = wheel("bakery_test_ok", "1.0", "VALUE = 1\n")
+    name, data = pure_wheel("bakery_test_ok", "1.0", "VALUE = 1\n")
     site.index([site.add(name, data)], project="bakery-test-ok")
     tree = write_files(tmp_path / "tree", {"requirements/common.txt": "bakery-test-ok\n"})
     found = fullenv.ensure(tree, cpu=False, cache=Cache(tmp_path / "cache"))

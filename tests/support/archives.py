@@ -107,3 +107,22 @@ def pip_install_wheel(path: Path, target: Path, platform_tag: str) -> None:
         check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+
+
+def pure_wheel(name: str, version: str, code: str) -> tuple[str, bytes]:
+    """(file name, bytes) of a pure-Python wheel of one package ``name`` whose
+    ``__init__.py`` is code, its RECORD complete: what a test index serves to pip."""
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": code.encode(),
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
+    record = "".join(f"{rel},{record_hash(data)},{len(data)}\n" for rel, data in files.items())
+    files[f"{dist}/RECORD"] = (record + f"{dist}/RECORD,,\n").encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for rel, data in files.items():
+            zf.writestr(rel, data)
+    return f"{name}-{version}-py3-none-any.whl", buf.getvalue()
