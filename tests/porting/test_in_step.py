@@ -135,14 +135,30 @@ def test_a_fix_to_the_series_reaches_the_port(project: tuple[Path, Index]) -> No
     _fix_02_on_the_base(home, FIXED_TAIL, FIX_TEST)
     _commit(home, "fix 02: size counts distinct items")
 
-    # the port is stale, and every report says so
+    # the port is stale, and every report says so; apply and check carry the series'
+    # fix onto it (issue 45: never the old series, silently), unverified, the port left
+    before = {p.name: p.read_bytes() for p in port.iterdir()}
     applied = _cli("apply", "s", "--vllm", "1.1.0", "--json", "apply.json")
     assert applied.exit_code == 0, applied.output
-    stale = json.loads(Path("apply.json").read_text())["port_stale"]
+    report = json.loads(Path("apply.json").read_text())
+    stale = report["port_stale"]
     assert len(stale) == 1 and stale[0].startswith("port stale: made from 02-rev.diff @ ")
     assert ", the series now has " in stale[0]
     assert "port stale: made from 02-rev.diff" in applied.output
-    assert "return len(set(xs))" not in (home / "build" / "s-1.1.0" / K).read_text()
+    assert (
+        report["port"] == "patches/s/1.1.0" and "carried onto the stale port" in report["carried"]
+    )
+    assert report["proof"]["state"] == "unverified"
+    assert "unverified: " in applied.output and "run `bakery verify s`" in applied.output
+    baked_k = (home / "build" / "s-1.1.0" / K).read_text()
+    assert "return len(set(xs))" in baked_k  # the fix, carried
+    assert "def pick(xs, k, key=None, *, rev=False):" in baked_k  # the port's own merge
+    assert {p.name: p.read_bytes() for p in port.iterdir()} == before
+    checked = _cli("check", "s", "--vllm", "1.1.0", "--json", "check.json")
+    assert checked.exit_code == 0, checked.output
+    assert json.loads(Path("check.json").read_text())["proof"]["state"] == "unverified"
+    assert "carried onto the stale port" in checked.output
+    # --up-to-date and --strict keep their meaning: the committed port is stale
     checked = _cli("check", "s", "--vllm", "1.1.0", "--up-to-date")
     assert checked.exit_code == 1
     assert "port stale: made from 02-rev.diff" in checked.output
@@ -209,6 +225,14 @@ def test_a_fix_that_conflicts_with_the_port_leaves_a_tree_and_writes_nothing(
     assert "02-rev.diff: vllm/k.py:" in res.output
     assert {p.name: p.read_bytes() for p in port.iterdir()} == before  # nothing written
     assert _cli("check", "s", "--vllm", "1.1.0", "--up-to-date").exit_code == 1
+    # apply and check never bake the stale port as it is: exit 1, and the next command
+    for cmd in ("apply", "check"):
+        stopped = _cli(cmd, "s", "--vllm", "1.1.0", "--json", f"{cmd}.json")
+        assert stopped.exit_code == 1, stopped.output
+        assert "does not merge into it (02-rev.diff: vllm/k.py)" in stopped.output
+        assert "bakery port s --update --vllm 1.1.0" in stopped.output
+        assert json.loads(Path(f"{cmd}.json").read_text())["status"] == "error"
+    assert not (home / "build" / "s-1.1.0").exists()
 
 
 def test_a_port_without_a_record_is_said(project: tuple[Path, Index]) -> None:

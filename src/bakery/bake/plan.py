@@ -3,6 +3,7 @@ byte is written: ``check`` and a conflicting ``apply`` never copy the tree."""
 
 from __future__ import annotations
 
+import json
 import logging
 import stat
 from dataclasses import dataclass, field
@@ -249,6 +250,11 @@ def _notes(d: Diff, strip: int) -> list[str]:
     return notes
 
 
+#: In a carried port's folder (porting.update.carry writes it): the stale port it was
+#: carried from, and why that port was stale.
+CARRIED = "CARRIED.json"
+
+
 def _stale(series: Series) -> list[str]:
     """Why the port is out of step with the series (none without a port); provenance is
     imported only for a port, not on every bake of a release the series fits."""
@@ -257,6 +263,21 @@ def _stale(series: Series) -> list[str]:
     from bakery.patch import provenance
 
     return provenance.stale_lines(series.path, series.port)
+
+
+def _carried(series: Series) -> tuple[str, list[str]] | None:
+    """(the stale port, why it was stale) where the port in use is a carried one."""
+    if series.port is None:
+        return None
+    marker = series.port / CARRIED
+    try:
+        data = json.loads(marker.read_text(encoding="utf-8")) if marker.is_file() else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("port"), str):
+        return None
+    stale = data.get("stale")
+    return data["port"], [str(x) for x in stale] if isinstance(stale, list) else []
 
 
 def _contract_conflicts(report: BakeReport) -> None:
@@ -310,6 +331,13 @@ def plan(
         port_stale=_stale(series),
         layout={"strip": strip, "root": root, "detected": detected},
     )
+    carried = _carried(series)
+    if carried is not None:  # the stale port is what the bake stands for; it says so
+        report.port, report.port_stale = carried
+        report.carried = (
+            f"the series' change carried onto the stale port {carried[0]} (as `bakery port "
+            f"{series.name} --update` carries it)"
+        )
     if detected:
         _log.info(
             f"strip {strip}, root {root or '.'!r} (no series.toml setting)",

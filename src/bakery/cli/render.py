@@ -210,7 +210,8 @@ def _proof(report: BakeReport) -> str:
         return ""
     if proof.state == "unverified":
         merged = proof.reason.partition(";")[0]
-        line = f"unverified: {merged}; run `bakery verify {report.series_name}`"
+        carried = f"; {report.carried}" if report.carried else ""
+        line = f"unverified: {merged}{carried}; run `bakery verify {report.series_name}`"
     else:
         line = f"{proof.state}: {proof.reason}"
     color = {"verified": "green", "failed": "red"}.get(proof.state, "yellow")

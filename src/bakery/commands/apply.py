@@ -40,6 +40,8 @@ class BakeOptions:
     use_port: bool = True
     merge: bool = True
     with_fixes: bool = False
+    #: a stale port: carry the series' change onto it (issue 45), else stop with exit 1
+    carry_stale: bool = True
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,21 @@ def port_dir(series: Series, version: str | None, home: Path | None = None) -> P
     return d if (d / "").is_dir() and any(d.glob("*.diff")) else None
 
 
+def in_step(ctx: Context, series: Series, port: Path) -> Path:
+    """The port to bake from: ``port`` where it is in step with the series (or has no
+    record to tell: a warning says so), else the port with the series' change carried
+    onto it (porting.update.carry; the bake is then reported as carried, unverified), or
+    StalePort (exit 1, the next command) where the change does not merge."""
+    from bakery.patch import provenance
+
+    record = provenance.read(port)
+    if record is None or not provenance.stale_lines(series.path, port, record):
+        return port
+    from bakery.porting.update import carry
+
+    return carry(ctx, series, port)
+
+
 def _prepare(
     ctx: Context, series_spec: str, opts: BakeOptions, *, defer_check: bool = False
 ) -> tuple[Series, Pristine]:
@@ -92,6 +109,8 @@ def _prepare(
         claimed = pristine.version or pristine.identity.claims
         port = port_dir(series, claimed, ctx.home) if opts.use_port else None
         if port is not None:
+            if opts.carry_stale:
+                port = in_step(ctx, series, port)
             series.use_port(port)
             if not pristine.identity.pristine:
                 _log.info(foreign_port_line(pristine.identity, port), extra={"event": "identity"})

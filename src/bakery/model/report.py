@@ -55,7 +55,7 @@ def bake_proof(report: BakeReport) -> Proof | None:
     else ``unverified``, with the hunks that were not applied as written counted."""
     if report.status not in ("baked", "checked"):
         return None
-    if report.port_stale:
+    if report.port_stale and not report.carried:
         return Proof("stale", f"{report.port}: {report.port_stale[0]}")
     merged = sum(
         1
@@ -64,7 +64,8 @@ def bake_proof(report: BakeReport) -> Proof | None:
         for h in f.hunks
         if h.status.value in ("merged", "merged-syntax")
     )
-    return Proof("unverified", f"{merged} hunks merged; not yet tested")
+    carried = f"; {report.carried}" if report.carried else ""
+    return Proof("unverified", f"{merged} hunks merged; not yet tested{carried}")
 
 
 @dataclass
@@ -160,6 +161,8 @@ class BakeReport:
     identity: Identity | None = None
     #: What is known of the tree's content (None: a bake that did not apply)
     proof: Proof | None = None
+    #: where the port was stale and the series' change was carried onto it: how
+    carried: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -188,6 +191,7 @@ class BakeReport:
             "vllm": self._vllm(),
             "port": self.port,
             "port_stale": self.port_stale,
+            "carried": self.carried,
             "out": self.out,
             "failed_out": self.failed_out,
             "layout": self.layout,

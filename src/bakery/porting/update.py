@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bakery.bake.merge import merge_file
-from bakery.bake.plan import Plan, plan
+from bakery.bake.plan import CARRIED, Plan, plan
 from bakery.bake.staging import display_path
 from bakery.bake.tree import bake, failed_state
 from bakery.context import Context
@@ -358,6 +358,44 @@ def _carry_sides(
     base: Pristine,
     target: Pristine,
 ) -> None:
+    merged = _merged(series, spec, port_dir, record, home, scratch, base, target)
+    if merged.conflicts:
+        _leave_conflicts(series, merged.port, target, scratch, merged.names, merged.conflicts, res)
+        return
+    new_dir = _write_port(series, home, scratch / "port", merged)
+    res.verify = _prove(series, spec, home, new_dir, target, scratch, interpret)
+    if not res.verify.startswith("passed"):
+        res.state = "failed"
+        return
+    res.state = "carried"
+    if write:
+        _replace(port_dir, new_dir)
+        res.state = "written"
+
+
+@dataclass
+class _Merged:
+    """The series' change merged into a port, diff by diff: the new port's changes, or
+    the conflicts."""
+
+    port: Series
+    names: list[str]
+    per_diff: list[list[Change]]
+    conflicts: list[tuple[int, str, bytes]]
+    strip: int
+    root: str
+
+
+def _merged(
+    series: Series,
+    spec: str,
+    port_dir: Path,
+    record: provenance.Record,
+    home: Path,
+    scratch: Path,
+    base: Pristine,
+    target: Pristine,
+) -> _Merged:
     old = _old_series(series, record, home, scratch)
     port = load_series(spec, home)
     port.use_port(port_dir)
@@ -371,28 +409,69 @@ def _carry_sides(
     old_s, new_s, port_s = (
         _aligned(names, o, _states(pl)) for o, pl in zip(own, plans, strict=True)
     )
-    sides = _Sides(names, old_s, new_s, port_s, base, target)
-    per_diff, conflicts = _carry(sides)
+    per_diff, conflicts = _carry(_Sides(names, old_s, new_s, port_s, base, target))
     layout = plans[1].report.layout
     strip, root = int(layout["strip"]), str(layout["root"])  # type: ignore[call-overload]
-    if conflicts:
-        _leave_conflicts(series, port, target, scratch, names, conflicts, res)
-        return
-    texts = render_port(series, home, strip, root, per_diff)
-    new_dir = scratch / "port"
+    return _Merged(port, names, per_diff, conflicts, strip, root)
+
+
+def _write_port(series: Series, home: Path, new_dir: Path, merged: _Merged) -> Path:
+    """The merged port's diffs and its record (made from the current series)."""
+    texts = render_port(series, home, merged.strip, merged.root, merged.per_diff)
     new_dir.mkdir()
-    for name, text in zip(names, texts, strict=True):
+    for name, text in zip(merged.names, texts, strict=True):
         if text:
             (new_dir / name).write_bytes(text)
     provenance.write(new_dir, provenance.of_series(series.path, "update"))
-    res.verify = _prove(series, spec, home, new_dir, target, scratch, interpret)
-    if not res.verify.startswith("passed"):
-        res.state = "failed"
-        return
-    res.state = "carried"
-    if write:
-        _replace(port_dir, new_dir)
-        res.state = "written"
+    return new_dir
+
+
+class StalePort(BakeryError):
+    """A stale port whose series change does not merge: the bake stops (exit 1) and says
+    the next command."""
+
+    exit_code = 1
+
+
+def carry(ctx: Context, series: Series, port_dir: Path) -> Path:
+    """The stale port ``port_dir`` with the series' change carried into it (the interdiff,
+    merged by lines then by syntax, as ``port --update`` merges it), written, unproven,
+    into ``build/port/SERIES-X-carry/port/`` for ``apply``, ``check``, ``wheel`` and
+    ``sdist`` to bake from (issue 45: a stale port is never used silently). The port in
+    ``patches/`` is left as it is. Where the change does not merge, or cannot be computed,
+    :class:`StalePort` names the next command."""
+    spec = str(series.path)
+    record = provenance.read(port_dir)
+    stale = provenance.stale_lines(series.path, port_dir, record)
+    rel = display_path(port_dir)
+    next_step = (
+        f"run `bakery port {series.name} --update --vllm {port_dir.name}` (it proves the "
+        "carried port, or leaves the conflicts to resolve)"
+    )
+    if record is None:
+        raise StalePort(f"{rel}: {stale[0]}; its series change cannot be carried: {next_step}")
+    scratch = (ctx.home / "build" / "port" / f"{series.name}-{port_dir.name}-carry").absolute()
+    shutil.rmtree(scratch, ignore_errors=True)  # bakery's own scratch, remade whole
+    scratch.mkdir(parents=True)
+    _log.info(f"Carrying the series' change into the stale port {rel}", extra={"event": "port"})
+    base = release(str(series.base), ctx.cache)
+    target = release(port_dir.name, ctx.cache)
+    try:
+        merged = _merged(series, spec, port_dir, record, ctx.home, scratch, base, target)
+    except BakeryError as e:
+        raise StalePort(f"{rel} is stale and {e.message}: {next_step}") from None
+    finally:
+        base.close()
+        target.close()
+    if merged.conflicts:
+        k, path, _ = merged.conflicts[0]
+        raise StalePort(
+            f"{rel} is stale ({stale[0]}) and the series' change does not merge into it "
+            f"({merged.names[k]}: {path}): {next_step}"
+        )
+    new_dir = _write_port(series, ctx.home, scratch / "port", merged)
+    (new_dir / CARRIED).write_text(json.dumps({"port": str(rel), "stale": stale}, indent=1) + "\n")
+    return new_dir
 
 
 def _prove(
