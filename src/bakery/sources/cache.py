@@ -10,13 +10,23 @@ Layout under the user's cache folder (``BAKERY_CACHE_DIR`` overrides it)::
     trees/KEY/        an extracted tree whose .git holds the pristine commit: one pack of
                       stored (uncompressed) objects and an index with the files' stat data,
                       written by unpack.py in the pass that extracts the files
-    trees/KEY.json    written last: the entry is complete (source, sha256, commit, format)
+    trees/KEY.json    written last: the entry is complete (source, sha256, commit, format,
+                      the file list made at extraction, and its seal)
 
 Every entry (a release: its tree, marker and sdist; a git tree; a git mirror) has the lock
 of its key, held while it is built, read or removed (``bakery cache clean``, see
 housekeeping.py); the marker's mtime (a mirror's own) is the time it was last used.
 
 Entries are built in a temporary folder beside their final place and renamed into it.
+A tree's marker holds its *file list*, made at extraction (from the sdist whose sha256 the
+index stated, or a ``git archive``): the sha256 of every file of the tree, a link's
+target, every file under ``.git/objects`` (the pristine commit and its files) and the
+index's entries (path, mode, object). The marker is sealed (:mod:`bakery.safety.seal`:
+an HMAC under the user's key, kept outside the cache), and before a cached tree is used
+the seal is checked and the tree hashed again against the list: a tree whose files,
+objects or commit were changed and committed in its own ``.git``, with its marker
+rewritten to match, is not this machine's extraction, and is extracted again. (``git
+status`` alone cannot tell: it trusts the index's stat data, which the cache also holds.)
 A damaged entry (files changed since extraction: ``git status`` is not clean, or its
 HEAD is not the recorded commit, or its ``.git`` holds configuration or hooks bakery did
 not write: a cache restored from another CI run is not trusted) is removed and built
@@ -27,13 +37,16 @@ pristine commit on every machine).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
 import shutil
+import struct
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,11 +57,14 @@ from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
 from bakery.git import repo as gitrepo
 from bakery.outputs import replace_bytes
-from bakery.safety import cachepolicy, paths
+from bakery.safety import cachepolicy, paths, seal
 
-#: The way entries are built. 2: unpack.py (every file of the archive in the commit, one
-#: pack); 1 was `git add` (files the archive's .gitignore names were left out).
-FORMAT = "2"
+#: The way entries are built. 3: the marker holds the sealed file list; 2: unpack.py
+#: (every file of the archive in the commit, one pack); 1 was `git add` (files the
+#: archive's .gitignore names were left out).
+FORMAT = "3"
+#: The seal's kind of a tree's marker.
+SEAL_KIND = "pristine-tree"
 
 _README = """This folder is bakery's cache of vLLM source distributions and pristine trees.
 It is safe to delete; bakery downloads and extracts again what it needs.
@@ -78,6 +94,91 @@ class Entry:
     meta: dict[str, str]
     #: tree_entry(defer=True): the ``git status`` still running; see Cache.confirm.
     check: gitutil.Pending | None = None
+    #: tree_entry(defer=True): the file list's check still running; see Cache.confirm.
+    files: _Background | None = None
+
+
+class _Background:
+    """A check running in a thread while the bake copies the tree (hashing releases the
+    GIL); result() waits for it. A bake that fails first leaves it to finish alone."""
+
+    def __init__(self, check: Callable[[], bool]) -> None:
+        self._ok = False
+        self._thread = threading.Thread(target=self._run, args=(check,), daemon=True)
+        self._thread.start()
+
+    def _run(self, check: Callable[[], bool]) -> None:
+        try:
+            self._ok = check()
+        except Exception:  # any failure to hash is a tree not as listed
+            self._ok = False
+
+    def result(self) -> bool:
+        self._thread.join()
+        return self._ok
+
+
+def _walk(root: Path, rel_dir: str, out: dict[str, str], *, skip_git: bool) -> None:
+    """Every entry under root/rel_dir into out (see file_list), never following a link
+    and never opening anything but a regular file."""
+    with os.scandir(root / rel_dir if rel_dir else root) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for entry in entries:
+        rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+        if entry.is_symlink():
+            out[rel] = "link:" + os.readlink(entry.path)
+        elif entry.is_dir(follow_symlinks=False):
+            if not (skip_git and rel == ".git"):
+                out[rel + "/"] = "dir"
+                _walk(root, rel, out, skip_git=skip_git)
+        elif entry.is_file(follow_symlinks=False):
+            out[rel] = cachepolicy.sha256(Path(entry.path), what="cached tree file")
+        else:
+            out[rel] = "special"
+
+
+def _index_entries(index: Path) -> str:
+    """sha256 over the (path, mode, object id) of every entry of a git index (version 2
+    or 3): what a bake's commit takes from it; its stat data may change (``git status``
+    refreshes it) and is left out."""
+    data = cachepolicy.read_bytes(index, what="cached tree index")
+    if len(data) < 32 or data[:4] != b"DIRC":
+        raise ValueError("not a git index")
+    version, count = struct.unpack_from(">II", data, 4)
+    if version not in (2, 3):
+        raise ValueError(f"git index version {version}")
+    h = hashlib.sha256()
+    off = 12
+    for _ in range(count):
+        mode = int.from_bytes(data[off + 24 : off + 28], "big")
+        oid = data[off + 40 : off + 60]
+        flags = int.from_bytes(data[off + 60 : off + 62], "big")
+        name = off + 62 + (2 if flags & 0x4000 else 0)
+        nul = data.index(0, name)
+        h.update(data[name:nul] + b"\0" + f"{mode:o}".encode() + b"\0" + oid)
+        off = (nul + 8 - off) // 8 * 8 + off
+    return h.hexdigest()
+
+
+def file_list(tree: Path) -> dict[str, str]:
+    """The file list of a tree (see the module docstring): relative path -> the sha256
+    of a file, ``link:TARGET``, ``dir`` (a folder's path ends in ``/``) or ``special``;
+    ``.git/objects`` likewise, and ``.git/index`` as :func:`_index_entries`."""
+    out: dict[str, str] = {}
+    _walk(tree, "", out, skip_git=True)
+    git = tree / ".git"
+    if cachepolicy.is_real_dir(git / "objects"):
+        _walk(tree, ".git/objects", out, skip_git=False)
+    if cachepolicy.regular(git / "index") is not None:
+        out[".git/index"] = _index_entries(git / "index")
+    return out
+
+
+def _as_listed(tree: Path, files: dict[str, str]) -> bool:
+    try:
+        return file_list(tree) == files
+    except (OSError, ValueError, cachepolicy.CacheRefused):
+        return False
 
 
 class EntryBusy(SourceError):
@@ -122,7 +223,8 @@ def _head(tree: Path) -> str:
 
 def _meta_ok(meta: object) -> bool:
     """An entry's marker is data too (a restored cache): its version names folders
-    (build/<series>-<version>, a port), its commit is handed to git."""
+    (build/<series>-<version>, a port), its commit is handed to git. The file list and
+    the seal are taken out before (see _sealed)."""
     if not isinstance(meta, dict):
         return False
     version, commit = meta.get("version"), meta.get("commit")
@@ -136,6 +238,19 @@ def _meta_ok(meta: object) -> bool:
     if not isinstance(commit, str) or not re.fullmatch(r"[0-9a-f]{40}", commit):
         return False
     return all(isinstance(v, str) or v is None for v in meta.values())
+
+
+def _sealed(data: object) -> tuple[dict[str, str], dict[str, str]] | None:
+    """(meta, file list) of a marker that carries this machine's seal, else None."""
+    if not isinstance(data, dict):
+        return None
+    data = dict(data)
+    mac = data.pop("seal", None)
+    files = data.get("files")
+    if not isinstance(files, dict) or not seal.valid_json(SEAL_KIND, data, mac):
+        return None
+    meta = {k: v for k, v in data.items() if k != "files"}
+    return meta, files
 
 
 class Cache:
@@ -209,10 +324,16 @@ class Cache:
             cachepolicy.remove(marker)  # a link, FIFO or folder named like a marker
             cachepolicy.remove(tree)  # a link is unlinked, never followed
             return None
+        why = "was changed since bakery built it"
         try:
-            meta = json.loads(cachepolicy.read_text(marker, what="cache marker"))
+            data = json.loads(cachepolicy.read_text(marker, what="cache marker"))
+            found = _sealed(data)
+            if found is None and isinstance(data, dict) and data.get("format") == FORMAT:
+                why = "does not carry this machine's seal (extracted elsewhere, or edited)"
+            meta, files = found if found is not None else ({}, {})
             intact = (
-                _meta_ok(meta)
+                found is not None
+                and _meta_ok(meta)
                 and meta.get("format") == FORMAT
                 and cachepolicy.is_real_dir(tree)
                 and gitrepo.intact(tree / ".git")  # config, hooks: what bakery wrote
@@ -220,16 +341,20 @@ class Cache:
             )
             if intact and defer:
                 self.touch(marker)
-                return Entry(tree, meta, gitutil.Pending(tree, *gitutil.status_args(refresh=True)))
+                return Entry(
+                    tree,
+                    meta,
+                    gitutil.Pending(tree, *gitutil.status_args(refresh=True)),
+                    _Background(lambda: _as_listed(tree, files)),
+                )
+            intact = intact and _as_listed(tree, files)
             intact = intact and not gitutil.dirty(tree, refresh=True)
         except (OSError, ValueError, KeyError, RecursionError, gitutil.GitError):
             intact = False
         except cachepolicy.CacheRefused:
             intact = False
         if not intact:
-            self.notes.append(
-                f"the cached tree {tree} was changed since bakery built it; it is built again"
-            )
+            self.notes.append(f"the cached tree {tree} {why}; it is built again")
             cachepolicy.remove(marker)
             cachepolicy.remove(tree)
             return None
@@ -240,10 +365,11 @@ class Cache:
         """Wait for a deferred entry's look for changed files; if the tree was changed
         (somebody edited the cache), the entry is removed and CacheChanged raised: what
         was read from it must be read again from a new entry."""
-        if entry.check is None:
+        if entry.check is None and entry.files is None:
             return
-        code, out = entry.check.result()
-        if code == 0 and not out.strip():
+        code, out = entry.check.result() if entry.check is not None else (0, "")
+        listed = entry.files.result() if entry.files is not None else True
+        if code == 0 and not out.strip() and listed:
             return
         with self.lock(key):
             self.tree_entry(key)  # looks again, now waiting: removes the damaged entry
@@ -273,8 +399,14 @@ class Cache:
         final = trees / key
         cachepolicy.remove(final)  # a link left there is unlinked, never followed
         cachepolicy.remove(trees / f"{key}.json")
+        files = file_list(built)  # made here, from the archive just extracted
         os.replace(built, final)
         meta = {**meta, "commit": gitutil.head(final), "format": FORMAT}
+        data: dict[str, object] = {**meta, "files": files}
+        try:
+            data["seal"] = seal.seal_json(SEAL_KIND, data)
+        except seal.SealUnavailable as e:  # the tree is used once, never trusted again
+            self.notes.append(f"the cached tree {final} is not sealed: {e}")
         marker = trees / f"{key}.json"
-        replace_bytes(marker, json.dumps(meta, indent=2, sort_keys=True).encode())
+        replace_bytes(marker, json.dumps(data, indent=1, sort_keys=True).encode())
         return Entry(final, {k: v for k, v in meta.items() if v is not None})
