@@ -380,6 +380,56 @@ InterpretOpt = Annotated[
 ]
 
 
+NnodesOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--nnodes",
+        min=1,
+        metavar="N",
+        help="Hosts in one verify (default: $NNODES, else 1). Node 0 runs pytest; every "
+        "other node serves its share of the ranks. Needs $BAKERY_VERIFY_TOKEN on each.",
+    ),
+]
+NodeRankOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--node-rank",
+        min=0,
+        metavar="R",
+        help="This host's node: 0 on the head (default: $NODE_RANK).",
+    ),
+]
+MasterAddrOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--master-addr",
+        metavar="ADDR",
+        click_type=Word(),
+        help="The head's address on the link between the hosts (default: $MASTER_ADDR).",
+    ),
+]
+MasterPortOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--master-port",
+        min=1,
+        max=65535,
+        metavar="PORT",
+        help="The head's port for the nodes to join (default: $MASTER_PORT, else 29500).",
+    ),
+]
+RequireTransportOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--require-transport",
+        metavar="ib|socket",
+        click_type=Word(),
+        help="Fail a multi-node run whose NCCL worlds did not use this transport "
+        "(ib: InfiniBand or RoCE; read from NCCL_DEBUG=INFO).",
+    ),
+]
+
+
 @app.command(
     cls=PytestArgsCommand,
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
@@ -445,12 +495,19 @@ def verify(
             "series, which upstream, and which the series breaks.",
         ),
     ] = False,
+    nnodes: NnodesOpt = None,
+    node_rank: NodeRankOpt = None,
+    master_addr: MasterAddrOpt = None,
+    master_port: MasterPortOpt = None,
+    require_transport: RequireTransportOpt = None,
 ) -> None:
     """Run the series' bundled tests against a baked tree's own code. Arguments after --
     go to pytest."""
     from bakery.commands import verify as commands
+    from bakery.testing import nodes
 
     _preflight((junit, "--junit"))
+    where = nodes.layout(nnodes, node_rank, master_addr, master_port)
     pytest_args = [*ctx.args, *ctx.meta.get(PYTEST_ARGS, [])]
     result, edited = commands.verify(
         _context(),
@@ -463,6 +520,8 @@ def verify(
         env=env,
         reuse=not no_reuse,
         pristine=pristine,
+        nodes=where,
+        require_transport=require_transport,
     )
     render.verify_summary(err_console, result, edited)
     raise typer.Exit(code=result.exit_code)

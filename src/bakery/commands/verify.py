@@ -19,6 +19,7 @@ from bakery.verifying import environments
 _log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    from bakery.testing.nodes import Layout
     from bakery.verifying.plan import VerifyPlan
     from bakery.verifying.runner import VerifyResult
 
@@ -77,6 +78,8 @@ def verify(
     env: str | None = None,
     reuse: bool = True,
     pristine: bool = False,
+    nodes: Layout | None = None,
+    require_transport: str | None = None,
 ) -> tuple[VerifyResult, list[str]]:
     """Run the series' bundled tests against a baked tree: (result, files edited since
     the bake). The tree: ``tree``, else the series' last ``bakery apply`` (never a
@@ -92,6 +95,7 @@ def verify(
 
     if env is not None:
         environments.get(env)  # an unknown name is one line before anything else
+    _check_nodes(nodes, require_transport, pristine)
     series = load_series(series_spec or _default_series(ctx.home, tree), ctx.home)
     if series.tests is None:
         raise VerifyError(f"series {series.name} has no tests/ folder")
@@ -120,9 +124,27 @@ def verify(
         options = dataclasses.replace(options, reuse=plans.Reuse.OFF)
     plan = plans.for_series(series, tree, options, cache=ctx.cache)
     _log.info(f"verifying {display_path(tree)} ({why}) {plan.device}", extra={"event": "verify"})
+    if nodes is not None:  # across hosts: bakery.verifying.multinode
+        from bakery.verifying.multinode import verify_on_nodes
+
+        return verify_on_nodes(plan, nodes, require_transport=require_transport), edited
     if pristine:
         return _verify_both(plan), edited
     return run_verify(plan), edited
+
+
+def _check_nodes(nodes: Layout | None, require: str | None, pristine: bool) -> None:
+    """The multi-node flags that go together, before anything runs (one line each)."""
+    from bakery.testing import transport
+
+    if require is not None and require not in transport.REQUIRE:
+        raise UsageError(f"--require-transport {require!r}: use {' or '.join(transport.REQUIRE)}")
+    if nodes is None:
+        if require is not None:
+            raise UsageError("--require-transport: only with --nnodes (NCCL between hosts)")
+        return
+    if pristine:
+        raise UsageError("--pristine: on one host only (not with --nnodes)")
 
 
 def refuse_untrusted_default(home: Path, tree: Path, series: str) -> None:

@@ -40,12 +40,10 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, cast
+from pathlib import Path
+from typing import Any, Protocol, cast
 
 from bakery.testing.compat import interpret_mode
-
-if TYPE_CHECKING:
-    from bakery.testing.nodes import HeadLink
 
 #: Seconds a task may take before its ranks are killed (override: BAKERY_RANK_TIMEOUT).
 DEFAULT_TIMEOUT = float(os.environ.get("BAKERY_RANK_TIMEOUT", "120"))
@@ -57,6 +55,30 @@ WARMUP_TIMEOUT = 30.0
 #: the last collective of a task little work is left, so a peer that lags that far
 #: behind is stuck in a collective that the others never joined.
 GRACE = 5.0
+
+
+class Link(Protocol):
+    """The other nodes, as a pool sees them (bakery.testing.nodes.HeadLink)."""
+
+    nnodes: int
+    store_host: str
+    lost: str | None
+
+    def gpus_by_node(self) -> list[int]: ...
+
+    def start_ranks(
+        self,
+        world: int,
+        gen: int,
+        store_at: tuple[str, int],
+        backend: str,
+        devices: Sequence[str],
+        timeout: float,
+        modules: Sequence[tuple[str, str | None]],
+        outbox: Any,
+    ) -> dict[int, tuple[Any, Any]]: ...
+
+    def report_transport(self, world: int, found: dict[str, str | None]) -> None: ...
 
 
 class RankError(AssertionError):
@@ -304,6 +326,7 @@ def _rank_main(
     outbox: Any,
     collective_timeout: float,
     modules: Sequence[ModuleRef] = (),
+    nccl_log: str | None = None,
 ) -> None:
     """Entry point of a spawned rank: join the group through the pool's store
     (``store_at``: host, port), warm up (:func:`warm_rank`), then run tasks until told
@@ -313,6 +336,10 @@ def _rank_main(
         host, port = store_at
         if is_loopback(host):
             os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+        if nccl_log is not None:  # the transport NCCL chose (bakery.testing.transport)
+            os.environ.setdefault("NCCL_DEBUG", "INFO")
+            os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
+            os.environ.setdefault("NCCL_DEBUG_FILE", os.path.join(nccl_log, "nccl.%h.%p.log"))
         import torch
         import torch.distributed as dist
 
@@ -368,7 +395,7 @@ class RankPool:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         modules: Sequence[ModuleRef] = (),
-        link: HeadLink | None = None,
+        link: Link | None = None,
     ) -> None:
         self.world_size = world_size
         self.timeout = timeout
@@ -384,6 +411,8 @@ class RankPool:
         self._inboxes: list[Any] = []
         self._outbox: Any = None
         self._store: Any = None
+        #: across nodes with NCCL: the folder of this node's ranks' NCCL debug files
+        self._nccl_log: str | None = None
         self._ready = False
         self._task = 0
 
@@ -397,6 +426,10 @@ class RankPool:
         self._store, port = open_store(host)
         self._outbox = ctx.Queue()
         self.starts += 1
+        if self.link is not None and self.backend == "nccl":
+            import tempfile
+
+            self._nccl_log = tempfile.mkdtemp(prefix="bakery-nccl-")
         here = [r for r in range(self.world_size) if self._node(r) == 0]
         self._inboxes = [ctx.Queue() if r in here else None for r in range(self.world_size)]
         procs: list[Any] = [
@@ -412,6 +445,7 @@ class RankPool:
                     self._outbox,
                     self.timeout,
                     self.modules,
+                    self._nccl_log,
                 ),
                 name=f"bakery-rank{rank}",
                 daemon=True,
@@ -499,6 +533,21 @@ class RankPool:
                 q.cancel_join_thread()
         self._procs, self._inboxes, self._outbox, self._ready = [], [], None, False
         self._store = None  # its server stops with its last reference
+        self._report_transport()
+
+    def _report_transport(self) -> None:
+        """Across nodes: the transport NCCL chose, from this node's ranks' debug files."""
+        if self._nccl_log is None:
+            return
+        import shutil
+
+        from bakery.testing import transport
+
+        found = transport.read(Path(self._nccl_log))
+        if found is not None and self.link is not None:
+            self.link.report_transport(self.world_size, transport.as_dict(found))
+        shutil.rmtree(self._nccl_log, ignore_errors=True)
+        self._nccl_log = None
 
     def kill(self) -> None:
         """Send every live rank SIGKILL without waiting: pools killed together die

@@ -284,7 +284,7 @@ class Head:
         #: the first node lost, in one line
         self.lost: str | None = None
         #: world -> NCCL's transport as the head's ranks reported it (bakery.testing.transport)
-        self.transports: dict[int, dict[str, str]] = {}
+        self.transports: dict[int, dict[str, str | None]] = {}
         self._child: Connection | None = None
         self._child_lock = threading.Lock()
         self._stop = threading.Event()
@@ -572,7 +572,7 @@ class HeadLink:
         #: the worlds whose ranks ran, for the summary
         self.worlds: set[int] = set()
         #: world -> the transport NCCL chose (bakery.testing.transport)
-        self.transports: dict[int, dict[str, str]] = {}
+        self.transports: dict[int, dict[str, str | None]] = {}
         self._on_lost: list[Callable[[str], None]] = []
         threading.Thread(target=self._receive, name="bakery-node-link", daemon=True).start()
 
@@ -661,7 +661,7 @@ class HeadLink:
                 for callback in self._on_lost:
                     callback(self.lost)
 
-    def report_transport(self, world: int, found: Mapping[str, str]) -> None:
+    def report_transport(self, world: int, found: dict[str, str | None]) -> None:
         self.transports[world] = dict(found)
         self.send(0, ("transport", world, dict(found)))
 
