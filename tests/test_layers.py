@@ -6,7 +6,7 @@ to a package of its own layer or a lower one:
 
     cli > commands > porting, package > verifying > testing > bake > checks > context
         > patch, sources, formats, git
-        > model, project, safety, errors, outputs, redaction, logs
+        > model, project, safety, errors, outputs, redaction, logs, process
 
 Packages of one layer may import each other, but the package graph has no cycle. The
 README's "Layout" section names each package and each of its modules, so a newcomer finds
@@ -35,7 +35,7 @@ LAYERS: list[set[str]] = [
     {"checks"},
     {"context"},
     {"patch", "sources", "formats", "git"},
-    {"model", "project", "safety", "errors", "outputs", "redaction", "logs"},
+    {"model", "project", "safety", "errors", "outputs", "redaction", "logs", "process"},
     {"bakery"},
 ]
 RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}

@@ -388,13 +388,13 @@ def test_copy_jobs_follow_set_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(tc, "_jobs", None)
     src = write_files(tmp_path / "src", {f"d{i}/f{j}": "x" for i in range(4) for j in range(5)})
     seen: list[int] = []
-    real = gitutil.run_all
+    real = tc.process.run_all
 
     def counting(cmds: list[list[str]], **kw: object) -> object:
         seen.append(len(cmds))
         return real(cmds, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(tc.gitutil, "run_all", counting)
+    monkeypatch.setattr(tc.process, "run_all", counting)
     for n, name in ((3, "a"), (1, "b")):
         tc.set_jobs(n)
         (tmp_path / name).mkdir()

@@ -6,7 +6,6 @@ that no module outside bakery/git starts git at all)."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
@@ -16,33 +15,6 @@ from tests.support.repos import git as plain_git
 from tests.support.repos import git_repo
 
 GIT_PACKAGE = Path(cmd.__file__).parent
-
-
-def _popen_sites(path: Path) -> list[str]:
-    """The functions of a module that start a process themselves."""
-    tree = ast.parse(path.read_text())
-    sites = []
-    for fn in ast.walk(tree):
-        if not isinstance(fn, ast.FunctionDef):
-            continue
-        for node in ast.walk(fn):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and isinstance(node.func.value, ast.Name)
-                and node.func.value.id == "subprocess"
-                and node.func.attr in {"Popen", "run", "call", "check_output", "check_call"}
-            ):
-                sites.append(fn.name)
-    return sites
-
-
-def test_git_starts_through_run_and_the_streaming_door_only() -> None:
-    """In bakery/git, processes start in three places: run() and run_all() (the children
-    killed on an interruption), which git() uses, and Pending (the stream). history.py
-    and remote.py hold none: they call git()."""
-    sites = {p.name: _popen_sites(p) for p in sorted(GIT_PACKAGE.glob("*.py"))}
-    assert {name: s for name, s in sites.items() if s} == {"cmd.py": ["run", "run_all", "__init__"]}
 
 
 def test_the_public_entry_points_that_run_git() -> None:

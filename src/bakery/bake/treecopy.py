@@ -5,7 +5,7 @@ system calls on one core. The tree is cut into parts of about equal file counts 
 folders where they are small enough, the files of a folder otherwise), the folders above
 the parts are made first, then one ``cp -a --parents`` per core copies its parts. Links stay
 links (never followed), modes and times are kept, copy-on-write is used where the
-filesystem has it. An interruption kills every cp before it goes on (see gitutil.run_all).
+filesystem has it. An interruption kills every cp before it goes on (see bakery.process.run_all).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from bakery import process
 from bakery.errors import BakeryError
-from bakery.git import cmd as gitutil
 
 #: A part is at most 1/_PARTS_PER_JOB of a job's share of the files.
 _PARTS_PER_JOB = 4
@@ -115,7 +115,7 @@ def copy_tree(
             groups[i].append(rel)
             load[i] += size
         cmds = [[*cp, "--parents", "--", *g, str(dst)] for g in groups if g]
-    for proc in gitutil.run_all(cmds, cwd=src):
+    for proc in process.run_all(cmds, cwd=src):
         if proc.returncode != 0:
             raise BakeryError(
                 f"copying {src} failed: {proc.stderr.decode(errors='replace').strip()}"

@@ -36,17 +36,16 @@ the doors).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
 import subprocess
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal, overload
 
 from bakery.errors import BakeryError
+from bakery.process import NotStarted, run, run_all, signals_held, start
+
+__all__ = ["run", "run_all", "signals_held"]  # the door's, for git's callers
 
 #: Fixed identity and date of every commit bakery makes.
 IDENTITY = {
@@ -172,82 +171,6 @@ def check_foreign(tree: Path, what: str) -> None:
         )
 
 
-@contextlib.contextmanager
-def signals_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM while a child process starts: a KeyboardInterrupt inside
-    Popen() leaves the child running, known to no one (subprocess.run cannot kill it), still
-    writing into a staging folder that is being removed. The held signal is raised after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signals are only ever handled in the main thread
-        return
-    held: list[int] = []
-    saved = {
-        sig: signal.signal(sig, lambda signum, frame: held.append(signum))
-        for sig in (signal.SIGINT, signal.SIGTERM)
-    }
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        if held:
-            signal.raise_signal(held[0])
-
-
-def run(
-    cmd: list[str],
-    *,
-    cwd: Path | None = None,
-    env: dict[str, str] | None = None,
-    input: bytes | None = None,
-) -> subprocess.CompletedProcess[bytes]:
-    """subprocess.run(capture_output=True) that never leaves its child behind: on an
-    interruption the child is killed and waited for before the exception goes on."""
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        with signals_held():
-            proc = subprocess.Popen(
-                cmd,
-                cwd=cwd,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                stdin=subprocess.PIPE if input is not None else None,
-            )
-        out, err = proc.communicate(input)
-    except BaseException:
-        if proc is not None:
-            proc.kill()
-            proc.wait()
-        raise
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
-def run_all(
-    cmds: list[list[str]], *, cwd: Path | None = None
-) -> list[subprocess.CompletedProcess[bytes]]:
-    """run() for several commands at once (they run in parallel); on an interruption every
-    child is killed and waited for before the exception goes on."""
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        with signals_held():
-            for cmd in cmds:
-                procs.append(
-                    subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                )
-        done = []
-        for p in procs:
-            out, err = p.communicate()
-            done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
-        return done
-    except BaseException:
-        for p in procs:
-            p.kill()
-        for p in procs:
-            p.wait()
-        raise
-
-
 def _run_git(
     cwd: Path,
     args: list[str],
@@ -259,7 +182,7 @@ def _run_git(
     base = _BASE if extra is None else ["--literal-pathspecs", *config_args(extra)]
     try:
         return run(["git", *base, *args], cwd=cwd, env={**clean_env(), **(env or {})}, input=input)
-    except FileNotFoundError:
+    except NotStarted:
         if not cwd.is_dir():
             raise GitError(f"{cwd}: no such folder") from None
         raise GitError("git is not installed (bakery needs it on PATH)") from None
@@ -381,17 +304,15 @@ class Pending:
 
     def __init__(self, cwd: Path, *args: str, stderr: bool = True) -> None:
         self.cwd, self.args = cwd, args
-        with signals_held():
-            try:
-                self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-                    ["git", *_BASE, *args],
-                    cwd=cwd,
-                    env=clean_env(),
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE if stderr else subprocess.DEVNULL,
-                )
-            except FileNotFoundError:
-                raise GitError("git is not installed (bakery needs it on PATH)") from None
+        try:
+            self._proc: subprocess.Popen[bytes] | None = start(
+                ["git", *_BASE, *args],
+                cwd=cwd,
+                env=clean_env(),
+                stderr=subprocess.PIPE if stderr else subprocess.DEVNULL,
+            )
+        except NotStarted:
+            raise GitError("git is not installed (bakery needs it on PATH)") from None
 
     def _started(self) -> subprocess.Popen[bytes]:
         if self._proc is None:

@@ -22,12 +22,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bakery import process
 from bakery.errors import VerifyError
 
 CASES_FILE = "differential.py"
@@ -54,10 +54,12 @@ def record(tree: Path, cases_file: Path, out: Path, *, interpret: bool) -> None:
     if interpret:
         env["TRITON_INTERPRET"] = "1"
     cmd = [sys.executable, "-m", "bakery.porting.differential", str(tree), str(cases_file)]
-    proc = subprocess.run([*cmd, str(out)], env=env, capture_output=True, text=True, check=False)
+    proc = process.run([*cmd, str(out)], env=env)
     if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise VerifyError(f"differential check: the cases failed on {tree}: {last}")
+        raise VerifyError(
+            f"differential check: the cases failed on {tree} (exit {proc.returncode}): "
+            f"{process.tail(proc, 1)}"
+        )
 
 
 def _main(tree: str, cases_file: str, out: str) -> None:

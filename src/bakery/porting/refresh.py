@@ -24,7 +24,6 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,10 +31,11 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from bakery import process
 from bakery.bake.plan import Plan, plan
 from bakery.bake.staging import umask
 from bakery.context import Context
-from bakery.errors import BakeryError, UsageError
+from bakery.errors import UsageError
 from bakery.git import cmd as gitutil
 from bakery.logs import muted
 from bakery.model.manifest import BakedDiff
@@ -97,14 +97,8 @@ def render_diff(changes: list[Change], prefixes: tuple[str, str], root: str) -> 
             b.write_bytes(after or b"")
             la = "/dev/null" if before is None else _label(prefixes[0], path, root)
             lb = "/dev/null" if after is None else _label(prefixes[1], path, root)
-            proc = subprocess.run(
-                ["diff", "-u", "--label", la, "--label", lb, str(a), str(b)],
-                capture_output=True,
-                check=False,
-            )
-            if proc.returncode not in (0, 1):
-                raise BakeryError(f"diff failed on {path}: {proc.stderr.decode(errors='replace')}")
-            out.append(proc.stdout)
+            proc = process.run(["diff", "-u", "--label", la, "--label", lb, str(a), str(b)])
+            out.append(process.check(proc, f"diff -u of {path}", ok=(0, 1)))
     return b"".join(out)
 
 

@@ -74,6 +74,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from bakery import process
 from bakery.errors import VerifyError
 from bakery.outputs import replace_bytes
 from bakery.redaction import redact_text, split_userinfo
@@ -579,11 +580,8 @@ def _install(work: Path, key: str, command: list[str], index: str) -> None:
     """Run the installer; its output (redacted) goes to ``bakery-install.log`` in the
     environment."""
     log.debug("full env %s: %s (index %s)", key, " ".join(command), split_userinfo(index)[0])
-    proc = subprocess.run(
-        command, capture_output=True, text=True, timeout=_INSTALL_TIMEOUT, check=False,
-        env=_child_env(index),
-    )  # fmt: skip
-    output = redact_text(proc.stdout + proc.stderr, index)
+    proc = process.run(command, timeout=_INSTALL_TIMEOUT, env=_child_env(index))
+    output = redact_text((proc.stdout + proc.stderr).decode(errors="replace"), index)
     (work / "bakery-install.log").write_text(output)
     if proc.returncode != 0:
         raise VerifyError(

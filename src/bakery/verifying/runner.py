@@ -14,12 +14,9 @@ worker, so that one set of rank processes serves them).
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
-import importlib.util
 import json
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bakery import process
 from bakery.errors import VerifyError
 from bakery.testing.loader import ENV_MODE, TREE_ENV
 from bakery.verifying.plan import Reuse, VerifyPlan
@@ -132,23 +130,13 @@ def pytest_command(
     return command
 
 
-def triton_cache(cache_root: Path) -> Path:
-    """Triton's compile cache inside bakery's, one folder per Triton version: a run
-    compiles only what no earlier run with that Triton compiled."""
-    try:
-        version = importlib.metadata.version("triton")
-    except importlib.metadata.PackageNotFoundError:
-        version = "none"
-    return cache_root / "triton" / version
-
-
 def verify_environment(plan: VerifyPlan, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The subprocess environment: the tree, the loader's mode (the test environment's
-    name), Triton's interpreter on or off, and (where results are recorded, unless the
-    user set ``TRITON_CACHE_DIR``) Triton's compile cache."""
+    name), Triton's interpreter on or off. Triton's compile cache stays where Triton keeps
+    it (``~/.triton/cache``, or the user's ``TRITON_CACHE_DIR``), never in bakery's cache:
+    Triton loads the launcher ``.so`` it finds there, and bakery's cache may be restored
+    from another job (SECURITY.md)."""
     env = dict(os.environ if base is None else base)
-    if plan.cache_root is not None and not env.get("TRITON_CACHE_DIR"):
-        env["TRITON_CACHE_DIR"] = str(triton_cache(plan.cache_root))
     env[TREE_ENV] = str(plan.tree)
     env[ENV_MODE] = plan.env.name
     if plan.interpret:
@@ -297,15 +285,9 @@ def _run(plan: VerifyPlan, env: dict[str, str]) -> VerifyResult:
         command = pytest_command(plan, report=report, empty_ini=empty_ini)
         started = time.monotonic()
         try:
-            if plan.log is None:
-                code = subprocess.run(command, env=env, check=False).returncode
-            else:
-                with open(plan.log, "wb") as sink:
-                    code = subprocess.run(
-                        command, env=env, check=False, stdout=sink, stderr=subprocess.STDOUT
-                    ).returncode
-        except OSError as exc:
-            raise VerifyError(f"cannot start pytest: {exc}") from None
+            code = process.run_shown(command, env=env, log=plan.log)
+        except process.ProcessFailed as exc:
+            raise VerifyError(f"cannot start pytest: {exc.message}") from None
         elapsed = time.monotonic() - started
         data = json.loads(report.read_text()) if report.is_file() else None
     counts = (data or {}).get("counts", {})
