@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.dsa import cache_dsa_releases, dsa_history, dsa_series
+from tests.support.dsa import DSA, cache_dsa_releases, dsa_history, dsa_series
+from tests.support.repos import git
 
 PROMISE = """
 import ast
@@ -132,3 +133,121 @@ def test_bisect_refuses_what_it_cannot_bisect(cli, tmp_path, home, upstream):
         "--bad", "v0.30.0",
     )  # fmt: skip
     assert r.exit_code == 2 and "not a first-parent descendant" in r.output
+
+
+# --- the line bisect follows, varied (issue 50) -------------------------------------------------
+
+
+def _commit(repo: Path, subject: str) -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", subject)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+@pytest.fixture
+def merged(tmp_path: Path, home: Path) -> dict[str, str]:
+    """After 0.34.0: a trunk whose history holds a merge. The side branch moves the kernel
+    file (the series no longer applies); the trunk's own commits only add notes; a third
+    branch is never merged. subject -> commit."""
+    up = tmp_path / "up"
+    dsa_history(up)
+    cache_dsa_releases()
+    dsa_series(home)
+    c: dict[str, str] = {}
+    notes = up / "vllm" / "notes.py"
+    git(up, "checkout", "-q", "-b", "side", "v0.34.0")
+    git(up, "mv", DSA, DSA.replace("candidate_blocks.py", "blocks.py"))
+    c["side: move"] = _commit(up, "side: move the kernels to blocks.py")
+    notes.write_text("SIDE = 1\n")
+    c["side: note"] = _commit(up, "side: a note")
+    git(up, "checkout", "-q", "-b", "other", "v0.34.0")
+    notes.write_text("OTHER = 1\n")
+    c["other"] = _commit(up, "other: never merged")
+    git(up, "checkout", "-q", "-b", "trunk", "v0.34.0")
+    notes.write_text("T = 1\n")
+    c["t1"] = _commit(up, "trunk: one")
+    notes.write_text("T = 2\n")
+    c["t2"] = _commit(up, "trunk: two")
+    git(up, "merge", "-q", "--no-ff", "-X", "theirs", "-m", "merge side", "side")
+    c["merge"] = git(up, "rev-parse", "HEAD").strip()
+    notes.write_text("T = 3\n")
+    c["t3"] = _commit(up, "trunk: three")
+    return c
+
+
+def _on_trunk(cli, tmp_path: Path, good: str) -> tuple[int, dict[str, Any] | None, str]:
+    out = tmp_path / "m.json"
+    r = cli(
+        "bisect", "dsa", "--vllm", f"git+file://{tmp_path}/up", "--good", good,
+        "--bad", "trunk", "--json", out,
+    )  # fmt: skip
+    return r.exit_code, json.loads(out.read_text()) if out.is_file() else None, r.output
+
+
+def test_on_a_history_with_merges_the_culprit_is_on_the_first_parent_line(
+    cli, tmp_path, merged
+) -> None:
+    code, rep, out = _on_trunk(cli, tmp_path, "v0.34.0")
+    assert code == 0 and rep is not None, out
+    # the merge brought the move in: it is the culprit, never the side branch's commit
+    assert rep["culprit"]["commit"] == merged["merge"], rep["steps"]
+    assert rep["commits"] == 4  # t1, t2, the merge, t3: the side's commits are not steps
+    side = {merged["side: move"], merged["side: note"]}
+    assert not side & {s["commit"] for s in rep["steps"]}
+
+
+@pytest.mark.parametrize(
+    ("good", "said"),
+    [
+        ("other", "is not an ancestor of --bad trunk"),  # a branch never merged
+        ("side: move", "only through a merged side branch"),  # an ancestor, off the line
+        ("trunk", "not a first-parent descendant"),  # --good is --bad
+    ],
+)
+def test_a_good_off_the_first_parent_line_of_bad_is_refused(
+    cli, tmp_path, merged, good: str, said: str
+) -> None:
+    ref = merged.get(good, good)
+    code, _, out = _on_trunk(cli, tmp_path, ref)
+    assert code == 2, out
+    assert said in out, out
+
+
+COLLECTION = """
+import os
+from pathlib import Path
+
+DSA = "vllm/model_executor/kernels/attention/dsa/candidate_blocks.py"
+TEXT = (Path(os.environ["BAKERY_TREE"]) / DSA).read_text()
+if "newest =" in TEXT:  # the rewrite: what this module reads at import is gone
+    raise ImportError("the kernel's pinning is gone")
+
+
+def test_the_pin_is_there():
+    assert "pinned" in TEXT
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "tests",
+    [COLLECTION, COLLECTION.replace("raise ImportError", "TEXT = 'no pin:'; print")],
+    ids=["error-at-collection", "failing-test"],
+)
+def test_a_commit_whose_tests_error_at_collection_is_bad(
+    cli, tmp_path, home, upstream, tests: str
+) -> None:
+    """Upstream breaks a series' tests most often at import (a name is gone): a
+    collection error is as bad as a failing test, and names the same culprit."""
+    dsa_series(home, tests=tests)
+    r = cli(
+        "bisect", "dsa", "--vllm", f"git+file://{tmp_path}/up", "--good", "v0.34.0",
+        "--bad", upstream["dsa: a typo"], "--verify", "--json", "b.json",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    rep = json.loads(Path("b.json").read_text())
+    culprit = rep["culprit"]
+    assert culprit["commit"] == upstream["dsa: rewrite _block_scores_kernel's pinning"], rep
+    assert culprit["verdict"] == "bad" and "(twice)" in culprit["why"]
+    if tests is COLLECTION:
+        assert "1 errors" in culprit["why"], culprit

@@ -156,6 +156,24 @@ def _first_parent(mirror: Path, good: str, bad: str) -> list[tuple[str, str]]:
     return rows
 
 
+def _on_the_line(
+    mirror: Path, commits: list[tuple[str, str]], good: tuple[str, str], bad: tuple[str, str]
+) -> None:
+    """--good must be on --bad's first-parent line: an ancestor of it (else good..bad
+    holds commits that never had --good in them), and not only through a merged side
+    branch (else the first commits of the line are not descendants of --good)."""
+    (g, good_c), (b, bad_c) = good, bad
+    if not commits or commits[-1][0] != bad_c:
+        raise UsageError(f"--bad {b} is not a first-parent descendant of --good {g}")
+    if gitutil.git(mirror, "merge-base", "--is-ancestor", good_c, bad_c, raw=True).returncode:
+        raise UsageError(f"--good {g} is not an ancestor of --bad {b}: nothing to bisect")
+    if gitutil.git(mirror, "rev-parse", f"{commits[0][0]}^1").strip() != good_c:
+        raise UsageError(
+            f"--good {g} is an ancestor of --bad {b} only through a merged side branch: "
+            "bisect follows --bad's first-parent line; give a --good on it"
+        )
+
+
 def bisect(
     ctx: Context,
     series_spec: str,
@@ -180,8 +198,7 @@ def bisect(
     mirror, good_c = mirror_commit(url, good, ctx.cache)
     _, bad_c = mirror_commit(url, bad, ctx.cache)
     commits = _first_parent(mirror, good_c, bad_c)
-    if not commits or commits[-1][0] != bad_c:
-        raise UsageError(f"--bad {bad} is not a first-parent descendant of --good {good}")
+    _on_the_line(mirror, commits, (good, good_c), (bad, bad_c))
     out_root = out_root if out_root is not None else ctx.home / "build" / "bisect"
     scratch = (out_root / series.name).absolute()
     scratch.mkdir(parents=True, exist_ok=True)
