@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +26,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bakery import process
 from bakery.errors import VerifyError
 from bakery.testing.loader import ENV_MODE, TREE_ENV
 from bakery.verifying.plan import Reuse, VerifyPlan
@@ -285,9 +285,15 @@ def _run(plan: VerifyPlan, env: dict[str, str]) -> VerifyResult:
         command = pytest_command(plan, report=report, empty_ini=empty_ini)
         started = time.monotonic()
         try:
-            code = process.run_shown(command, env=env, log=plan.log)
-        except process.ProcessFailed as exc:
-            raise VerifyError(f"cannot start pytest: {exc.message}") from None
+            if plan.log is None:
+                code = subprocess.run(command, env=env, check=False).returncode
+            else:
+                with open(plan.log, "wb") as sink:
+                    code = subprocess.run(
+                        command, env=env, check=False, stdout=sink, stderr=subprocess.STDOUT
+                    ).returncode
+        except OSError as exc:
+            raise VerifyError(f"cannot start pytest: {exc}") from None
         elapsed = time.monotonic() - started
         data = json.loads(report.read_text()) if report.is_file() else None
     counts = (data or {}).get("counts", {})
