@@ -28,13 +28,12 @@ BAD = {
     "bad_hunk_header.diff": (3, "malformed hunk header"),
     "bad_binary.diff": (3, "binary patch refused"),
     "bad_git_binary.diff": (3, "binary patch refused"),
-    "bad_rename.diff": (3, "renames and copies are not supported"),
     "bad_context_format.diff": (1, "context-format diff refused"),
     "bad_ed.diff": (1, "ed script refused"),
     "bad_hunk_order.diff": (7, "hunks must be in order"),
     "bad_prose_only.diff": (1, "no unified diff found"),
     "bad_hunk_without_header.diff": (2, "hunk without a file header"),
-    "bad_symlink_mode.diff": (2, "file mode 120000 refused"),
+    "bad_symlink_mode.diff": (2, "a symlink (git mode 120000) refused"),
     "bad_noeol_middle.diff": (6, "is not after a last line"),
     "bad_line_kind.diff": (5, "bad line in hunk 1"),
     "bad_empty.diff": (None, "no unified diff found"),
@@ -216,17 +215,29 @@ def test_resolve_paths_strips_and_adds_root() -> None:
     ]
 
 
-def test_resolve_paths_refuses_renames_and_files_patched_twice() -> None:
+def test_a_plain_diff_with_two_names_patches_the_one_that_exists() -> None:
     diff = read_diff(Path("r.diff"), b"--- a/x\n+++ b/y\n@@ -1 +1 @@\n-a\n+b\n")
-    with pytest.raises(DiffError, match="renames"):
+    for there, chosen in (({"y"}, "y"), ({"x"}, "x"), ({"x", "y"}, "x"), (set(), "x")):
+        diff.resolve_paths(1, "", there.__contains__)
+        (fp,) = diff.files
+        assert (fp.path, fp.other_path) == (chosen, ({"x", "y"} - {chosen}).pop())
+
+
+def test_a_git_diff_whose_names_differ_without_rename_lines_is_refused() -> None:
+    diff = read_diff(
+        Path("r.diff"), b"diff --git a/x b/y\n--- a/x\n+++ b/y\n@@ -1 +1 @@\n-a\n+b\n"
+    )
+    with pytest.raises(DiffError, match="without 'rename from' or 'copy from' lines"):
         diff.resolve_paths(1, "")
+
+
+def test_one_file_patched_twice_in_one_diff_is_two_file_patches_in_order() -> None:
     twice = read_diff(
         Path("t.diff"),
         b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n--- a/x\n+++ b/x\n@@ -5 +5 @@\n-c\n+d\n",
     )
-    with pytest.raises(DiffError, match="patched twice") as info:
-        twice.resolve_paths(1, "")
-    assert info.value.line == 6
+    twice.resolve_paths(1, "")
+    assert [(fp.path, fp.diff_line) for fp in twice.files] == [("x", 1), ("x", 6)]
 
 
 def test_too_few_path_parts_for_the_strip_count() -> None:

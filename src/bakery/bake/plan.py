@@ -61,7 +61,10 @@ class _Overlay:
         if rel in self.state:
             return self.state[rel]
         self._check_nesting(diff, fp, rel)
-        path = _checked_path(self.pristine, diff, fp, rel)
+        try:
+            path = _checked_path(self.pristine, diff, fp, rel)
+        except NotADirectoryError:
+            return self._under_file(diff, fp, rel)
         try:
             st = path.lstat()
             if not stat.S_ISREG(st.st_mode):
@@ -141,7 +144,9 @@ def _checked_path(pristine: Pristine, diff: Diff, fp: FilePatch, rel: str) -> Pa
             st = cur.lstat()
         except FileNotFoundError:
             break
-        except OSError as e:  # a name too long, a file used as a folder, a loop
+        except NotADirectoryError:
+            raise  # a file used as a folder: _Overlay.read says which
+        except OSError as e:  # a name too long, a loop
             raise UnsafePathError(
                 diff.path, fp.diff_line, f"cannot read {rel}: {e.strerror}"
             ) from None

@@ -373,19 +373,7 @@ def apply_file(
             mode if mode is not None else 0o644,
         )
     if old is None:
-        reason = "the file to patch does not exist"
-        status = Outcome.ALREADY if fp.is_delete else Outcome.FAILED
-        if fp.is_delete:
-            reason = "the file to delete is already gone"
-        return FileResult(
-            path,
-            [HunkResult(h.index, status, h.old_start, 0, 0, reason) for h in fp.hunks]
-            or [HunkResult(1, status, 1, 0, 0, reason)],
-            None,
-            mode,
-            failed_hunks=list(fp.hunks),
-            reason=reason,
-        )
+        return _missing(fp, mode)
     if not fp.hunks:  # a git mode change, or deletion of an empty file
         if fp.is_delete:
             if old:
@@ -397,7 +385,9 @@ def apply_file(
                     reason="not empty",
                 )
             return FileResult(path, [HunkResult(1, Outcome.APPLIED, 1)], None, mode, deleted=True)
-        status = Outcome.ALREADY if mode == old_mode else Outcome.APPLIED
+        # a git rename or copy without hunks is applied; a mode change already made is not
+        same = mode == old_mode and fp.move is None
+        status = Outcome.ALREADY if same else Outcome.APPLIED
         return FileResult(path, [HunkResult(1, status, 1)], old, mode)
     new, results, failed = apply_hunks(fp, old, fuzz)
     if fp.is_delete and not failed:
@@ -416,6 +406,25 @@ def apply_file(
             return FileResult(path, results, None, mode, failed_hunks=list(fp.hunks))
         return FileResult(path, results, None, mode, deleted=True)
     return FileResult(path, results, new, mode, failed_hunks=failed)
+
+
+def _missing(fp: FilePatch, mode: int | None) -> FileResult:
+    """A file patch whose file is not there: failed, or already done for a deletion."""
+    reason = "the file to patch does not exist"
+    if fp.move is not None:
+        reason = f"the file to {fp.move} ({fp.source}) does not exist"
+    status = Outcome.ALREADY if fp.is_delete else Outcome.FAILED
+    if fp.is_delete:
+        reason = "the file to delete is already gone"
+    return FileResult(
+        fp.path,
+        [HunkResult(h.index, status, h.old_start, 0, 0, reason) for h in fp.hunks]
+        or [HunkResult(1, status, 1, 0, 0, reason)],
+        None,
+        mode,
+        failed_hunks=list(fp.hunks),
+        reason=reason,
+    )
 
 
 def _new_file_content(h: Hunk) -> bytes:

@@ -8,7 +8,8 @@ here, byte for byte (latin-1 is a lossless bytes<->str mapping), and uses unidif
 reference it is checked against in the tests.
 
 Everything the engine cannot apply exactly is refused here, before anything is written:
-binary patches, ed scripts, context diffs, git renames and copies.
+binary patches (naming the binary file), ed scripts, context diffs, symlinks and submodules
+(git modes 120000 and 160000). README "What diffs bakery takes" lists every case.
 
 Read as GNU patch reads them (each checked against GNU patch 2.7 in tests/patch):
 
@@ -19,6 +20,17 @@ Read as GNU patch reads them (each checked against GNU patch 2.7 in tests/patch)
   or by an editor): the trailing CR of each of its lines is dropped and the file patch says
   so (``crlf_stripped``), as GNU patch does ("Stripping trailing CRs from patch"). Lines of
   a diff *of* CRLF files (LF headers, CRLF lines) keep their CR: it is content.
+- Names as GNU patch and ``git apply`` choose them: the strip counts runs of ``/`` as GNU
+  does (``./a/b`` under strip 1 is ``a/b``); a plain diff whose two names differ
+  (``x.orig``/``x``, ``a``/``b``) patches the one that exists in the tree, else GNU's best
+  name (fewest folders, then the shortest base name, then the shortest name); a git diff
+  takes its ``diff --git`` names and is refused where its ``---``/``+++`` names disagree
+  with them (git refuses it); ``rename from``/``copy from`` names are stripped one folder
+  less, as git does.
+- git renames and copies, with or without hunks; several file patches for one file in one
+  diff (``git format-patch --stdout`` of several commits, concatenated patches), applied in
+  order; git modes normalised as git does (a regular file is 100644 or 100755 by its owner
+  execute bit, so 100660 is 100644).
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -40,8 +53,14 @@ DEV_NULL = "/dev/null"
 
 _HUNK_RE = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _ED_RE = re.compile(r"\d+(,\d+)?[acd]$")
-_GIT_UNSUPPORTED = ("rename from ", "rename to ", "copy from ", "copy to ")
+_GIT_MOVES = {"rename from ": "from", "rename to ": "to", "copy from ": "from", "copy to ": "to"}
 _GIT_IGNORED = ("index ", "similarity index ", "dissimilarity index ")
+#: git's modes for what a baked tree of regular files cannot hold, and why.
+_GIT_TYPES = {
+    0o120000: "a symlink (git mode 120000)",
+    0o160000: "a submodule (git mode 160000)",
+    0o040000: "a directory (git mode 040000)",
+}
 _NO_NEWLINE = "\\ No newline at end of file"
 #: A header's trailing timestamp: ``2024-01-01 00:00:00.123456789 +0100`` (``diff -u``,
 #: after a TAB or, rarely, a space), the offset optional.
@@ -119,9 +138,20 @@ class FilePatch:
     removed: bool = False
     #: The ``+++`` line ended in CRLF: each line's trailing CR was dropped (GNU patch's way).
     crlf_stripped: bool = False
+    #: A git rename or copy: "rename" or "copy", with the names of its ``rename from`` /
+    #: ``rename to`` (``copy ...``) lines, as written (stripped one folder less than the
+    #: ``---``/``+++`` names, as git strips them).
+    move: str | None = None
+    move_from: str | None = None
+    move_to: str | None = None
+    #: The names were those of the from/to lines (a ``diff --git`` line too ambiguous to
+    #: split): stripped one folder less, as git strips them.
+    move_by_lines: bool = False
     #: Set by the series once the strip count and root are known.
     old_path: str | None = None
     new_path: str | None = None
+    #: A plain diff whose two names differ (``x.orig``/``x``): the name not taken.
+    other_path: str | None = None
 
     @property
     def is_new(self) -> bool:
@@ -138,6 +168,14 @@ class FilePatch:
         assert p is not None, "paths are resolved by Diff.resolve_paths"
         return p
 
+    @property
+    def source(self) -> str:
+        """The tree-relative path whose content the patch reads: a rename's or copy's
+        source, else ``path``."""
+        if self.move is not None and self.old_path is not None:
+            return self.old_path
+        return self.path
+
 
 @dataclass
 class Diff:
@@ -149,24 +187,64 @@ class Diff:
     #: series.detect_layout: a diff made one folder higher than the others).
     strip: int | None = None
 
-    def resolve_paths(self, strip: int, root: str) -> None:
+    def resolve_paths(
+        self, strip: int, root: str, exists: Callable[[str], bool] | None = None
+    ) -> None:
         """Turn header names into tree-relative paths: drop ``strip`` components (this
-        diff's own count where it has one), add ``root``."""
+        diff's own count where it has one; one less for git's ``rename from`` lines), add
+        ``root``. ``exists`` says whether a tree-relative file exists: a plain diff whose
+        two names differ patches the one that does (GNU patch's rule); without it, or
+        where neither does, GNU's best name."""
         strip = self.strip if self.strip is not None else strip
         for fp in self.files:
+            fp.other_path = None
+            if fp.move is not None:
+                # the diff --git names, as GNU patch takes them; the from/to lines (one
+                # folder less to strip) where that line could not be split
+                s, a, b = strip, fp.old_name, fp.new_name
+                if fp.move_by_lines:
+                    assert fp.move_from is not None and fp.move_to is not None
+                    s, a, b = max(strip - 1, 0), fp.move_from, fp.move_to
+                fp.old_path = _tree_path(self, fp, a, s, root)
+                fp.new_path = _tree_path(self, fp, b, s, root)
+                if fp.old_path == fp.new_path:
+                    raise DiffError(
+                        self.path, fp.diff_line, f"{fp.move}s {fp.old_path} onto itself"
+                    )
+                continue
             fp.old_path = None if fp.is_new else _tree_path(self, fp, fp.old_name, strip, root)
             fp.new_path = None if fp.is_delete else _tree_path(self, fp, fp.new_name, strip, root)
             if fp.old_path and fp.new_path and fp.old_path != fp.new_path:
-                raise DiffError(self.path, fp.diff_line, _rename_problem(fp, strip))
-        seen: dict[str, int] = {}
-        for fp in self.files:
-            if fp.path in seen:
-                raise DiffError(
-                    self.path,
-                    fp.diff_line,
-                    f"{fp.path} is patched twice in one diff (first at line {seen[fp.path]})",
-                )
-            seen[fp.path] = fp.diff_line
+                chosen = _choose(self, fp, strip, exists)
+                fp.other_path = fp.new_path if chosen == fp.old_path else fp.old_path
+                fp.old_path = fp.new_path = chosen
+
+
+def _choose(diff: Diff, fp: FilePatch, strip: int, exists: Callable[[str], bool] | None) -> str:
+    """The file a plain diff with two different names patches, as GNU patch chooses it:
+    of the names that exist, else of both, the one with the fewest folders, then the
+    shortest base name, then the shortest name (the old one on a tie)."""
+    assert fp.old_path is not None and fp.new_path is not None
+    if fp.git:
+        raise DiffError(
+            diff.path,
+            fp.diff_line,
+            f"the git diff names {fp.old_path} and {fp.new_path} without 'rename from' "
+            "or 'copy from' lines (git refuses it)",
+        )
+    names = [fp.old_path, fp.new_path]
+    present = [n for n in names if exists is not None and exists(n)]
+    if not present:
+        need = agreeing_strip(fp)
+        if need is not None and need > strip:
+            raise DiffError(
+                diff.path,
+                fp.diff_line,
+                f"{fp.old_name} and {fp.new_name} are one file once their first {need} folders "
+                f"are dropped: this diff needs strip {need} (strip = {need} in series.toml, or "
+                "no strip there to have each diff's detected)",
+            )
+    return min(present or names, key=lambda n: (n.count("/"), len(n.rsplit("/", 1)[-1]), len(n)))
 
 
 def agreeing_strip(fp: FilePatch) -> int | None:
@@ -180,18 +258,6 @@ def agreeing_strip(fp: FilePatch) -> int | None:
     return None
 
 
-def _rename_problem(fp: FilePatch, strip: int) -> str:
-    need = agreeing_strip(fp)
-    if need is not None and need > strip:
-        return (
-            f"{fp.old_name} and {fp.new_name} are one file once their first {need} folders "
-            "are dropped: "
-            f"this diff needs strip {need} (strip = {need} in series.toml, or no strip there "
-            "to have each diff's detected)"
-        )
-    return f"renames {fp.old_path} to {fp.new_path}: renames are not supported"
-
-
 def _tree_path(diff: Diff, fp: FilePatch, name: str, strip: int, root: str) -> str:
     try:
         # Header names were read one char per byte (latin-1); the tree's names are UTF-8,
@@ -201,10 +267,21 @@ def _tree_path(diff: Diff, fp: FilePatch, name: str, strip: int, root: str) -> s
         raise UnsafePathError(
             diff.path, fp.diff_line, f"path {name.encode('latin-1')!r} is not valid UTF-8"
         ) from None
-    parts = [p for p in name.split("/") if p not in ("", ".")]
-    if len(parts) <= strip:
-        raise DiffError(diff.path, fp.diff_line, f"path {name!r} has fewer than {strip + 1} parts")
-    parts = parts[strip:]
+    if name.startswith("/") and name != DEV_NULL:
+        # GNU patch would cut the leading "/" as one more folder; a diff of absolute
+        # names was made outside any tree, and bakery does not guess which part is the tree
+        raise UnsafePathError(
+            diff.path, fp.diff_line, f"absolute path {name!r} refused (strip {strip})"
+        )
+    # GNU's count: each run of "/" ends one component ("./a/b" under strip 1 is "a/b")
+    parts = re.split("/+", name)
+    if len(parts) <= strip or not [p for p in parts[strip:] if p not in ("", ".")]:
+        raise DiffError(
+            diff.path,
+            fp.diff_line,
+            f"path {name!r} has fewer than {strip + 1} parts (strip {strip} leaves no name)",
+        )
+    parts = [p for p in parts[strip:] if p not in ("", ".")]
     if root:
         parts = [*root.split("/"), *parts]
     check_safe_path(diff.path, fp.diff_line, name, parts)
@@ -226,8 +303,12 @@ def check_safe_path(diff_path: Path, line: int, name: str, parts: list[str]) -> 
             raise UnsafePathError(diff_path, line, f"path {name!r} writes into .git")
         # Cc: NUL, newline, escapes; Cf: bidi overrides and zero-width characters that
         # make a name read as another.
-        if "\\" in part or any(unicodedata.category(c) in ("Cc", "Cf") for c in part):
+        if any(unicodedata.category(c) in ("Cc", "Cf") for c in part):
             raise UnsafePathError(diff_path, line, f"path {name!r} has a control character")
+        if "\\" in part:
+            # a legal POSIX name, but no baked tree's manifest, wheel or Windows checkout
+            # can hold it (bakery.safety.paths refuses it in every path it reads back)
+            raise UnsafePathError(diff_path, line, f"path {name!r} has a backslash")
 
 
 def read_diff(path: Path, data: bytes | None = None) -> Diff:
@@ -297,16 +378,19 @@ def _header_name(path: Path, line: int, rest: str) -> tuple[str, bool]:
     stamp = _STAMP_RE.search(rest)
     epoch = stamp is not None and _is_epoch(stamp)
     name = rest.split("\t", 1)[0]
+    tail = ""
     if name.startswith('"'):
         end = name.rfind('"')
         if end <= 0:
             raise DiffError(path, line, f"unterminated quoted name {name[:80]!r}")
+        # '"a/"sub/x': a quoted part and the rest of the name, as git reads it
+        tail = name[end + 1 :].split(" ", 1)[0] if not name[end + 1 :].startswith(" ") else ""
         name = name[: end + 1]
     else:
         if stamp is not None and "\t" not in rest:
             name = rest[: stamp.start()]  # "--- a/x 2024-01-01 ...": a space before the time
         name = name.rstrip(" ")
-    name = _unquote(path, line, name)
+    name = _unquote(path, line, name) + tail
     if not name:
         raise DiffError(path, line, "empty file name in header")
     return name, epoch
@@ -337,6 +421,10 @@ class _GitHeader:
     line: int
     header: str
     modes: dict[str, int] = field(default_factory=dict)
+    #: "rename" or "copy", and the names of its from/to lines (unquoted).
+    move: str | None = None
+    moves: dict[str, str] = field(default_factory=dict)
+    by_lines: bool = False  # the names are the from/to lines' (see FilePatch.move_by_lines)
 
 
 class _Parser:
@@ -377,9 +465,15 @@ class _Parser:
                 continue
             if line.startswith("@@ "):
                 raise self.err(lineno, "hunk without a file header (--- / +++)")
-            self._refuse_other_formats(line, lineno)
+            self._refuse_other_formats(line, lineno, git_hdr)
             if git_hdr is not None:
-                if not {"new_file", "deleted", "new_mode"} & set(git_hdr.modes):
+                if line.startswith(("--- ", "+++ ")):
+                    raise self.err(
+                        lineno,
+                        f"git diff header lacks filename information: {line[:60]!r} "
+                        f"without its {'+++' if line.startswith('---') else '---'} line",
+                    )
+                if not ({"new_file", "deleted", "new_mode"} & set(git_hdr.modes) or git_hdr.move):
                     raise self.err(lineno, f"unexpected line in git header: {line[:60]!r}")
                 # A mode change or empty file ends where prose (a mail's "-- ") begins.
                 files.extend(self._hunkless_git(git_hdr))
@@ -391,9 +485,9 @@ class _Parser:
             raise self.err(1 if n else 0, "no unified diff found (empty file or prose only)")
         return files
 
-    def _refuse_other_formats(self, line: str, lineno: int) -> None:
+    def _refuse_other_formats(self, line: str, lineno: int, git_hdr: _GitHeader | None) -> None:
         if line.startswith(("GIT binary patch", "Binary files ", "Binary file ")):
-            raise self.err(lineno, "binary patch refused (bakery applies text diffs only)")
+            raise self.err(lineno, f"binary patch refused: {self._binary_name(line, git_hdr)}")
         if (
             line.startswith("*** ")
             and self.i + 1 < len(self.lines)
@@ -416,6 +510,20 @@ class _Parser:
         ):
             raise self.err(lineno, "line beyond the counts in the hunk header")
 
+    def _binary_name(self, line: str, git_hdr: _GitHeader | None) -> str:
+        """Which file a binary patch line is about, for its refusal."""
+        name = None
+        if git_hdr is not None:
+            try:
+                name = self._git_names(git_hdr)[1]
+            except DiffError:
+                name = None
+        m = re.match(r"Binary files? (.*) and (.*) differ", line.rstrip("\r"))
+        if name is None and m:
+            name = m.group(2) if m.group(2) != DEV_NULL else m.group(1)
+        what = f"{name[:120]!r} is binary" if name else "a binary file"
+        return f"{what}; bakery applies text diffs only (the diff holds no text to apply)"
+
     def _looks_like_ed(self, i: int) -> bool:
         # An ed command line followed by text and a lone "." (or another command).
         # What comes first after each line (a lone ".": True, a hunk or file header: False)
@@ -436,13 +544,18 @@ class _Parser:
         return found if found is not None else self.lines[i].endswith("d")
 
     def _git_extended(self, hdr: _GitHeader, line: str, lineno: int) -> bool:
-        for prefix in _GIT_UNSUPPORTED:
+        for prefix, side in _GIT_MOVES.items():
             if line.startswith(prefix):
-                raise self.err(
-                    lineno,
-                    f"git '{prefix.strip()}' header refused: renames and "
-                    "copies are not supported; write them as delete + new file",
-                )
+                kind = prefix.split(" ", 1)[0]
+                if (hdr.move not in (None, kind)) or side in hdr.moves:
+                    raise self.err(
+                        lineno,
+                        f"git header {line.strip()[:60]!r} repeats or contradicts an earlier line",
+                    )
+                hdr.move = kind
+                name = line[len(prefix) :].rstrip("\r")
+                hdr.moves[side] = _unquote(self.path, lineno, name)
+                return True
         for key, prefix in (
             ("old_mode", "old mode "),
             ("new_mode", "new mode "),
@@ -450,19 +563,57 @@ class _Parser:
             ("deleted", "deleted file mode "),
         ):
             if line.startswith(prefix):
-                mode = line[len(prefix) :].strip()
-                if not re.fullmatch(r"100644|100755", mode):
-                    raise self.err(lineno, f"file mode {mode} refused (only 100644 and 100755)")
+                mode = self._git_mode(lineno, line[len(prefix) :].strip())
                 if key in hdr.modes or {key, *hdr.modes} >= {"new_file", "deleted"}:
                     raise self.err(
                         lineno,
                         f"git header {line.strip()[:60]!r} repeats or contradicts an earlier line",
                     )
-                hdr.modes[key] = int(mode, 8) & 0o777
+                hdr.modes[key] = mode
                 return True
+        if line.startswith("index "):
+            m = re.fullmatch(r"index [0-9a-fA-F]+\.\.[0-9a-fA-F]+ ([0-7]+)", line.rstrip("\r"))
+            if m:  # "index 1a2b..3c4d 160000": a submodule pointer is refused here
+                self._git_mode(lineno, m.group(1))
+            return True
         return line.startswith(_GIT_IGNORED)
 
-    def _git_names(self, hdr: _GitHeader) -> tuple[str, str]:
+    def _git_mode(self, lineno: int, mode: str) -> int:
+        """A git mode as the tree's permission bits, normalised as git normalises it: a
+        regular file is 644 or 755 by its owner execute bit (100660 is 100644); symlinks,
+        submodules and directories are refused, as a baked tree holds regular files only."""
+        if not re.fullmatch(r"[0-7]{1,7}", mode):
+            raise self.err(lineno, f"invalid file mode {mode[:20]!r} (git writes 100644 or 100755)")
+        value = int(mode, 8)
+        kind = value & 0o170000
+        if kind in _GIT_TYPES:
+            raise self.err(
+                lineno,
+                f"{_GIT_TYPES[kind]} refused: a baked tree holds regular files only "
+                "(README: What diffs bakery takes)",
+            )
+        if kind != 0o100000:
+            raise self.err(lineno, f"file mode {mode} is no git file mode (100644 or 100755)")
+        return 0o755 if value & 0o100 else 0o644
+
+    def _git_move(self, fp: FilePatch, hdr: _GitHeader) -> None:
+        """A rename or copy: its from/to lines, both required (git requires them)."""
+        if set(hdr.moves) != {"from", "to"}:
+            raise self.err(hdr.line, f"git {hdr.move} without its '{hdr.move} from/to' lines")
+        if {"new_file", "deleted"} & set(hdr.modes):
+            raise self.err(hdr.line, f"a git {hdr.move} may not also create or delete a file")
+        fp.move, fp.move_from, fp.move_to = hdr.move, hdr.moves["from"], hdr.moves["to"]
+        fp.move_by_lines = hdr.by_lines
+
+    def _git_names(self, hdr: _GitHeader, moved: bool = False) -> tuple[str, str]:
+        """The two names of a ``diff --git`` line. A rename's or copy's names may hold
+        spaces that make the line ambiguous; its from/to lines name the files then."""
+        if moved:
+            try:
+                return self._git_names(hdr)
+            except DiffError:
+                hdr.by_lines = True
+                return hdr.moves.get("from", ""), hdr.moves.get("to", "")
         lineno = hdr.line
         rest = hdr.header[len("diff --git ") :].rstrip("\r")  # git quotes a name's own CR
         if rest.startswith('"'):
@@ -484,9 +635,14 @@ class _Parser:
         """A git header without ---/+++: mode change, or new/deleted empty file."""
         lineno = hdr.line
         modes = hdr.modes
-        a, b = self._git_names(hdr)
+        a, b = self._git_names(hdr, hdr.move is not None)
         fp = FilePatch(old_name=a, new_name=b, diff_line=lineno, git=True)
-        if "new_file" in modes:
+        if hdr.move is not None:
+            self._git_move(fp, hdr)
+            if "new_mode" in modes:
+                fp.old_mode = modes.get("old_mode")
+                fp.new_mode = modes["new_mode"]
+        elif "new_file" in modes:
             fp.old_name, fp.new_mode = DEV_NULL, modes["new_file"]
         elif "deleted" in modes:
             fp.new_name, fp.old_mode = DEV_NULL, modes["deleted"]
@@ -508,7 +664,10 @@ class _Parser:
         fp = FilePatch(old_name=old, new_name=new, diff_line=lineno, git=git_hdr is not None)
         fp.crlf_stripped = self.strip_cr
         if git_hdr is not None:
+            self._git_agree(fp, git_hdr, lineno)
             self._git_modes(fp, git_hdr, lineno)
+            if git_hdr.move is not None:
+                self._git_move(fp, git_hdr)
         if old == DEV_NULL and new == DEV_NULL:
             raise self.err(lineno, "both sides are /dev/null")
         while self.i < len(self.lines) and self.lines[self.i].startswith("@@"):
@@ -522,6 +681,26 @@ class _Parser:
         self.hunk_end = self.i
         self._check_order(fp)
         return fp
+
+    def _git_agree(self, fp: FilePatch, hdr: _GitHeader, lineno: int) -> None:
+        """git takes a file patch's names from its ``diff --git`` line and refuses one
+        whose ``---``/``+++`` names disagree with it ("inconsistent new filename")."""
+        rest = hdr.header[len("diff --git ") :].rstrip("\r")
+        if DEV_NULL not in (fp.old_name, fp.new_name) and rest == f"{fp.old_name} {fp.new_name}":
+            return  # unquoted names, spaces and all, exactly as the headers have them
+        try:
+            a, b = self._git_names(hdr)
+        except DiffError:
+            if hdr.move is not None:
+                return  # ambiguous names with spaces: the ---/+++ names say which files
+            raise
+        for side, name, ours in (("---", fp.old_name, a), ("+++", fp.new_name, b)):
+            if name != DEV_NULL and name != ours:
+                raise self.err(
+                    lineno if side == "---" else lineno + 1,
+                    f"the {side} name {name[:80]!r} disagrees with the 'diff --git' line's "
+                    f"{ours[:80]!r} (git refuses such a diff)",
+                )
 
     def _git_modes(self, fp: FilePatch, git_hdr: _GitHeader, lineno: int) -> None:
         """The modes of git's extended header, checked against the ---/+++ names."""

@@ -270,7 +270,14 @@ def detect_layout(series: Series, tree: Path) -> tuple[int, str, bool]:
 
 
 def _layout_names(d: Diff) -> list[str]:
-    names = [fp.old_name for fp in d.files if not fp.is_new]
+    """The names whose files should exist: the old names, and the new name of a plain
+    diff whose two names differ (``x.orig``/``x``: the tree holds only ``x``)."""
+    names = [fp.old_name for fp in d.files if not fp.is_new and fp.move is None]
+    names += [
+        fp.new_name
+        for fp in d.files
+        if not fp.git and not fp.is_new and not fp.is_delete and fp.new_name != fp.old_name
+    ]
     return names or [fp.new_name for fp in d.files]
 
 
