@@ -85,18 +85,47 @@ def _label(prefix: str, path: str, root: str) -> str:
     return f"{prefix}/{rel}" if prefix else rel
 
 
-def render_diff(changes: list[Change], prefixes: tuple[str, str], root: str) -> bytes:
-    """Plain `diff -u` text (no timestamps) for the changes, in the order given."""
+def _moves(diff: Diff | None) -> dict[str, str]:
+    """The diff's git renames: new path -> old path (refresh writes them back as renames)."""
+    if diff is None:
+        return {}
+    return {fp.path: fp.source for fp in diff.files if fp.move == "rename"}
+
+
+def render_diff(
+    changes: list[Change],
+    prefixes: tuple[str, str],
+    root: str,
+    moves: Mapping[str, str] | None = None,
+) -> bytes:
+    """Plain `diff -u` text (no timestamps) for the changes, in the order given; a file
+    that ``moves`` (new path -> old path) renames, where the changes still delete the old
+    and create the new, as a git rename (``rename from``/``rename to``, then its hunks)."""
     out = []
+    by_path = {p: (b, a) for p, b, a in changes}
+    renamed = {
+        new: old
+        for new, old in (moves or {}).items()
+        if by_path.get(new, (b"", None))[0] is None and by_path.get(old, (None, b""))[1] is None
+    }
     with tempfile.TemporaryDirectory(prefix="bakery-refresh-") as tmp:
         a, b = Path(tmp) / "a", Path(tmp) / "b"
         for path, before, after in changes:
+            la = "/dev/null" if before is None else _label(prefixes[0], path, root)
+            lb = "/dev/null" if after is None else _label(prefixes[1], path, root)
+            if path in renamed.values():
+                continue  # written with its rename
+            if path in renamed:
+                old = renamed[path]
+                before, la = by_path[old][0], _label(prefixes[0], old, root)
+                out.append(
+                    f"diff --git {la} {lb}\nrename from {_label('', old, root)}\n"
+                    f"rename to {_label('', path, root)}\n".encode()
+                )
             if before == after:
                 continue
             a.write_bytes(before or b"")
             b.write_bytes(after or b"")
-            la = "/dev/null" if before is None else _label(prefixes[0], path, root)
-            lb = "/dev/null" if after is None else _label(prefixes[1], path, root)
             proc = process.run(["diff", "-u", "--label", la, "--label", lb, str(a), str(b)])
             out.append(process.check(proc, f"diff -u of {path}", ok=(0, 1)))
     return b"".join(out)
@@ -154,6 +183,7 @@ def render_port(
                 [ordered[p] for p in _ordered(d, list(ordered))],
                 labels.get(d.name) or _labels(d, strip, root),
                 root,
+                _moves(d),
             )
         )
     return texts
@@ -320,6 +350,10 @@ def refresh(
     for k, entry in enumerate(manifest.diffs[: last + 1]):
         for path in entry.files:
             touched.setdefault(path, []).append(k)
+    for k, d in enumerate(diffs[: last + 1]):  # a rename's old path: the manifest names the new
+        for old in _moves(d).values():
+            if k not in touched.setdefault(old, []):
+                touched[old] = sorted([*touched[old], k])
     notes: list[str] = []
     extra = _unclaimed(tree, pristine_commit, touched, notes)
     new_name: str | None = None
@@ -359,7 +393,9 @@ def refresh(
         own = diffs[k] if k < len(diffs) else None
         changes = {p: (p, b, a) for p, b, a in per_diff[k]}
         prefixes = labels.get(name) or _labels(own or (diffs[-1] if diffs else None), strip, root)
-        body = render_diff([changes[p] for p in _ordered(own, list(changes))], prefixes, root)
+        body = render_diff(
+            [changes[p] for p in _ordered(own, list(changes))], prefixes, root, _moves(own)
+        )
         if body and not is_port and own is not None:
             body = _head_text(own.path.read_bytes()) + body
         texts[name] = body
