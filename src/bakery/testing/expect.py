@@ -55,6 +55,8 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from bakery.safety.text import clean
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -66,7 +68,14 @@ MANIFEST = Path(".bakery") / "manifest.json"
 
 
 class SeriesDataError(ValueError):
-    """A data file of the series is malformed (the plugin turns it into a usage error)."""
+    """A data file of the series is malformed (the plugin turns it into a usage error).
+
+    Its message quotes the series' data, which comes from another team: it is cleaned
+    here, once (:func:`bakery.safety.text.clean`), so pytest's usage error and verify's
+    line print no escape sequence and start no CI workflow command."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(clean(message))
 
 
 @dataclass(frozen=True)
@@ -202,6 +211,10 @@ def load_defects(series_dir: Path) -> dict[str, Defect]:
     return defects
 
 
+#: A defect id is printed wherever the defect shows (pytest's summary, verify's counts,
+#: matrix reports, CI logs): a plain name, so no id carries an escape sequence or a line of
+#: its own.
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 _REQUIRED = {"id", "summary", "input", "releases", "match"}
 _OPTIONAL = {"fix", "raises", "probe"}
 
@@ -213,6 +226,14 @@ def _defect(path: Path, n: int, entry: dict[str, Any]) -> Defect:
     unknown = set(entry) - _REQUIRED - _OPTIONAL
     if unknown:
         raise SeriesDataError(f"{path}: defect {n}: unknown keys {', '.join(sorted(unknown))}")
+    if not isinstance(entry["id"], str) or not _ID.fullmatch(entry["id"]):
+        raise SeriesDataError(
+            f"{path}: defect {n}: id {entry['id']!r} is not a plain name (letters, digits, "
+            "'.', '_', '+', '-'; at most 100)"
+        )
+    raises = str(entry.get("raises") or "AssertionError")
+    if not raises.isidentifier():
+        raise SeriesDataError(f"{path}: defect {entry['id']}: raises must name an exception class")
     match = str(entry["match"])
     try:
         re.compile(match)
@@ -229,7 +250,7 @@ def _defect(path: Path, n: int, entry: dict[str, Any]) -> Defect:
         input=str(entry["input"]).strip(),
         releases=_strings(path, f"defect {entry['id']}: releases", entry["releases"]),
         fix=str(entry["fix"]) if entry.get("fix") else None,
-        raises=str(entry.get("raises") or "AssertionError"),
+        raises=raises,
         match=match,
         probe=probe,
     )
