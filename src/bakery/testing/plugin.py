@@ -423,6 +423,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"bakery: {tree} is not a vLLM tree (no {ROOT_PACKAGE}/ folder)")
     interpret = bool(config.getoption("--bakery-interpret"))
     os.environ[TREE_ENV] = str(tree)
+    _serve_vllm(tree)
     if interpret:
         os.environ["TRITON_INTERPRET"] = "1"
     else:
@@ -478,6 +479,27 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.stash[_KEY] = state
     config.pluginmanager.register(state, "bakery-session")
+
+
+def _serve_vllm(tree: Path) -> None:
+    """The tree importable as ``vllm`` from the session's start, so that a test may say
+    ``from vllm.sampling_params import SamplingParams`` as vLLM's own tests do (issue
+    48); load_tree_module goes on working (the same finder). Under Triton's interpreter
+    its fixes come first, as load_tree_module makes them. A ``vllm`` imported before the
+    session (installed beside bakery) is left alone: load_tree_module says so."""
+    import sys
+
+    from bakery.testing import loader
+
+    if ROOT_PACKAGE in sys.modules:
+        return
+    finder = loader.install(tree)
+
+    def prepare() -> None:
+        if compat.interpret_mode():
+            compat.fix_triton_interpreter()
+
+    finder.prepare = prepare
 
 
 def _series_dir(config: pytest.Config) -> Path | None:
