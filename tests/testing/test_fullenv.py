@@ -1,8 +1,10 @@
 """The full test environment (bakery.testing.fullenv) and the loader's full mode, on small
 synthetic trees: what is installed and what is left out, one real environment built and
-then reused from the cache, an install that fails as one line, and a package whose
-``__init__.py`` runs in the full mode only. The real vLLM environment is
-tests/test_second_series.py's (network)."""
+then reused from the cache, an install that fails as one line, a package whose
+``__init__.py`` runs in the full mode only, and a series whose test imports vLLM as
+vLLM's own tests do (``from vllm.sampling_params import SamplingParams``) under
+``bakery verify --env full``, where ``--env light`` names ``--env full``. The real vLLM
+environment is tests/test_second_series.py's (network)."""
 
 from __future__ import annotations
 
@@ -11,14 +13,19 @@ import logging
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 
 from bakery.errors import VerifyError
 from bakery.sources.cache import Cache
 from bakery.testing import fullenv
-from tests.support.trees import write_files
+from tests.support.archives import pure_wheel
+from tests.support.index import serve
+from tests.support.series import make_series, udiff
+from tests.support.trees import cache_release, write_files
 
 COMMON = """\
 regex # a comment
@@ -140,3 +147,62 @@ def test_the_full_mode_runs_packages_init(tmp_path: Path, mode: str) -> None:
     # probes expect; light: bakery's own error names the tree and the stand-ins
     want = ["True", "tree", "None"] if mode == "full" else ["False", "package", "raised"]
     assert proc.stdout.split() == want
+
+
+# --- a series' test imports vLLM as vLLM's tests do (issue 48) ----------------------------------
+
+SAMPLING = """\
+import bakery_test_msgspec  # a requirement of the tree: in the full environment only
+
+
+class SamplingParams:
+    temperature: float = 1.0
+"""
+PLAIN_IMPORT_TEST = """\
+from vllm.sampling_params import SamplingParams
+
+from bakery.testing import load_tree_module, provenance
+
+
+def test_plain_imports_come_from_the_baked_tree(baked_tree):
+    assert SamplingParams().temperature == 0.5  # the series' diff
+    assert load_tree_module("vllm.sampling_params").SamplingParams is SamplingParams
+    assert provenance()["vllm.sampling_params"].detail == str(
+        baked_tree / "vllm" / "sampling_params.py"
+    )
+"""
+
+
+def test_a_series_test_imports_vllm_plainly_under_the_full_environment(
+    cli: Callable[..., Result], home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One environment (a wheel from a local index, installed once), two runs: full
+    passes; light fails in one line that names --env full."""
+    cache_release(
+        "1.0.0",
+        {
+            "vllm/__init__.py": "",
+            "vllm/sampling_params.py": SAMPLING,
+            "requirements/common.txt": "torch\nbakery-test-msgspec\n",
+        },
+    )
+    diff = udiff("sampling_params.py", SAMPLING, SAMPLING.replace("1.0", "0.5"))
+    series = make_series(home, "s", {"01-t.diff": diff}, 'root = "vllm"\nstrip = 1\nenv = "full"\n')
+    write_files(series / "tests", {"test_plain.py": PLAIN_IMPORT_TEST})
+    assert cli("apply", "s", "--vllm", "1.0.0").exit_code == 0
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    with serve(tmp_path / "site") as site:
+        name, data = pure_wheel("bakery_test_msgspec", "1.0", "")
+        site.index([site.add(name, data)], project="bakery-test-msgspec")
+        monkeypatch.setenv("BAKERY_INDEX_URL", f"{site.url}/simple")
+        report = tmp_path / "full.xml"
+        r = cli("verify", "s", "--env", "full", "--interpret", "--no-reuse", "--junit", report)
+    assert r.exit_code == 0, r.output
+    passed = report.read_text()
+    assert 'tests="1"' in passed and 'failures="0"' in passed and 'errors="0"' in passed
+    r = cli("verify", "s", "--env", "light", "--interpret", "--no-reuse", "--junit", report)
+    assert r.exit_code == 1, r.output
+    failure = report.read_text()
+    assert "No module named" in failure and "bakery_test_msgspec" in failure
+    assert "imported by vllm.sampling_params" in failure
+    assert "`bakery verify --env full`" in failure

@@ -34,7 +34,7 @@ import importlib.util
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -69,12 +69,23 @@ def _is_ours(fullname: str) -> bool:
     return fullname == ROOT_PACKAGE or fullname.startswith(ROOT_PACKAGE + ".")
 
 
+#: What a light run says where a tree file imports a module bakery's environment lacks.
+LIGHT_HINT = (
+    "the light test environment holds bakery's own packages only: "
+    '`bakery verify --env full` (or env = "full" in series.toml) installs vLLM\'s requirements'
+)
+
+
 class _TreeSourceLoader(importlib.machinery.SourceFileLoader):
     """Executes a tree file; falls back to a stand-in when one is declared."""
 
-    def __init__(self, fullname: str, path: str, standin: StandIn | None) -> None:
+    def __init__(
+        self, fullname: str, path: str, standin: StandIn | None, *, light: bool = False
+    ) -> None:
         super().__init__(fullname, path)
         self._standin = standin
+        #: the light environment: a missing third-party module names --env full
+        self._light = light
 
     def set_data(self, path: str, data: Any, *, _mode: int = 0o666) -> None:
         """Never write ``__pycache__`` into the tree under test."""
@@ -85,6 +96,10 @@ class _TreeSourceLoader(importlib.machinery.SourceFileLoader):
             super().exec_module(module)
         except Exception as exc:
             if self._standin is None:
+                if self._light and isinstance(exc, ModuleNotFoundError) and _foreign(exc):
+                    raise ModuleNotFoundError(
+                        f"{exc} (imported by {module.__name__}; {LIGHT_HINT})", name=exc.name
+                    ) from exc
                 raise
             _roll_back(before, keep=module.__name__)
             _reset(module)
@@ -118,6 +133,11 @@ class _StandInLoader(importlib.abc.Loader):
         PROVENANCE[module.__name__] = Origin("stand-in", self._standin.reason)
 
 
+def _foreign(exc: ModuleNotFoundError) -> bool:
+    """A module outside vLLM is missing (not one the tree itself lacks)."""
+    return bool(exc.name) and not _is_ours(exc.name or "") and LIGHT_HINT not in str(exc)
+
+
 def _roll_back(before: set[str], *, keep: str) -> None:
     for name in set(sys.modules) - before:
         if _is_ours(name) and name != keep:
@@ -142,6 +162,9 @@ class TreeFinder(importlib.abc.MetaPathFinder):
         self.standins = standins
         #: the full environment: packages run their __init__.py (see the module docstring)
         self.full = full
+        #: called once, before the first ``vllm`` module is looked up (the pytest plugin:
+        #: the Triton interpreter's fixes, as load_tree_module makes them)
+        self.prepare: Callable[[], None] | None = None
 
     def _forced(self, standin: StandIn | None) -> bool:
         """Whether ``standin`` replaces the tree's module before the tree is tried."""
@@ -159,6 +182,9 @@ class TreeFinder(importlib.abc.MetaPathFinder):
     ) -> importlib.machinery.ModuleSpec | None:
         if not _is_ours(fullname):
             return None
+        prepare, self.prepare = self.prepare, None
+        if prepare is not None:
+            prepare()
         standin = self.standins.get(fullname)
         if standin is not None and self._forced(standin):
             return importlib.util.spec_from_loader(fullname, _StandInLoader(standin))
@@ -179,7 +205,7 @@ class TreeFinder(importlib.abc.MetaPathFinder):
             spec.submodule_search_locations = [str(base)]
             return spec
         if source.is_file():
-            loader = _TreeSourceLoader(fullname, str(source), standin)
+            loader = _TreeSourceLoader(fullname, str(source), standin, light=not self.full)
             return importlib.util.spec_from_file_location(fullname, source, loader=loader)
         if standin is not None:
             return importlib.util.spec_from_loader(fullname, _StandInLoader(standin))
