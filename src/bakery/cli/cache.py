@@ -15,7 +15,10 @@ from bakery.safety.text import clean as printable
 
 cache_app = typer.Typer(
     name="cache",
-    help="Show or clean bakery's cache of releases, git sources and upstream wheels.",
+    help=(
+        "Show or clean bakery's cache of releases, git sources, upstream wheels, "
+        "full test environments and verify results."
+    ),
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -111,9 +114,12 @@ def clean(
     result = commands.clean(context(), keep=keep, older_than=older_than, dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
     for r in result.removed:
-        out_console.print(escape(f"{verb} {r.key} ({size(r.size)})"), soft_wrap=True)
+        # an entry's name comes from the cache's folder: data, never printed raw
+        out_console.print(escape(printable(f"{verb} {r.key} ({size(r.size)})")), soft_wrap=True)
     for r in result.busy:
-        err_console.print(escape(f"in use by a running bake, kept: {r.key}"), soft_wrap=True)
+        err_console.print(
+            escape(printable(f"in use by a running bake, kept: {r.key}")), soft_wrap=True
+        )
     out_console.print(
         escape(
             f"{verb} {_entries(len(result.removed))} ({size(result.freed)}), "

@@ -5,8 +5,9 @@ The cache is data (a CI cache restored from another job, a folder anyone with th
 rights can write), so:
 
 - nothing in it is followed out of it: the top folders (``trees/``, ``sdists/``, ``git/``,
-  ``wheels/``, ``locks/``), an entry, a marker, a listing are used only when they are what
-  they claim (a real folder, a regular file), never through a symlink at any level below
+  ``wheels/``, ``locks/``, ``envs/``, ``verify/``), an entry, a marker, a listing, a
+  verify record are used only when they are what they claim (a real folder, a regular
+  file), never through a symlink at any level below
   the cache root (the root itself is the user's choice: ``BAKERY_CACHE_DIR``);
 - a FIFO, socket or device is never opened (``O_NOFOLLOW | O_NONBLOCK``, then ``fstat``
   before the first read), and a read is bounded (``MAX_REPORT``, ``MAX_ARCHIVE``);
@@ -34,7 +35,7 @@ from bakery.errors import BakeryError
 from bakery.safety import limits
 
 #: The cache's top folders: each must be a real folder of the cache.
-TOPS = ("trees", "sdists", "git", "wheels", "locks")
+TOPS = ("trees", "sdists", "git", "wheels", "locks", "envs", "verify")
 
 
 class CacheRefused(BakeryError):

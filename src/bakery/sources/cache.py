@@ -56,7 +56,7 @@ from filelock import FileLock, Timeout
 from bakery.errors import SourceError
 from bakery.git import cmd as gitutil
 from bakery.git import repo as gitrepo
-from bakery.outputs import replace_bytes
+from bakery.outputs import OutputError, replace_bytes
 from bakery.safety import cachepolicy, paths, seal
 
 #: The way entries are built. 3: the marker holds the sealed file list; 2: unpack.py
@@ -276,9 +276,11 @@ class Cache:
             p = self.root if sub == "." else cachepolicy.top(self.root, sub, repair=True)
             readme = self.root / "README"
             if not os.path.lexists(readme):
-                readme.write_text(_README)
+                replace_bytes(readme, _README.encode())
         except OSError as e:
             raise SourceError(f"cache folder {self.root}: {e.strerror}") from None
+        except OutputError as e:
+            raise SourceError(f"cache folder {self.root}: {e}") from None
         if p is None:
             raise SourceError(f"cache folder {self.root}: {sub} is not a folder")
         return p

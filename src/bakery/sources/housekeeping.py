@@ -5,7 +5,12 @@ An entry is what one key's lock guards (cache.py): a release (``trees/vllm-X``, 
 and ``sdists/vllm-X.tar.gz``), a git tree (``trees/git-URL-COMMIT``), or a git mirror
 (``git/git-URL``), or an upstream wheel (``wheels/NAME.whl`` and its hash stamp, under the
 lock ``wheel-NAME.whl`` that wheels.fetch takes; a release's wheel listing from the index,
-``wheels/vllm-X.index.json``, is an entry of its own). Each is removed under its lock and
+``wheels/vllm-X.index.json``, is an entry of its own), a full test environment
+(``envs/KEY/`` and its marker ``envs/KEY.json``, under the lock ``env-KEY`` that
+testing/fullenv.py takes), the verify results (``verify/*.json``, one entry: they are
+reused together, see testing/reuse.py), or the Triton compile cache that bakery kept in
+its cache before round 4 (``triton/``, a leftover: Triton's cache is no longer there).
+Each is removed under its lock and
 its hold (cache.Hold: a bake holds its entries from the lookup to the end of the copy),
 both taken without waiting: an entry a bake holds is skipped and said so, never pulled
 from under it. The marker goes first, so
@@ -32,7 +37,7 @@ DAY = 86400.0
 @dataclass
 class Item:
     key: str
-    kind: str  # "release" | "git" | "mirror" | "wheel"
+    kind: str  # "release" | "git" | "mirror" | "wheel" | "env" | "verify" | "triton"
     paths: list[Path]
     size: int
     used: float  # seconds since the epoch
@@ -40,7 +45,9 @@ class Item:
 
     @property
     def complete(self) -> bool:
-        return self.kind in ("mirror", "wheel") or "commit" in self.meta
+        if self.kind == "env":
+            return any(p.name.endswith(".json") for p in self.paths)
+        return self.kind in ("mirror", "wheel", "verify", "triton") or "commit" in self.meta
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -85,7 +92,10 @@ def _read_meta(marker: Path) -> dict[str, str]:
         data = json.loads(cachepolicy.read_text(marker, what="cache marker"))
     except (OSError, ValueError, RecursionError, cachepolicy.CacheRefused):
         return {}
-    return {k: str(v) for k, v in data.items() if v is not None} if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    # the strings only: a tree's file list, an environment's inventory are not shown
+    return {k: v for k, v in data.items() if isinstance(v, str)}
 
 
 def _tree_keys(trees: Path | None) -> Iterator[str]:
@@ -99,16 +109,18 @@ def _tree_keys(trees: Path | None) -> Iterator[str]:
         yield key
 
 
-def _wheels(folder: Path) -> Iterator[Item]:
+def _wheels(folder: Path | None) -> Iterator[Item]:
     """The upstream wheels (with their hash stamps) and the wheel listings."""
-    names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    if folder is None:
+        return
+    names = sorted(p.name for p in folder.iterdir())
     for name in names:
         p = folder / name
         wheel = name[: -len(".ok.json")] if name.endswith(".whl.ok.json") else name
         if name.startswith(".") or (wheel != name and wheel in names):
             continue  # a stamp goes with its wheel
         if wheel.endswith(".whl"):
-            paths = [q for q in (folder / wheel, folder / f"{wheel}.ok.json") if q.exists()]
+            paths = [q for q in (folder / wheel, folder / f"{wheel}.ok.json") if os.path.lexists(q)]
             meta = {"source": wheel}
             if wheel.count("-") >= 2:
                 meta["version"] = wheel.split("-")[1]
@@ -117,6 +129,28 @@ def _wheels(folder: Path) -> Iterator[Item]:
             version = name[len("vllm-") : -len(".index.json")]
             meta = {"version": version, "source": "wheel listing"}
             yield Item(f"wheel-list-{version}", "wheel", [p], 0, _mtime(p), meta)
+
+
+def _envs(folder: Path | None) -> Iterator[Item]:
+    """The full test environments: ``envs/KEY/`` with its marker ``envs/KEY.json``."""
+    if folder is None:
+        return
+    keys = {p.name.removesuffix(".json") for p in folder.iterdir() if not p.name.startswith(".")}
+    for key in sorted(keys):
+        marker = folder / f"{key}.json"
+        paths = [p for p in (folder / key, marker) if os.path.lexists(p)]
+        used = _mtime(marker) or _mtime(folder / key)
+        meta = {"source": "full test environment"}
+        yield Item(f"env-{key}", "env", paths, 0, used, meta)
+
+
+def _verify(folder: Path | None) -> Iterator[Item]:
+    """The verify results, as one entry (testing/reuse.py)."""
+    records = sorted(folder.glob("*.json")) if folder is not None else []
+    if records:
+        used = max(_mtime(p) for p in records)
+        meta = {"source": f"{len(records)} verify result{'s' if len(records) != 1 else ''}"}
+        yield Item("verify", "verify", records, 0, used, meta)
 
 
 def items(cache: Cache) -> list[Item]:
@@ -140,7 +174,13 @@ def items(cache: Cache) -> list[Item]:
     mirrors = cachepolicy.top(root, "git", repair=False)
     for p in sorted(mirrors.glob("git-*")) if mirrors is not None else []:
         found[p.name] = Item(p.name, "mirror", [p], 0, _mtime(p))
-    found.update((i.key, i) for i in _wheels(root / "wheels"))
+    found.update((i.key, i) for i in _wheels(cachepolicy.top(root, "wheels", repair=False)))
+    found.update((i.key, i) for i in _envs(cachepolicy.top(root, "envs", repair=False)))
+    found.update((i.key, i) for i in _verify(cachepolicy.top(root, "verify", repair=False)))
+    triton = root / "triton"
+    if os.path.lexists(triton):  # a leftover of bakery before round 4, or a planted link
+        meta = {"source": "Triton compile cache (no longer used)"}
+        found["triton"] = Item("triton", "triton", [triton], 0, _mtime(triton), meta)
     for item in found.values():
         item.size = sum(_size(p) for p in item.paths)
     return sorted(found.values(), key=lambda i: (-i.used, i.key))

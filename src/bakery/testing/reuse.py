@@ -331,6 +331,7 @@ def lookup(root: Path, static: str, tree: Path) -> Record | None:
         return None
     for p in sorted(where.glob(f"{static[:32]}-*.json")):
         if not cachepolicy.contained(root, p):
+            _say_once(f"the verify record {p} is a symbolic link; it is ignored")
             continue
         data = _read(p, static)
         if data is None:
