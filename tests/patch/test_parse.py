@@ -224,9 +224,7 @@ def test_a_plain_diff_with_two_names_patches_the_one_that_exists() -> None:
 
 
 def test_a_git_diff_whose_names_differ_without_rename_lines_is_refused() -> None:
-    diff = read_diff(
-        Path("r.diff"), b"diff --git a/x b/y\n--- a/x\n+++ b/y\n@@ -1 +1 @@\n-a\n+b\n"
-    )
+    diff = read_diff(Path("r.diff"), b"diff --git a/x b/y\n--- a/x\n+++ b/y\n@@ -1 +1 @@\n-a\n+b\n")
     with pytest.raises(DiffError, match="without 'rename from' or 'copy from' lines"):
         diff.resolve_paths(1, "")
 

@@ -1,0 +1,166 @@
+"""Names, renames, modes and refusals as GNU patch and ``git apply`` have them (issue 47):
+each case README "What diffs bakery takes" lists, through the parser, or through a bake of a
+small local tree (``bakery apply --vllm PATH``) where the tree decides."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+
+from bakery.errors import DiffError
+from bakery.patch.parse import read_diff
+from tests.support.series import make_series
+from tests.support.trees import write_files
+
+Cli = Callable[..., Result]
+
+
+def parsed(text: str, strip: int = 1) -> list[tuple[str | None, str]]:
+    diff = read_diff(Path("t.diff"), text.encode())
+    diff.resolve_paths(strip, "")
+    return [(fp.move and fp.source, fp.path) for fp in diff.files]
+
+
+def refused(text: str, strip: int = 1) -> DiffError:
+    with pytest.raises(DiffError) as info:
+        parsed(text, strip)
+    return info.value
+
+
+HUNK = "@@ -1 +1 @@\n-a\n+b\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "strip", "path"),
+    [("./d/x", 1, "d/x"), ("d//x", 1, "x"), ("a/./d/x", 1, "d/x"), ('"a/"sub/x', 2, "x")],
+)
+def test_the_strip_counts_as_gnu_patch_counts(name: str, strip: int, path: str) -> None:
+    assert parsed(f"--- {name}\n+++ {name}\n{HUNK}", strip) == [(None, path)]
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        ("--- /p/to/x\n+++ /p/to/x\n" + HUNK, 1, "absolute path '/p/to/x' refused (strip 3)"),
+        ("--- a/\n+++ a/\n" + HUNK, 1, "strip 2 leaves no name"),
+        ("--- a/p\\q\n+++ b/p\\q\n" + HUNK, 1, "has a backslash"),
+        ("--- a/p\tq\n+++ b/p\tq\n" + HUNK, 1, None),  # a tab ends the name: p, not refused
+    ],
+)
+def test_names_refused_say_why(text: str, line: int, words: str | None) -> None:
+    strip = 3 if "/p/to" in text else 2 if "a/\n" in text else 1
+    if words is None:
+        assert parsed(text, strip) == [(None, "p")]
+        return
+    err = refused(text, strip)
+    assert err.line == line and words in err.message
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        (
+            "diff --git a/f b/f\nnew file mode 100644\n--- /dev/null\n+++ b/f-blah\n"
+            "@@ -0,0 +1 @@\n+1\n",
+            4,
+            "the +++ name 'b/f-blah' disagrees with the 'diff --git' line's 'b/f'",
+        ),
+        ("diff --git a/f b/f\n--- a/f\n@@ -1 +1 @@\n-a\n+b\n", 2, "lacks filename information"),
+        ("diff --git a/f b/g\n--- a/f\n+++ b/g\n" + HUNK, 2, "without 'rename from'"),
+        (
+            "diff --git a/sub b/sub\nindex 1a2b..3c4d 160000\n--- a/sub\n+++ b/sub\n"
+            "@@ -1 +1 @@\n-Subproject commit 1a2b\n+Subproject commit 3c4d\n",
+            2,
+            "a submodule (git mode 160000) refused",
+        ),
+        (
+            "diff --git a/l b/l\nnew file mode 120000\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+x\n",
+            2,
+            "a symlink (git mode 120000) refused",
+        ),
+        ("diff --git a/f b/f\nold mode 100644\nnew mode garbage\n", 3, "invalid file mode"),
+        (
+            "--- a/x\n+++ b/x\n" + HUNK + "diff --git a/p.png b/p.png\nBinary files a/p.png and "
+            "b/p.png differ\n",
+            7,
+            "'b/p.png' is binary",
+        ),
+        ("Binary files a/q.bin and b/q.bin differ\n", 1, "'b/q.bin' is binary"),
+    ],
+)
+def test_git_diffs_refused_say_why(text: str, line: int, words: str) -> None:
+    err = refused(text)
+    assert err.line == line and words in err.message, err.message
+
+
+def test_git_modes_are_normalised_as_git_does() -> None:
+    text = "diff --git a/f b/f\nold mode 100660\nnew mode 100775\n"
+    (fp,) = read_diff(Path("m.diff"), text.encode()).files
+    assert (fp.old_mode, fp.new_mode) == (0o644, 0o755)
+
+
+def test_renames_and_copies_take_the_diff_git_names() -> None:
+    text = (
+        "diff --git a/d/old.py b/d/new.py\nsimilarity index 90%\nrename from d/old.py\n"
+        "rename to d/new.py\n--- a/d/old.py\n+++ b/d/new.py\n" + HUNK + "diff --git a/d/new.py "
+        "b/e/copy.py\nsimilarity index 100%\ncopy from d/new.py\ncopy to e/copy.py\n"
+    )
+    assert parsed(text) == [("d/old.py", "d/new.py"), ("d/new.py", "e/copy.py")]
+
+
+# --- through a bake ------------------------------------------------------------------------
+
+
+def bake(cli: Cli, home: Path, tmp_path: Path, tree: dict[str, str], diff: str) -> Result:
+    src = write_files(tmp_path / "tree", tree)
+    make_series(home, "s", {"01-x.diff": diff}, toml='strip = 1\nroot = ""\n')
+    return cli(
+        "apply", "s", "--vllm", src, "--out", tmp_path / "out", "--json", tmp_path / "r.json"
+    )
+
+
+def files(out: Path) -> dict[str, str]:
+    return {
+        p.relative_to(out).as_posix(): p.read_text()
+        for p in sorted(out.rglob("*"))
+        if p.is_file() and not {".git", ".bakery"} & set(p.relative_to(out).parts)
+    }
+
+
+def test_a_criss_cross_rename_swaps_two_files(cli: Cli, home: Path, tmp_path: Path) -> None:
+    diff = (
+        "diff --git a/one b/two\nsimilarity index 100%\nrename from one\nrename to two\n"
+        "diff --git a/two b/one\nsimilarity index 100%\nrename from two\nrename to one\n"
+    )
+    r = bake(cli, home, tmp_path, {"one": "1\n", "two": "2\n"}, diff)
+    assert r.exit_code == 0, r.output
+    assert files(tmp_path / "out") == {"one": "2\n", "two": "1\n"}
+    notes = json.loads((tmp_path / "r.json").read_text())["diffs"][0]["notes"]
+    assert "renames one to two (git's 'rename from/to')" in notes
+
+
+def test_a_rename_onto_a_file_that_stays_is_refused(cli: Cli, home: Path, tmp_path: Path) -> None:
+    diff = "diff --git a/one b/two\nsimilarity index 100%\nrename from one\nrename to two\n"
+    r = bake(cli, home, tmp_path, {"one": "1\n", "two": "2\n"}, diff)
+    assert r.exit_code == 2 and "two already exists (git refuses it)" in r.output
+
+
+@pytest.mark.parametrize(
+    ("tree", "patched"), [({"x": "a\n"}, "x"), ({"x.orig": "a\n", "y": "q\n"}, "x.orig")]
+)
+def test_x_orig_and_x_patch_the_file_that_exists(
+    cli: Cli, home: Path, tmp_path: Path, tree: dict[str, str], patched: str
+) -> None:
+    r = bake(cli, home, tmp_path, tree, "--- x.orig\t2024-01-01 00:00:00\n+++ x\n" + HUNK)
+    # strip 1 of a name without a folder leaves nothing: strip 0 is what diff -u x.orig x needs
+    assert r.exit_code == 2 and "strip 1 leaves no name" in r.output
+    make_series(
+        home, "t", {"01-x.diff": "--- x.orig\n+++ x\n" + HUNK}, toml='strip = 0\nroot = ""\n'
+    )
+    r = cli("apply", "t", "--vllm", tmp_path / "tree", "--out", tmp_path / "o2")
+    assert r.exit_code == 0, r.output
+    assert files(tmp_path / "o2")[patched] == "b\n"
