@@ -289,3 +289,134 @@ def test_a_rerun_keeps_the_attempt_the_user_edited(project: tuple[Path, Index]) 
     assert again.exit_code == 2, again.output
     assert "bakery will not remove it" in again.output
     assert notes.read_text() == "resolved half of it\n"
+
+
+# --- what port --update writes, varied (issue 50) -----------------------------------------------
+
+#: diff 01's file: 1.1.0 leaves vllm/a.py as 1.0.0 has it
+A_FIXED = "A = 2\n\n\ndef a_twice():\n    return 2 * A\n"
+A_FIX_TEST = "\n\ndef test_a_twice():\n    assert a.a_twice() == 4\n"
+
+
+def _fix_01(home: Path, after: str, test: str) -> None:
+    """Diff 01 changed in the series (its file is one the release did not change), with a
+    test of the change; committed, so that the old diff is in the history."""
+    series = home / "launcher" / "s"
+    (series / "diffs" / "01-a.diff").write_text(_udiff(A, A_BASE, after))
+    tests = series / "tests" / "test_k.py"
+    tests.write_text(tests.read_text() + test)
+    _commit(home, "fix 01")
+
+
+def test_a_fix_to_a_file_the_release_did_not_change_reaches_the_port(
+    project: tuple[Path, Index],
+) -> None:
+    home, _ = project
+    port = _port_on_b(home)
+    _fix_01(home, A_FIXED, A_FIX_TEST)
+    stale = _cli("check", "s", "--vllm", "1.1.0", "--up-to-date")
+    assert stale.exit_code == 1 and "made from 01-a.diff" in stale.output
+    res = _cli("port", "s", "--update", "--json", "update.json")
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(Path("update.json").read_text())["ports"]
+    assert row["state"] == "written" and row["verify"].startswith("passed (3 passed"), row
+    # the fix is in the port, and the port bakes it: not only its record rewritten
+    assert "+def a_twice():" in (port / "01-a.diff").read_text()
+    baked = _cli("apply", "s", "--vllm", "1.1.0", "--out", "b")
+    assert baked.exit_code == 0, baked.output
+    assert (home / "b" / A).read_text() == A_FIXED
+    assert "def pick(xs, k, key=None, *, rev=False):" in (home / "b" / K).read_text()
+    assert _cli("check", "s", "--vllm", "1.1.0", "--up-to-date").exit_code == 0
+
+
+def _tests_fail(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fix_01(home, A_FIXED, A_FIX_TEST.replace("== 4", "== 5"))
+
+
+def _no_tests(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fix_01(home, A_FIXED, "")
+    tests = home / "launcher" / "s" / "tests"
+    for f in tests.iterdir():
+        f.unlink()
+    tests.rmdir()
+    _commit(home, "no tests")
+
+
+def _does_not_bake(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rendered port names a file the release lacks (a stand-in for a renderer bug:
+    what update writes must bake from its own diffs, whatever rendered them)."""
+    from bakery.porting import update
+
+    real = update.render_port
+
+    def broken(*args: object, **kwargs: object) -> list[bytes]:
+        texts = real(*args, **kwargs)  # type: ignore[arg-type]
+        return [t.replace(b"/vllm/a.py", b"/vllm/gone.py") for t in texts]
+
+    monkeypatch.setattr(update, "render_port", broken)
+    _fix_01(home, A_FIXED, A_FIX_TEST)
+
+
+@pytest.mark.parametrize(
+    ("break_it", "verify"),
+    [
+        (_tests_fail, "failed (1 failed"),
+        (_no_tests, "not run: the series has no tests/ folder"),
+        (_does_not_bake, "not run: the updated diffs do not bake"),
+    ],
+    ids=["tests-fail", "no-tests", "does-not-bake"],
+)
+def test_a_port_whose_update_is_not_proven_is_never_written(
+    project: tuple[Path, Index], monkeypatch: pytest.MonkeyPatch, break_it, verify: str
+) -> None:
+    home, _ = project
+    port = _port_on_b(home)
+    before = {p.name: p.read_bytes() for p in port.iterdir()}
+    break_it(home, monkeypatch)
+    res = _cli("port", "s", "--update", "--json", "update.json")
+    assert res.exit_code == 1, res.output
+    (row,) = json.loads(Path("update.json").read_text())["ports"]
+    assert row["state"] == "failed" and row["verify"].startswith(verify), row
+    assert {p.name: p.read_bytes() for p in port.iterdir()} == before  # FROM.toml too
+    assert _cli("check", "s", "--vllm", "1.1.0", "--up-to-date").exit_code == 1
+
+
+@pytest.mark.parametrize("carries", [True, False], ids=["update-tree", "tree-without-record"])
+def test_a_resolved_conflict_is_no_longer_stale(project: tuple[Path, Index], carries: bool) -> None:
+    """The conflict tree update leaves, resolved and refreshed into the port, records the
+    series as it is now: the port is in step. The same tree without update's record of the
+    series it carries (a tree baked from the old port) keeps the port stale."""
+    home, _ = project
+    port = _port_on_b(home)
+    conflicting = TAIL.replace("return len(xs)", "return len(xs) + 0")
+    diffs = home / "launcher" / "s" / "diffs" / "02-rev.diff"
+    new_k = K_OURS.replace(
+        "ys = sorted(xs, reverse=rev)", "ys = list(reversed(xs)) if rev else xs"
+    ).replace(TAIL, conflicting)
+    diffs.write_text(_udiff(K, K_BASE, new_k))
+    _commit(home, "fix 02 differently")
+    res = _cli("port", "s", "--update", "--json", "update.json")
+    (row,) = json.loads(Path("update.json").read_text())["ports"]
+    assert row["state"] == "conflict", res.output
+    tree = home / row["conflict_tree"]
+    # the conflict resolved: the release's `key`, the series' new tail
+    resolved = K_THEIRS.replace(
+        "def pick(xs, k, key=None):", "def pick(xs, k, key=None, *, rev=False):"
+    ).replace("ys = sorted(xs, key=key)", "ys = sorted(xs, key=key, reverse=rev)")
+    (tree / K).write_text(resolved.replace(TAIL, conflicting))
+    if not carries:
+        manifest = tree / ".bakery" / "manifest.json"
+        data = json.loads(manifest.read_text())
+        del data["carries_series"]
+        manifest.write_text(json.dumps(data))
+    refreshed = _cli("refresh", "s", "--tree", str(tree))
+    assert refreshed.exit_code == 0, refreshed.output
+    assert "return len(xs) + 0" in (port / "02-rev.diff").read_text()
+    checked = _cli("check", "s", "--vllm", "1.1.0", "--up-to-date", "--json", "c.json")
+    if carries:
+        assert checked.exit_code == 0, checked.output
+        assert json.loads(Path("c.json").read_text())["port_stale"] == []
+        assert 'made_by = "update"' in (port / "FROM.toml").read_text()
+    else:
+        assert checked.exit_code == 1, checked.output
+        assert "port stale: made from 02-rev.diff" in checked.output
