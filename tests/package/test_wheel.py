@@ -20,6 +20,7 @@ import tarfile
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 from click.testing import Result
@@ -120,7 +121,9 @@ def run(cli: Callable[..., Result], *args: str | Path) -> Result:
 
 
 def wheel_cli(cli: Callable[..., Result], series: str, *extra: str | Path) -> Result:
-    return cli("wheel", series, "--vllm", VERSION, *extra)
+    """A wheel of a series without tests: these tests are about the package's bytes, so
+    they take the publish rule's explicit way out (its own tests are below)."""
+    return cli("wheel", series, "--vllm", VERSION, "--unverified", *extra)
 
 
 def _series_digest(series: Path) -> str:
@@ -452,8 +455,8 @@ def test_sdist(cli: Callable[..., Result], index: Index, home: Path, tmp_path: P
     make_series(
         home, "hard", {"01-k.diff": K_DIFF, "02-cu.diff": cuda}, toml='strip = 1\nroot = ""\n'
     )
-    a = cli("sdist", "hard", "--vllm", VERSION, "--out", "a", "--tree", "tree-a")
-    b = cli("sdist", "hard", "--vllm", VERSION, "--out", "b", "--tree", "tree-b")
+    a = cli("sdist", "hard", "--vllm", VERSION, "--out", "a", "--tree", "tree-a", "--unverified")
+    b = cli("sdist", "hard", "--vllm", VERSION, "--out", "b", "--tree", "tree-b", "--unverified")
     assert a.exit_code == b.exit_code == 0, a.stderr
     (path,) = (tmp_path / "a").iterdir()
     assert path.read_bytes() == (tmp_path / "b" / path.name).read_bytes()
@@ -468,6 +471,7 @@ def test_sdist(cli: Callable[..., Result], index: Index, home: Path, tmp_path: P
         assert read("csrc/k.cu") == b"__global__ void k() { }\n"
         assert read("vllm/model_executor/k.py") == K_BAKED.encode()
         assert read("setup.py") == SOURCE["setup.py"]
+        assert json.loads(read("bakery.json"))["proof"]["state"] == "unverified"
         assert all(m.uid == 0 and m.uname == "" for m in tar.getmembers())
 
 
@@ -593,3 +597,74 @@ def test_refusal_names_the_series_as_given(
     result = wheel_cli(cli, str(folder), "--platform", "all")
     assert result.exit_code == 2
     assert result.stderr.strip().endswith(f"bakery sdist {folder} --vllm {VERSION}")
+
+
+# --- nothing unverified is published (issue 45) ----------------------------------------------
+
+PASSES = (
+    "def test_k(baked_tree):\n"
+    '    assert "return 2 + 1" in (baked_tree / "vllm/model_executor/k.py").read_text()\n'
+)
+FAILS = PASSES.replace("return 2 + 1", "the series' change, not made")
+
+
+def _proof_of(path: Path) -> dict[str, str]:
+    with zipfile.ZipFile(path) as zf:
+        (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/bakery.json")]
+        return cast("dict[str, str]", json.loads(zf.read(name))["proof"])
+
+
+def test_a_series_without_tests_is_not_published_unless_unverified(
+    cli: Callable[..., Result], index: Index, series: Path, tmp_path: Path
+) -> None:
+    refused = cli("wheel", "demo", "--vllm", VERSION, "--platform", "x86_64", "--out", "dist")
+    assert refused.exit_code == 1, refused.output
+    (line,) = refused.stderr.strip().splitlines()[-1:]
+    assert "is unverified and verify cannot run (series demo has no tests/ folder)" in line
+    assert "pass --unverified" in line
+    assert (
+        not (tmp_path / "dist").exists() and index.downloads.get(wheel_filename("x86_64")) is None
+    )
+    sdist = cli("sdist", "demo", "--vllm", VERSION, "--out", "dist")
+    assert sdist.exit_code == 1 and not (tmp_path / "dist").exists()
+    written = wheel_cli(cli, "demo", "--platform", "x86_64", "--out", "dist")
+    assert written.exit_code == 0, written.output
+    (path,) = (tmp_path / "dist").iterdir()
+    proof = _proof_of(path)
+    assert proof["state"] == "unverified" and proof["reason"].startswith(
+        "published with --unverified"
+    )
+
+
+@pytest.mark.parametrize(("test", "code"), [(PASSES, 0), (FAILS, 1)])
+def test_wheel_verifies_the_bake_and_publishes_only_a_verified_one(
+    cli: Callable[..., Result],
+    index: Index,
+    series: Path,
+    tmp_path: Path,
+    test: str,
+    code: int,
+) -> None:
+    (series / "tests").mkdir()
+    (series / "tests" / "test_k.py").write_text(test)
+    args = ("wheel", "demo", "--vllm", VERSION, "--platform", "x86_64", "--out", "dist")
+    r = cli(*args, "--interpret")
+    assert r.exit_code == code, r.output
+    if code:
+        assert "verify did not pass (the series' tests failed" in r.stderr
+        assert "bakery verify demo --tree home/build/demo-9.9.0" in r.stderr
+        assert not (tmp_path / "dist").exists()
+        # the verdict is recorded by the tree's content: refused again without a run
+        again = cli(*args, "--interpret")
+        assert (
+            again.exit_code == 1
+            and "nothing is published from a tree whose tests failed" in again.stderr
+        )
+        return
+    (path,) = (tmp_path / "dist").iterdir()
+    proof = _proof_of(path)
+    assert proof["state"] == "verified" and "1 passed" in proof["reason"]
+    # the apply of the same content now says it is verified
+    applied = cli("apply", "demo", "--vllm", VERSION, "--json", "a.json")
+    assert json.loads(Path("a.json").read_text())["proof"]["state"] == "verified", applied.output
+    assert ", verified: the series' tests passed" in applied.stdout

@@ -18,8 +18,12 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bakery.model.report import Proof
+
+if TYPE_CHECKING:
+    from bakery.verifying.runner import VerifyResult
 
 FOLDER = "proofs"
 FORMAT = 1
@@ -81,3 +85,23 @@ def of_tree(cache_root: Path, tree: Path) -> Proof:
     if m is not None and m.proof is not None and m.proof.state in ("unverified", "stale"):
         return m.proof
     return Proof("unverified", "no verify recorded for this content")
+
+
+def of_result(result: VerifyResult, device: str) -> Proof | None:
+    """A verify's verdict as a proof: ``verified`` (exit 0), ``failed`` (tests ran and one
+    failed or errored); None for a verify that could not run or ran no test (it proves
+    nothing either way)."""
+    counts = f"{result.passed} passed, {result.failed} failed, {result.skipped} skipped"
+    if result.exit_code == 0 and result.passed:
+        return Proof("verified", f"the series' tests passed {device} ({counts})")
+    if result.failed or result.errors:
+        return Proof("failed", f"the series' tests failed {device} ({counts})")
+    return None
+
+
+def record_result(cache_root: Path, tree: Path, result: VerifyResult, device: str) -> Proof | None:
+    """Record what a verify of ``tree`` proved (``of_result``); the proof, or None."""
+    found = of_result(result, device)
+    if found is not None:
+        record(cache_root, tree, found)
+    return found

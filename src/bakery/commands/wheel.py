@@ -13,10 +13,11 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bakery.bake.staging import display_path
 from bakery.commands import apply as bake_cmd
 from bakery.context import Context
-from bakery.errors import UsageError
-from bakery.model.report import BakeReport
+from bakery.errors import BakeryError, UsageError
+from bakery.model.report import BakeReport, Proof
 from bakery.sources.resolve import is_version
 
 _log = logging.getLogger(__name__)
@@ -28,6 +29,79 @@ class Packaged:
 
     report: BakeReport
     files: list[tuple[str, Path]] = field(default_factory=list)
+    #: what the packages' metadata says of the tree (issue 45)
+    proof: Proof | None = None
+
+
+@dataclass(frozen=True)
+class Publish:
+    """The publish rule's inputs (issue 45): nothing unverified is published. A tree with
+    no verdict recorded for its content is verified here (``interpret`` as ``bakery
+    verify`` takes it: True the CPU, False a GPU, None a GPU when one is seen);
+    ``unverified`` is the explicit way out, written into the package's metadata."""
+
+    interpret: bool | None = None
+    unverified: bool = False
+
+
+class NotVerified(BakeryError):
+    """The tree is not verified, and the package is not written (exit 1)."""
+
+    exit_code = 1
+
+
+def proven(ctx: Context, series_spec: str, tree: Path, publish: Publish) -> Proof:
+    """The tree's proof, once it may be published: a recorded ``verified``; else verify
+    runs (its reuse record makes a run seen before cheap) and must pass. ``--unverified``
+    publishes whatever it is, saying so. Anything else: NotVerified, one line."""
+    from bakery.commands import proof as proofs
+
+    found = proofs.of_tree(ctx.cache.root, tree)
+    if publish.unverified:
+        if found.verified:
+            return found
+        return Proof("unverified", f"published with --unverified ({found.line()})")
+    if found.state == "failed":
+        raise NotVerified(
+            f"{display_path(tree)}: {found.reason}; nothing is published from a tree whose "
+            "tests failed (fix it, or pass --unverified)"
+        )
+    if found.verified:
+        return found
+    return _verify(ctx, series_spec, tree, publish)
+
+
+def _verify(ctx: Context, series_spec: str, tree: Path, publish: Publish) -> Proof:
+    """verify of the tree, as ``bakery verify SERIES --tree TREE`` runs it; its verdict
+    recorded by the tree's content."""
+    from bakery.commands import proof as proofs
+    from bakery.patch.series import load_series
+    from bakery.verifying import plan as plans
+    from bakery.verifying.runner import run_verify
+
+    shown = display_path(tree)
+    series = load_series(series_spec, ctx.home)
+    try:
+        plan = plans.for_series(
+            series, tree, plans.VerifyOptions(interpret=publish.interpret), cache=ctx.cache
+        )
+        _log.info(
+            f"verifying {shown} before it is published {plan.device}", extra={"event": "verify"}
+        )
+        result = run_verify(plan)
+    except BakeryError as e:
+        raise NotVerified(
+            f"{shown} is unverified and verify cannot run ({e.message}): nothing unverified "
+            "is published (make verify run, or pass --unverified)"
+        ) from None
+    found = proofs.record_result(ctx.cache.root, tree, result, plan.device)
+    if found is None or not found.verified:
+        why = found.reason if found is not None else "no test ran"
+        raise NotVerified(
+            f"{shown}: verify did not pass ({why}); nothing unverified is published "
+            f"(`bakery verify {series.name} --tree {shown}` shows why; or pass --unverified)"
+        )
+    return found
 
 
 def platforms(choice: str | None) -> list[str]:
@@ -66,28 +140,37 @@ def wheel(
     out_dir: Path = Path("dist"),
     tree: Path | None = None,
     force: bool = False,
+    publish: Publish = Publish(),
 ) -> Packaged:
-    """Bake the series on release vllm and write its wheel for each platform."""
+    """Bake the series on release vllm and write its wheel for each platform, once the
+    bake is verified (``publish``)."""
     wanted = platforms(platform)
     report, baked_tree = _bake(ctx, series, vllm, tree, force)
     if baked_tree is None:
         return Packaged(report)
-    from bakery.package.wheel import CannotCarry
+    from bakery.package.baked import read_baked
+    from bakery.package.wheel import CannotCarry, refuse_built
 
     try:
-        paths = wheels_from_tree(ctx, baked_tree, wanted, out_dir)
+        refuse_built(read_baked(baked_tree))  # before a verify or any download
+        proof = proven(ctx, series, baked_tree, publish)
+        paths = wheels_from_tree(ctx, baked_tree, wanted, out_dir, proof)
     except CannotCarry as e:
         raise e.naming(series) from None
-    return Packaged(report, list(zip(wanted, paths, strict=True)))
+    report.proof = proof
+    return Packaged(report, list(zip(wanted, paths, strict=True)), proof)
 
 
-def wheels_from_tree(ctx: Context, tree: Path, wanted: list[str], out_dir: Path) -> list[Path]:
-    """The wheels of a baked tree (a release's bake) for each platform in wanted."""
+def wheels_from_tree(
+    ctx: Context, tree: Path, wanted: list[str], out_dir: Path, proof: Proof | None = None
+) -> list[Path]:
+    """The wheels of a baked tree (a release's bake) for each platform in wanted; ``proof``,
+    what the tree's metadata says of it (the caller decided it may be published)."""
     from bakery.package.baked import read_baked
     from bakery.package.wheel import refuse_built, write_wheel
     from bakery.sources.wheels import upstream_wheel
 
-    baked = read_baked(tree)
+    baked = read_baked(tree)._replace(proof=proof.to_json() if proof else None)
     refuse_built(baked)  # before any download
     written = []
     for plat in wanted:
@@ -105,8 +188,10 @@ def sdist(
     out_dir: Path = Path("dist"),
     tree: Path | None = None,
     force: bool = False,
+    publish: Publish = Publish(),
 ) -> Packaged:
-    """Bake the series on release vllm and write its source distribution."""
+    """Bake the series on release vllm and write its source distribution, once the bake
+    is verified (``publish``)."""
     from bakery.package.baked import read_baked
     from bakery.package.sdist import write_sdist
     from bakery.sources.wheels import upstream_sdist
@@ -114,7 +199,9 @@ def sdist(
     report, baked_tree = _bake(ctx, series, vllm, tree, force)
     if baked_tree is None:
         return Packaged(report)
-    baked = read_baked(baked_tree)
+    proof = proven(ctx, series, baked_tree, publish)
+    report.proof = proof
+    baked = read_baked(baked_tree)._replace(proof=proof.to_json())
     upstream = upstream_sdist(baked.vllm, ctx.cache, ctx.progress)
     _log.info(f"Writing the sdist from {upstream.name}", extra={"event": "write"})
-    return Packaged(report, [("sdist", write_sdist(upstream, baked, out_dir))])
+    return Packaged(report, [("sdist", write_sdist(upstream, baked, out_dir))], proof)

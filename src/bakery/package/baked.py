@@ -44,6 +44,9 @@ class Baked(NamedTuple):
     changes: list[Change]
     #: tree path -> sha256 of each file the bake wrote (the manifest's "files")
     sha256: dict[str, str]
+    #: what is known of the tree, as its packages' metadata says it (issue 45:
+    #: ``{"state", "reason"}``; ``unverified`` only where ``--unverified`` published it)
+    proof: dict[str, str] | None = None
 
     @property
     def digest(self) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import re
 import tarfile
 import zlib
@@ -52,11 +53,28 @@ def write_sdist(upstream: Path, baked: Baked, out_dir: Path) -> Path:
                     if rel not in seen:
                         mode = changes[rel].new_mode & 0o777
                         _add(dst, f"{new_top}/{rel}", baked.content(rel), mode)
+                if baked.proof is not None:  # what is known of the tree (issue 45)
+                    _add(dst, f"{new_top}/bakery.json", _bakery_json(baked, version), 0o644)
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise SourceError(f"{upstream}: not a readable sdist ({e})") from None
     except OSError as e:
         raise BakeryError(f"cannot write {target}: {e.strerror or e}") from None
     return target
+
+
+def _bakery_json(baked: Baked, version: str) -> bytes:
+    """The sdist's record of its bake (as a wheel's dist-info ``bakery.json``, in short):
+    the series, the release, the port, and the tree's proof."""
+    data = {
+        "series": baked.series,
+        "series_sha256": baked.digest,
+        "version": version,
+        "vllm": baked.vllm,
+        "port": baked.port,
+        "head": baked.head,
+        "proof": baked.proof,
+    }
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
 def _relative(name: str, top: str, upstream: Path) -> str:

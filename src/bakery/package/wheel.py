@@ -375,6 +375,7 @@ def _bakery_json(baked: Baked, version: str, upstream: str, sha256: str | None) 
         "pristine_commit": baked.pristine_commit,
         "head": baked.head,
         "changed": {c.path: c.status for c in baked.changes},
+        "proof": baked.proof,
     }
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
