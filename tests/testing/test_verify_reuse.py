@@ -6,15 +6,19 @@ file; every input changed by one byte must run the suite again.
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from bakery.testing import reuse
 from bakery.verifying.runner import VerifyResult
-from tests.support.verify import run_tests
 from tests.support.trees import write_files
+from tests.support.verify import run_tests
 
 MODULE_FILE = "vllm/tiny/kernel.py"
 TEST = """\
@@ -187,3 +191,209 @@ def test_a_tree_file_no_module_loaded_is_in_the_key_too(tmp_path: Path) -> None:
     copy = make(tmp_path / "again")[2]
     (copy / "vllm" / "data.bin").write_bytes(b"\0")
     assert _key(series, tests, copy) == _key(series, tests, tree)
+
+
+# --- issue 50: each promise of reuse, with the input that decides it varied ---------------------
+
+
+@pytest.mark.parametrize("package", ["torch", "triton", "pytest", "numpy"])
+def test_a_result_is_not_reused_after_a_package_of_the_run_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, package: str
+) -> None:
+    series, tests, tree = make(tmp_path)
+    base = _key(series, tests, tree)
+    real = reuse._version
+    monkeypatch.setattr(reuse, "_version", lambda name: "0.0.1" if name == package else real(name))
+    assert _key(series, tests, tree) != base
+
+
+def test_a_result_is_not_reused_after_python_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    series, tests, tree = make(tmp_path)
+    base = _key(series, tests, tree)
+    monkeypatch.setattr(reuse.sys, "version", "3.99.0 (another build)")
+    assert _key(series, tests, tree) != base
+
+
+@pytest.mark.slow
+def test_a_recorded_result_is_not_reused_after_torch_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """End to end: the record of the same tree and tests, under another torch, runs."""
+    series, _, tree = make(tmp_path)
+    cache = tmp_path / "cache"
+    verify(series, tree, cache)
+    assert verify(series, tree, cache).reused is not None
+    real = reuse._version
+    monkeypatch.setattr(reuse, "_version", lambda name: "0.0.1" if name == "torch" else real(name))
+    assert verify(series, tree, cache).reused is None
+
+
+@pytest.mark.parametrize(
+    "package, rel",
+    [
+        ("bakery.testing", "plugin.py"),
+        ("bakery.testing", "loader.py"),
+        ("bakery.verifying", "runner.py"),
+    ],
+)
+def test_a_result_is_not_reused_after_the_plugins_source_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, package: str, rel: str
+) -> None:
+    """The machinery's own files, read where the package is: a copy with the same bytes
+    keys alike, one byte more in one file does not."""
+    series, tests, tree = make(tmp_path)
+    base = _key(series, tests, tree)
+    real = Path(importlib.import_module(package).__file__ or "").parent
+    copy = tmp_path / "machinery" / package
+    shutil.copytree(real, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(sys.modules[package], "__file__", str(copy / "__init__.py"))
+    assert _key(series, tests, tree) == base
+    (copy / rel).write_bytes((copy / rel).read_bytes() + b"\n# an edit\n")
+    assert _key(series, tests, tree) != base
+
+
+def _venv(root: Path, torch: str = "2.9.0") -> Path:
+    write_files(
+        root,
+        {
+            "bin/python": "",
+            "pyvenv.cfg": "version = 3.11.7\n",
+            f"lib/python3.11/site-packages/torch-{torch}.dist-info/METADATA": "",
+        },
+    )
+    return root / "bin" / "python"
+
+
+def test_a_result_is_not_reused_after_the_test_environment_changed(tmp_path: Path) -> None:
+    series, tests, tree = make(tmp_path)
+    light = _key(series, tests, tree)
+    python = str(_venv(tmp_path / "env"))
+    full = _key(series, tests, tree, env_mode="full", python=python)
+    assert full != light
+    assert _key(series, tests, tree, env_mode="full", python=python) == full
+    site = tmp_path / "env" / "lib" / "python3.11" / "site-packages"
+    # another torch installed in the same environment
+    (site / "torch-2.9.0.dist-info").rename(site / "torch-2.9.1.dist-info")
+    assert _key(series, tests, tree, env_mode="full", python=python) != full
+    (site / "torch-2.9.1.dist-info").rename(site / "torch-2.9.0.dist-info")
+    # a .pth added (it runs at every start)
+    (site / "extra.pth").write_text("import os\n")
+    assert _key(series, tests, tree, env_mode="full", python=python) != full
+    (site / "extra.pth").unlink()
+    # the Python the environment was made from
+    (tmp_path / "env" / "pyvenv.cfg").write_text("version = 3.12.0\n")
+    assert _key(series, tests, tree, env_mode="full", python=python) != full
+
+
+TWO = TEST + "\n\ndef test_other():\n    pass\n"
+
+
+@pytest.mark.slow
+def test_a_run_under_pytest_addopts_k_is_not_reused_for_a_full_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    series, tests, tree = make(tmp_path)
+    (tests / "test_tiny.py").write_text(TWO)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-k test_other")
+    subset = verify(series, tree, cache)
+    assert subset.passed == 1
+    monkeypatch.delenv("PYTEST_ADDOPTS")
+    full = verify(series, tree, cache)
+    assert (full.reused, full.passed) == (None, 2)
+
+
+def test_pytest_addopts_is_in_the_key(tmp_path: Path) -> None:
+    series, tests, tree = make(tmp_path)
+    base = _key(series, tests, tree)
+    assert _key(series, tests, tree, env={"PYTEST_ADDOPTS": "-k subset"}) != base
+    assert _key(series, tests, tree, env={"HOME": "/elsewhere"}) == base  # not an input
+
+
+@pytest.mark.slow
+def test_an_edit_in_a_subfolder_of_the_tests_runs_again(tmp_path: Path) -> None:
+    series, tests, tree = make(tmp_path)
+    write_files(tests, {"helpers/values.py": "WANT = 42\n", "helpers/__init__.py": ""})
+    (tests / "test_tiny.py").write_text(
+        TEST.replace("41 + 1", "__import__('helpers.values').values.WANT")
+    )
+    (tests / "conftest.py").write_text(
+        "import sys, pathlib\nsys.path.insert(0, str(pathlib.Path(__file__).parent))\n"
+    )
+    cache = tmp_path / "cache"
+    assert verify(series, tree, cache).passed == 1
+    assert verify(series, tree, cache).reused is not None
+    (tests / "helpers" / "values.py").write_text("WANT = 43\n")
+    again = verify(series, tree, cache)
+    assert (again.reused, again.failed) == (None, 1)
+
+
+def test_an_edit_in_a_nested_tests_folder_changes_the_key(tmp_path: Path) -> None:
+    series, tests, tree = make(tmp_path)
+    write_files(tests, {"a/b/c/data.txt": "1\n"})
+    base = _key(series, tests, tree)
+    (tests / "a" / "b" / "c" / "data.txt").write_text("2\n")
+    assert _key(series, tests, tree) != base
+
+
+@pytest.mark.slow
+def test_junit_on_a_reusable_result_runs_and_writes_the_file(tmp_path: Path) -> None:
+    """CI uploads the JUnit file: it is never missing, nor left from an earlier run."""
+    series, _, tree = make(tmp_path)
+    cache = tmp_path / "cache"
+    verify(series, tree, cache)
+    assert verify(series, tree, cache).reused is not None
+    junit = tmp_path / "junit.xml"
+    junit.write_text("stale: an earlier run's file\n")
+    r = verify(series, tree, cache, junit=junit)
+    assert r.reused is None and r.passed == 1
+    text = junit.read_text()
+    assert "stale" not in text and "<testcase" in text and "test_kernel" in text
+
+
+def test_pytest_args_are_ordered_not_a_set(tmp_path: Path) -> None:
+    series, tests, tree = make(tmp_path)
+    one = _key(series, tests, tree, pytest_args=["-k", "a", "-m", "b"])
+    other = _key(series, tests, tree, pytest_args=["-m", "a", "-k", "b"])
+    assert one != other
+    assert _key(series, tests, tree, pytest_args=["-x", "-v"]) != _key(
+        series, tests, tree, pytest_args=["-v", "-x"]
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("where", ["tree", "tests"])
+@pytest.mark.parametrize("reuse_it", [True, False], ids=["reuse", "no-reuse"])
+def test_verify_does_not_hang_on_a_fifo_anywhere_in_the_tree(
+    tmp_path: Path, where: str, reuse_it: bool
+) -> None:
+    series, tests, tree = make(tmp_path)
+    folder = (tree / "vllm" / "deep") if where == "tree" else (tests / "data")
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "pipe")
+    cache = tmp_path / "cache"
+    r = verify(series, tree, cache, reuse=reuse_it)
+    assert (r.reused, r.passed) == (None, 1)
+    # the FIFO is in the key as what it is: one in its place of a file is another run
+    key = _key(series, tests, tree)
+    (folder / "pipe").unlink()
+    (folder / "pipe").write_bytes(b"")
+    assert _key(series, tests, tree) != key
+
+
+@pytest.mark.parametrize("where", ["tree", "tests"])
+def test_a_symlinked_folder_is_seen_by_the_reuse_key(tmp_path: Path, where: str) -> None:
+    series, tests, tree = make(tmp_path)
+    a = write_files(tmp_path / "a", {"m.py": "A = 1\n"})
+    b = write_files(tmp_path / "b", {"m.py": "A = 1\n"})
+    link = (tree / "vllm" / "linked") if where == "tree" else (tests / "linked")
+    link.symlink_to(a, target_is_directory=True)
+    first = _key(series, tests, tree)
+    link.unlink()
+    link.symlink_to(b, target_is_directory=True)
+    assert _key(series, tests, tree) != first
+    link.unlink()
+    assert _key(series, tests, tree) != first
