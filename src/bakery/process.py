@@ -70,13 +70,21 @@ def start(
     stdin: int | None = None,
     stdout: int | IO[bytes] | None = subprocess.PIPE,
     stderr: int | IO[bytes] | None = subprocess.PIPE,
+    own_group: bool = False,
 ) -> subprocess.Popen[bytes]:
     """A child started in the background, with signals held while it starts. The caller
-    owns it: :func:`stop` it on every way out."""
+    owns it: :func:`stop` it on every way out. ``own_group``: in a session of its own, so
+    that a terminal's Ctrl-C reaches bakery alone (:func:`stop_group`)."""
     with signals_held():
         try:
             return subprocess.Popen(
-                list(cmd), cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr
+                list(cmd),
+                cwd=cwd,
+                env=env,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=own_group,
             )
         except FileNotFoundError as exc:
             raise NotStarted(f"cannot start {_shown(cmd)}: {exc.strerror or exc}") from None
@@ -88,6 +96,27 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     """Kill the child (if it still runs) and wait for it."""
     if proc.returncode is None:
         proc.kill()
+    proc.wait()
+
+
+#: Seconds a child's group has to end on SIGTERM before it is killed.
+GROUP_GRACE = 5.0
+
+
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """End a child started with ``own_group`` and what it started in its group (pytest's
+    rank servers, ranks and workers): SIGTERM, which ends a Python process at once and
+    quietly, where the terminal's SIGINT made each print a KeyboardInterrupt traceback
+    (30 lines of one in a verify stopped while its fork server imported torch); SIGKILL
+    after ``GROUP_GRACE`` seconds. Wait for it."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=GROUP_GRACE)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 
 
@@ -137,16 +166,21 @@ def run_shown(
     cmd: Sequence[str], *, env: Mapping[str, str] | None = None, log: Path | None = None
 ) -> int:
     """A child whose output the user reads: on the terminal, or (``log``) in that file.
-    Its exit code; killed and waited for on an interruption."""
+    Its exit code. It runs in its own group: on an interruption bakery alone says
+    ``interrupted``, and the child's group is ended quietly (:func:`stop_group`)."""
     with contextlib.ExitStack() as stack:
         sink = stack.enter_context(open(log, "wb")) if log is not None else None
         proc = start(
-            cmd, env=env, stdout=sink, stderr=subprocess.STDOUT if sink is not None else None
+            cmd,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT if sink is not None else None,
+            own_group=True,
         )
         try:
             return proc.wait()
         except BaseException:
-            stop(proc)
+            stop_group(proc)
             raise
 
 

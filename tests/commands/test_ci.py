@@ -156,8 +156,8 @@ def team(
 ) -> Path:
     """myteam, made with init and refresh on 1.0.0; 1.1.0 takes it, 1.2.0 does not."""
     other = Y_PY.replace("line 5\n", "line five\n")
-    for version, y in (("1.0.0", Y_PY), ("1.1.0", Y_PY), ("1.2.0", other)):
-        index.add(f"vllm-{version}.tar.gz", sdist(version, files=2, modules={"vllm/y.py": y}))
+    for version, text in (("1.0.0", Y_PY), ("1.1.0", Y_PY), ("1.2.0", other)):
+        index.add(f"vllm-{version}.tar.gz", sdist(version, files=2, modules={"vllm/y.py": text}))
     r = cli("init", "myteam", "--vllm", "1.0.0")
     assert r.exit_code == 0, r.output
     series = home / "launcher" / "myteam"

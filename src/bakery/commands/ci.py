@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bakery import process
 from bakery.context import Context
 from bakery.errors import BakeryError, SeriesError, UsageError
 from bakery.outputs import replace_bytes
@@ -155,29 +156,22 @@ def tree_of(ctx: Context, job: Job) -> Path:
 
 
 def run_bakery(args: Sequence[str], log: Path, echo: Echo, cwd: Path) -> int:
-    """``python -m bakery ARGS``: its output line by line to ``echo`` and to ``log``;
-    its exit code."""
+    """``python -m bakery ARGS`` through the process door: its output line by line to
+    ``echo`` and to ``log``; its exit code."""
     log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "bakery", *args]
-    with (
-        log.open("w", encoding="utf-8") as out,
-        subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-        ) as child,
-    ):
-        assert child.stdout is not None
-        for line in child.stdout:
-            out.write(line)
-            echo(line.rstrip("\n"))
-    return child.returncode
+    with log.open("wb") as out:
+        child = process.start(command, cwd=cwd, env=env, stderr=subprocess.STDOUT)
+        try:
+            assert child.stdout is not None
+            for raw in child.stdout:
+                out.write(raw)
+                echo(raw.decode("utf-8", errors="replace").rstrip("\n"))
+            return child.wait()
+        except BaseException:
+            process.stop(child)
+            raise
 
 
 def bake(ctx: Context, job: Job, reports: Path, echo: Echo) -> int:
@@ -295,15 +289,14 @@ def gh(args: list[str]) -> str:
     """``gh ARGS`` (GitHub's CLI, on every hosted runner); its output. The repository is
     gh's (``GH_REPO``, else the checkout's), the token ``GH_TOKEN``."""
     try:
-        done = subprocess.run(
-            ["gh", *args], capture_output=True, text=True, check=False, timeout=120
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise GhError(f"gh {args[0]} {args[1]}: {e}") from None
+        done = process.run(["gh", *args], timeout=120)
+    except subprocess.TimeoutExpired:
+        raise GhError(f"gh {args[0]} {args[1]}: no answer in 120 s") from None
+    except process.ProcessFailed as e:
+        raise GhError(e.message) from None
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise GhError(f"gh {args[0]} {args[1]} failed (exit {done.returncode}): {last}")
-    return done.stdout
+        raise GhError(process.failure(f"gh {args[0]} {args[1]}", done))
+    return done.stdout.decode("utf-8", errors="replace")
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,19 @@ import logging
 import os
 import sys
 
+#: multiprocessing's resource tracker outlives a verify that bakery ended (its group gets
+#: SIGTERM on Ctrl-C, which the tracker ignores): it frees the semaphores the killed ranks
+#: held, as it should, and would say so in a UserWarning on the user's terminal after
+#: bakery's "interrupted". Its processes inherit this filter through the environment.
+QUIET_TRACKER = "ignore::UserWarning:multiprocessing.resource_tracker"
+
 
 def main() -> None:
     import pytest
+
+    warned = os.environ.get("PYTHONWARNINGS", "")
+    if QUIET_TRACKER not in warned:
+        os.environ["PYTHONWARNINGS"] = f"{warned},{QUIET_TRACKER}" if warned else QUIET_TRACKER
 
     # pytest.main(), not console_main(): pytest 9.1 deprecates console_main for programs
     # (a PytestRemovedIn10Warning at the top of every verify); both read sys.argv's
