@@ -46,6 +46,7 @@ RELEASE_KEYS = {
     "verify",
     "verify_error",
     "verify_log",
+    "failed_tests",
     "seconds",
     "wheels",
     "wheel_error",
@@ -118,6 +119,35 @@ def test_verify_passes_and_fails_per_release(
     assert len(cases[("s vLLM 1.0.0", "verify")]) == 0  # no failure, no error
     assert "failed" in r.stdout and "passed" in r.stdout
     assert cli("matrix", "s", "--vllm", "1.1.0", "--verify", "--allow-fail").exit_code == 0
+
+
+FAILING = {
+    "test_tree.py": TREE_TEST,
+    "test_more.py": "class TestVALUE:\n    def test_in_a_class(self):\n        assert False\n\n\n"
+    "def test_passes():\n    pass\n",
+}
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_matrix_names_the_failing_tests_and_the_log(
+    cli: Cli, home: Path, releases: None, tmp_path: Path, quiet: bool
+) -> None:
+    make_s(home, FAILING)
+    flags = ["-q"] if quiet else []
+    r = cli(*flags, "matrix", "s", "--vllm", "1.0.0", "1.1.0", "--verify", "--jobs", "1", *REPORTS)
+    assert r.exit_code == 1, r.output
+    rows, _, _ = reports(tmp_path)
+    log = str(rows["1.1.0"]["verify_log"])
+    # 1.0.0: only the test in a class fails; 1.1.0: both, each by its node id
+    assert rows["1.0.0"]["failed_tests"] == ["test_more.py::TestVALUE::test_in_a_class"]
+    assert rows["1.1.0"]["failed_tests"] == [
+        "test_more.py::TestVALUE::test_in_a_class",
+        "test_tree.py::test_the_bake_changed_the_value",
+    ]
+    out = " ".join(r.output.split())
+    assert "1.1.0: 2 tests failed test_more.py::TestVALUE::test_in_a_class" in out
+    assert "test_tree.py::test_the_bake_changed_the_value" in out
+    assert f"log: {log}" in out and "test_the_bake_changed_the_value" in Path(log).read_text()
 
 
 def assert_not_verified(code: int, stdout: str, tmp_path: Path, why: str) -> None:

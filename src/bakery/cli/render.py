@@ -385,6 +385,8 @@ def _matrix_lines(console: Console, rows: list[Row]) -> None:
         verify = f", verify {r.verify}" if r.verify else ""
         error = f": {r.error}" if r.error else ""
         console.print(_t(f"{r.version} {r.status}{verify}{error}"), soft_wrap=True)
+        if r.verify == "failed":
+            _matrix_failed(console, r)
 
 
 def _matrix_notes(console: Console, rows: list[Row], heads: list[tuple[str, str]]) -> None:
@@ -403,6 +405,25 @@ def _matrix_notes(console: Console, rows: list[Row], heads: list[tuple[str, str]
             console.print(f"[red]{_t(r.version)}:[/] {_t(r.verify_cell)}", soft_wrap=True)
         if r.verify == "known-defects":
             console.print(f"[yellow]{_t(r.version)}:[/] {_t(r.verify_cell)}", soft_wrap=True)
+        if r.verify == "failed":
+            _matrix_failed(console, r)
+
+
+#: Failed tests named per release under the matrix (the log has them all).
+_FAILED_SHOWN = 10
+
+
+def _matrix_failed(console: Console, r: Row) -> None:
+    """A release whose tests failed: which tests, and the log that has their output."""
+    names = r.failed_tests
+    count = f"{len(names)} " if names else ""
+    console.print(f"[red]{_t(r.version)}:[/] {count}tests failed", soft_wrap=True)
+    for name in names[:_FAILED_SHOWN]:
+        console.print(_t(f"  {name}"), soft_wrap=True)
+    if len(names) > _FAILED_SHOWN:
+        console.print(f"  and {len(names) - _FAILED_SHOWN} more", soft_wrap=True)
+    if r.verify_log:
+        console.print(_t(f"  log: {r.verify_log}"), soft_wrap=True)
 
 
 def refresh_done(
@@ -422,7 +443,7 @@ def refresh_done(
 
 
 #: Modules from the tree listed by name after a verify (a full environment imports hundreds).
-_MODULES_SHOWN = 12
+_MODULES_SHOWN = 3
 
 
 def _skips_and_pristine(console: Console, r: VerifyResult) -> None:
@@ -434,8 +455,11 @@ def _skips_and_pristine(console: Console, r: VerifyResult) -> None:
         console.print(_t(line), soft_wrap=True)
 
 
-def verify_summary(console: Console, result: VerifyResult, edited: list[str]) -> None:
-    """After pytest's own output: where the code came from, edits since the bake, counts."""
+def verify_summary(
+    console: Console, result: VerifyResult, edited: list[str], *, verbose: bool = False
+) -> None:
+    """After pytest's own output: where the code came from (one line; each module with
+    ``verbose``), edits since the bake, counts."""
     r = result  # bakery.verifying.runner.VerifyResult
     if edited:
         console.print(
@@ -448,10 +472,14 @@ def verify_summary(console: Console, result: VerifyResult, edited: list[str]) ->
     stood = [f"{m.name} ({m.detail})" for m in r.stood_in]
     if r.env == "full":
         console.print("environment: full (vLLM's own requirements, bakery's torch and Triton)")
-    if tree_mods:
+    if tree_mods and verbose:
+        console.print("real, from the tree:")
+        for m in r.from_tree:
+            console.print(_t(f"  {m.name}  ({m.detail})"), soft_wrap=True)
+    elif tree_mods:
         shown = tree_mods if len(tree_mods) <= _MODULES_SHOWN else tree_mods[:_MODULES_SHOWN]
         more = len(tree_mods) - len(shown)
-        tail = f" and {more} more (pytest's summary lists them)" if more else ""
+        tail = f" and {more} more (bakery -v verify lists them)" if more else ""
         console.print(_t(f"real, from the tree: {', '.join(shown)}{tail}"), soft_wrap=True)
     console.print(_t(f"stood in: {', '.join(stood) or 'none'}"), soft_wrap=True)
     for fix in r.tool_fixes:

@@ -47,6 +47,8 @@ class Row:
     known_defects: dict[str, int] = field(default_factory=dict)
     #: why the port is out of step with the series (patch.provenance.stale_lines)
     port_stale: list[str] = field(default_factory=list)
+    #: the tests that failed or errored (pytest's node ids, from the verify's JUnit XML)
+    failed_tests: list[str] = field(default_factory=list)
 
     @property
     def verified(self) -> bool:
@@ -83,6 +85,7 @@ class Row:
             "verify": self.verify,
             "verify_error": self.verify_error,
             "verify_log": self.verify_log,
+            "failed_tests": self.failed_tests,
             "known_defects": self.known_defects,
             "seconds": round(self.seconds, 2),
             "diffs": [d.to_json() for d in self.diffs],
@@ -103,6 +106,7 @@ class Row:
             diffs=_diffs(r.get("diffs", [])),
             verify=_verify_state(r.get("verify")),
             verify_log=_str(r.get("verify_log")),
+            failed_tests=_lines(r.get("failed_tests", []), "failed_tests"),
             seconds=float(seconds) if isinstance(seconds, (int, float)) else 0.0,
             verify_error=_str(r.get("verify_error")),
             wheels=_lines(r.get("wheels"), "wheels"),
@@ -259,9 +263,10 @@ def _verify(ctx: Context, row: Row, series: str, out: Path, interpret: bool) -> 
     from bakery.commands import verify as commands
 
     log = out.with_name(out.name + ".verify.log")
+    junit = out.with_name(out.name + ".verify.xml")
     try:
         result, _ = commands.verify(
-            ctx, series, tree=out, interpret=interpret, junit=None, pytest_args=["-q"], log=log
+            ctx, series, tree=out, interpret=interpret, junit=junit, pytest_args=["-q"], log=log
         )
     except BakeryError as e:
         row.verify, row.verify_error = "error", e.message
@@ -271,7 +276,36 @@ def _verify(ctx: Context, row: Row, series: str, out: Path, interpret: bool) -> 
         return
     row.verify_log = str(log)
     row.verify = verify_state(result.exit_code, result.known_defects)
+    if row.verify == "failed":
+        row.failed_tests = failed_tests(junit)
     row.known_defects = dict(result.known_defects)
+
+
+def failed_tests(junit: Path) -> list[str]:
+    """The node ids (``tests/test_x.py::test_y[param]``) of the tests that failed or
+    errored, from pytest's JUnit XML (the file verify wrote; empty where it is missing)."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = ET.parse(junit).getroot()
+    except (OSError, ET.ParseError):
+        return []
+    found = []
+    for case in root.iter("testcase"):
+        if case.find("failure") is None and case.find("error") is None:
+            continue
+        found.append(_node_id(case.get("classname", ""), case.get("name", "")))
+    return found
+
+
+def _node_id(classname: str, name: str) -> str:
+    """pytest's JUnit ``classname`` is the module's path in dots, then the class (``Test``
+    by pytest's naming rule) if there is one: back to a node id."""
+    parts = classname.split(".") if classname else []
+    at = next((i for i, p in enumerate(parts) if p.startswith("Test")), len(parts))
+    module, classes = parts[:at], parts[at:]
+    head = "/".join(module) + ".py" if module else ""
+    return "::".join([p for p in (head, *classes) if p] + [name])
 
 
 def verify_state(exit_code: int, known_defects: dict[str, int]) -> VerifyState:
