@@ -357,16 +357,23 @@ class Tampered(Exception):
 
 
 def _walk(prefix: Path) -> dict[str, os.stat_result]:
-    """Every entry under prefix (relative POSIX path -> lstat), never following a link."""
+    """Every entry under prefix (relative POSIX path -> lstat), never following a link.
+    ``os.scandir`` by hand: a vLLM environment holds some 30 000 entries, walked before
+    every use, and pathlib per entry costs several times the lstat itself."""
     found: dict[str, os.stat_result] = {}
-
-    def fail(e: OSError) -> None:
-        raise Tampered(f"cannot be read ({e.strerror})")
-
-    for root, dirs, files in os.walk(prefix, onerror=fail):
-        for name in (*dirs, *files):
-            path = os.path.join(root, name)
-            found[Path(path).relative_to(prefix).as_posix()] = os.lstat(path)
+    pending = [("", str(prefix))]
+    while pending:
+        rel, folder = pending.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    name = f"{rel}{entry.name}"
+                    st = entry.stat(follow_symlinks=False)
+                    found[name] = st
+                    if stat.S_ISDIR(st.st_mode):
+                        pending.append((f"{name}/", entry.path))
+        except OSError as e:
+            raise Tampered(f"{clean(rel or '.')} cannot be read ({e.strerror})") from None
     return found
 
 
