@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bakery.context import Context
+from bakery.errors import BakeryError
 from bakery.git import cmd as gitutil
 from bakery.patch.engine import FileResult, HunkResult, Outcome, apply_file
 from bakery.patch.parse import Diff, FilePatch
@@ -327,7 +328,12 @@ ACTIONS = {
 
 
 def find_moved(tree: Path, rel: str, content: bytes | None) -> str | None:
-    """Where a file went: same name elsewhere with the most similar content."""
+    """Where a file went: same name elsewhere with the most similar content. Only regular
+    files are read, each bounded (``safety.cachepolicy.read_bytes``): a local ``--vllm``
+    tree may hold a FIFO of that name, which an open would wait on for ever, or a link to
+    ``/dev/zero``."""
+    from bakery.safety import cachepolicy, limits
+
     name = Path(rel).name
     best: tuple[float, str] | None = None
     text = (content or b"").decode("latin-1")
@@ -337,15 +343,17 @@ def find_moved(tree: Path, rel: str, content: bytes | None) -> str | None:
             continue
         cand = Path(root) / name
         crel = cand.relative_to(tree).as_posix()
-        if crel == rel or cand.is_symlink():
-            continue
-        ratio = (
-            difflib.SequenceMatcher(
-                None, text, cand.read_bytes().decode("latin-1"), autojunk=False
+        if crel == rel or cachepolicy.regular(cand) is None:
+            continue  # a link, FIFO or device: never a moved source file
+        ratio = 1.0
+        if text:
+            try:
+                found = cachepolicy.read_bytes(cand, limits.MAX_TREE_FILE, "file")
+            except (BakeryError, OSError):
+                continue  # swapped since, or too large
+            ratio = difflib.SequenceMatcher(
+                None, text, found.decode("latin-1"), autojunk=False
             ).quick_ratio()
-            if text
-            else 1.0
-        )
         if best is None or ratio > best[0]:
             best = (ratio, crel)
     return best[1] if best and best[0] >= 0.5 else None

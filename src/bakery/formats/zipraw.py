@@ -88,6 +88,8 @@ def read_directory(fd: int, label: str) -> Directory:
     if count > len(buf) // CENTRAL.size + 1:
         raise SourceError(f"{label}: the central directory is cut short")
     entries = _entries(buf, count, label)
+    if not entries:
+        return Directory([], cd_offset)
     entries.sort(key=lambda e: e.offset)
     ends = [e.offset for e in entries[1:]] + [cd_offset]
     for a, end in zip(entries, ends, strict=True):
@@ -119,10 +121,17 @@ def _name(raw: bytes, flags: int, label: str) -> str:
 
 
 def _zip64_end(fd: int, end_at: int, label: str) -> tuple[int, int, int]:
-    loc = os.pread(fd, LOCATOR64.size, end_at - LOCATOR64.size)
+    """count, size and offset of the central directory from the zip64 end record, whose
+    place the locator states: a place that is no place in the archive before the locator
+    is a lie (read there, it would end in an OverflowError or EINVAL)."""
+    at = end_at - LOCATOR64.size
+    loc = os.pread(fd, LOCATOR64.size, at) if at >= 0 else b""
     if len(loc) != LOCATOR64.size or LOCATOR64.unpack(loc)[0] != SIG_LOCATOR64:
         raise SourceError(f"{label}: zip64 archive without its locator")
-    rec = os.pread(fd, END64.size, LOCATOR64.unpack(loc)[2])
+    rec_at = LOCATOR64.unpack(loc)[2]
+    if rec_at > at - END64.size:
+        raise SourceError(f"{label}: the zip64 locator points past the archive (it lies)")
+    rec = os.pread(fd, END64.size, rec_at)
     if len(rec) != END64.size or END64.unpack(rec)[0] != SIG_END64:
         raise SourceError(f"{label}: zip64 end record missing")
     _, _, _, _, _, _, _, count, cd_size, cd_offset = END64.unpack(rec)
@@ -180,6 +189,8 @@ def _zip64_fields(
     while pos + 4 <= len(extra):
         tag, length = struct.unpack_from("<HH", extra, pos)
         if tag == 1:
+            if pos + 4 + length > len(extra):
+                break  # a length that runs past the extra field: a lie
             values = list(struct.unpack_from(f"<{length // 8}Q", extra, pos + 4))
             out = []
             for v in (usize, csize, offset):
