@@ -64,6 +64,21 @@ class BakeryGroup(TyperGroup):
             sys.exit(code)
         return code
 
+    # each command's module is imported when that command runs (bakery.cli.commands)
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        from bakery.cli.commands import COMMANDS
+
+        own = super().list_commands(ctx)
+        return [*own, *(name for name in COMMANDS if name not in own)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is None:
+            from bakery.cli.commands import load
+
+            found = load(cmd_name)
+        return found
+
     # typer turns a KeyboardInterrupt into a silent exit 130; as Abort it reaches the handler
     def make_context(
         self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any

@@ -1,0 +1,78 @@
+"""``bakery check``: its options, its call into the core, and what it prints."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from bakery.cli import hints
+from bakery.cli.common import json_target, run_bake, show_report, strict_exit, strict_port_exit
+from bakery.cli.console import context as _context
+from bakery.cli.console import err_console
+from bakery.cli.console import safe as _safe
+from bakery.cli.options import (
+    AllowDirtyOpt,
+    FuzzOpt,
+    JsonOpt,
+    NoMergeOpt,
+    NoPortOpt,
+    SeriesArg,
+    StrictOpt,
+    VllmOpt,
+)
+from bakery.cli.parsing import (
+    BakeryCommand,
+)
+
+app = typer.Typer()
+
+
+@app.command(cls=BakeryCommand)
+def check(
+    series: SeriesArg,
+    vllm: VllmOpt = None,
+    json_file: JsonOpt = None,
+    fuzz: FuzzOpt = 0,
+    allow_dirty: AllowDirtyOpt = False,
+    no_port: NoPortOpt = False,
+    no_merge: NoMergeOpt = False,
+    up_to_date: Annotated[
+        bool,
+        typer.Option(
+            "--up-to-date",
+            help="Also fail when a port's committed diffs do not reproduce from "
+            "their own bake (for CI); with --vllm VERSION, only that release's port.",
+        ),
+    ] = False,
+    strict: StrictOpt = False,
+) -> None:
+    """The same run as apply, without writing a tree."""
+    from bakery.commands import apply as commands
+
+    json_target(json_file)
+    report = run_bake(
+        lambda: commands.check(
+            _context(),
+            series,
+            commands.BakeOptions(
+                vllm=vllm,
+                fuzz=fuzz,
+                allow_dirty=allow_dirty,
+                use_port=not no_port,
+                merge=not no_merge,
+            ),
+        ),
+        json_file,
+    )
+    asked = hints.Asked(series, vllm, no_port=no_port, fuzz=fuzz, no_merge=no_merge)
+    show_report(report, hints.after_bake(report, asked))
+    code = 0 if report.ok else 1
+    code = code or strict_exit(strict, report.diffs, report)
+    code = code or strict_port_exit(strict, report)
+    if up_to_date and code == 0:
+        stale = commands.up_to_date(_context(), series, vllm=vllm)
+        for line in stale:
+            err_console.print(f"[red]not up to date:[/] {_safe(line)}", markup=True)
+        code = 1 if stale else 0
+    raise typer.Exit(code=code)

@@ -1,0 +1,122 @@
+"""``bakery matrix``: its options, its call into the core, and what it prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bakery.cli import render
+from bakery.cli.common import json_target, preflight, strict_exit
+from bakery.cli.console import Invocation as _Invocation
+from bakery.cli.console import context as _context
+from bakery.cli.console import err_console, human
+from bakery.cli.console import safe as _safe
+from bakery.cli.options import InterpretOpt, JsonOpt, SeriesArg, StrictOpt
+from bakery.cli.parsing import (
+    ManyVllmCommand,
+)
+from bakery.errors import BakeryError
+from bakery.outputs import write_json
+
+app = typer.Typer()
+
+
+@app.command(cls=ManyVllmCommand)
+def matrix(
+    series: SeriesArg,
+    vllm: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--vllm",
+            metavar="SPEC...",
+            help="Releases to bake: --vllm 0.30.0 0.32.0 (or repeat the option).",
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            metavar="VERSION",
+            help="Every final release on the index from this version on.",
+        ),
+    ] = None,
+    pre: Annotated[bool, typer.Option("--pre", help="With --since: pre-releases too.")] = False,
+    do_verify: Annotated[bool, typer.Option("--verify", help="Verify each baked tree.")] = False,
+    interpret: InterpretOpt = None,
+    jobs: Annotated[
+        int,
+        typer.Option("--jobs", "-j", min=1, metavar="N", help="Parallel workers (default: 2)."),
+    ] = 2,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="DIR",
+            help="Where the baked trees go (default: the project's build/matrix).",
+        ),
+    ] = None,
+    json_file: JsonOpt = None,
+    markdown: Annotated[
+        Path | None,
+        typer.Option("--markdown", metavar="FILE", help="Write a Markdown summary (for CI)."),
+    ] = None,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", metavar="FILE", help="Write JUnit XML.")
+    ] = None,
+    allow_fail: Annotated[
+        bool,
+        typer.Option(
+            "--allow-fail",
+            help="Exit 0 even when a release fails (not when a verify could not run).",
+        ),
+    ] = False,
+    strict: StrictOpt = False,
+    wheels: Annotated[
+        bool,
+        typer.Option("--wheels", help="Also write each release's wheels to <out>/wheels/."),
+    ] = False,
+) -> None:
+    """Bake (and verify) a series on many vLLM releases, in parallel."""
+    from bakery.commands import matrix as mx
+    from bakery.patch.series import load_series
+
+    json_target(json_file)
+    preflight((json_file, "--json"), (markdown, "--markdown"), (junit, "--junit"))
+    s = load_series(series)
+    s.require_diffs()
+    versions = mx.asked_versions(vllm or [], since, pre)
+    if not versions:
+        raise BakeryError("matrix needs --vllm VERSION... or --since VERSION")
+    if not _Invocation.quiet:
+        err_console.print(_safe(f"baking {s.name} on {', '.join(versions)} with {jobs} workers"))
+    if do_verify:
+        from bakery.verifying.plan import choose_device
+
+        interpret, where = choose_device(interpret)
+        if not _Invocation.quiet:
+            err_console.print(_safe(f"verifying each baked tree {where}"))
+    rows = mx.run(
+        _context(),
+        str(s.path),
+        versions,
+        mx.MatrixOptions(
+            out_root=(out if out is not None else _context().home / "build" / "matrix").absolute(),
+            jobs=jobs,
+            verify=do_verify,
+            interpret=bool(interpret),
+            wheels=wheels,
+        ),
+    )
+    render.matrix_grid(human(), s.name, rows, quiet=_Invocation.quiet)
+    render.matrix_wheels(human(), err_console, rows)
+    if json_file:
+        write_json(json_file, mx.to_json(s.name, rows))
+    mx.write_reports(s.name, rows, markdown=markdown, junit=junit)
+    refused = [strict_exit(strict, r.diffs, label=f"{r.version}: ") for r in rows]
+    for r in rows if strict else []:
+        for line in r.port_stale:
+            err_console.print(f"[red]strict:[/] {_safe(r.version)}: {_safe(line)}", markup=True)
+            refused.append(1)
+    raise typer.Exit(code=mx.exit_code(rows, allow_fail) or (1 if any(refused) else 0))

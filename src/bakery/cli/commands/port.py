@@ -1,0 +1,149 @@
+"""``bakery port``: its options, its call into the core, and what it prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from bakery.cli import render
+from bakery.cli.common import json_target
+from bakery.cli.console import context as _context
+from bakery.cli.console import human
+from bakery.cli.console import safe as _safe
+from bakery.cli.options import JsonOpt, SeriesArg
+from bakery.cli.parsing import (
+    BakeryCommand,
+)
+from bakery.errors import UsageError
+from bakery.outputs import write_json
+
+app = typer.Typer()
+
+
+def _port_update(
+    series: str,
+    vllm: str | None,
+    out: Path | None,
+    interpret: bool,
+    dry_run: bool,
+    json_file: Path | None,
+) -> NoReturn:
+    from bakery.porting.update import update as run_update
+
+    result = run_update(
+        _context(), series, vllm=vllm, out_root=out, interpret=interpret, write=not dry_run
+    )
+    if json_file is not None:
+        write_json(json_file, result.to_json())
+    render.port_update(human(), result)
+    raise typer.Exit(code=0 if result.ok else 1)
+
+
+def _promote(
+    series: str, version: str, interpret: bool, out: Path | None, json_file: Path | None
+) -> None:
+    from bakery.commands.port_next import promote
+
+    done = promote(_context(), series, version, interpret=interpret, out_root=out)
+    if json_file is not None:
+        write_json(json_file, done.to_json())
+    console = human()
+    if done.ok:
+        console.print(f"[bold green]promoted[/] to {_safe(str(done.port))} ({done.how})")
+    else:
+        console.print(f"[bold red]not promoted[/]: {_safe(done.note or '')}", soft_wrap=True)
+        for rel in done.differs:
+            console.print(f"  differs: {_safe(rel)}", soft_wrap=True)
+        if done.verify:
+            console.print(f"  verify on the release: {_safe(done.verify)}", soft_wrap=True)
+    raise typer.Exit(code=0 if done.ok else 1)
+
+
+@app.command(cls=BakeryCommand)
+def port(
+    series: SeriesArg,
+    vllm: Annotated[
+        str | None,
+        typer.Option(
+            "--vllm",
+            metavar="SPEC",
+            help="The release to port the series to; or a tree or git+URL@REF that is no "
+            "release: its port goes to patches/SERIES/next/.",
+        ),
+    ] = None,
+    update: Annotated[
+        bool,
+        typer.Option(
+            "--update",
+            help="Carry the series' changes since each stale port was made into it "
+            "(every port, or --vllm's), merged and proven by verify.",
+        ),
+    ] = False,
+    promote: Annotated[
+        str | None,
+        typer.Option(
+            "--promote",
+            metavar="VERSION",
+            help="Move patches/SERIES/next/ to the release's port: as it is where the "
+            "release's files are the ones it was proven on, else once re-proven on it.",
+        ),
+    ] = None,
+    upstream: Annotated[
+        Path | None,
+        typer.Option(
+            "--upstream",
+            metavar="DIR",
+            help="A vLLM git checkout: name the upstream commits behind each merged or "
+            "failed hunk.",
+        ),
+    ] = None,
+    interpret: Annotated[
+        bool,
+        typer.Option("--interpret/--gpu", help="Prove on the CPU (Triton interpreter) or a GPU."),
+    ] = True,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Prove the proposal but write no port.")
+    ] = False,
+    lines_only: Annotated[
+        bool,
+        typer.Option("--lines-only", help="Merge by lines only, never by syntax (for comparison)."),
+    ] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="DIR",
+            help="Scratch folder for candidate trees (default: the project's build/port).",
+        ),
+    ] = None,
+    json_file: JsonOpt = None,
+) -> None:
+    """Propose a port of the series to a release: every start tried, merged by lines
+    then by syntax, and written to patches/ only when verify proves it."""
+    from bakery.commands.port import port as run_port
+
+    json_target(json_file)
+    if update:
+        _port_update(series, vllm, out, interpret, dry_run, json_file)
+    if promote is not None:
+        if vllm is not None:
+            raise UsageError("bakery port: --vllm SPEC or --promote VERSION, not both")
+        _promote(series, promote, interpret, out, json_file)
+    if vllm is None:
+        raise UsageError("bakery port needs --vllm SPEC or --promote VERSION (or --update)")
+    result = run_port(
+        _context(),
+        series,
+        vllm=vllm,
+        out_root=out,
+        interpret=interpret,
+        upstream=upstream,
+        write=not dry_run,
+        syntax=not lines_only,
+    )
+    if json_file is not None:
+        write_json(json_file, result.to_json())
+    render.port_result(human(), result)
+    raise typer.Exit(code=0 if result.ok else 1)
