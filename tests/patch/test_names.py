@@ -164,3 +164,15 @@ def test_x_orig_and_x_patch_the_file_that_exists(
     r = cli("apply", "t", "--vllm", tmp_path / "tree", "--out", tmp_path / "o2")
     assert r.exit_code == 0, r.output
     assert files(tmp_path / "o2")[patched] == "b\n"
+
+
+def test_a_file_patched_after_it_was_renamed_away_is_refused(
+    cli: Cli, home: Path, tmp_path: Path
+) -> None:
+    diff = (
+        "diff --git a/one b/two\nsimilarity index 100%\nrename from one\nrename to two\n"
+        "diff --git a/one b/one\n--- a/one\n+++ b/one\n" + HUNK
+    )
+    r = bake(cli, home, tmp_path, {"one": "a\n"}, diff)
+    assert r.exit_code == 2 and "01-x.diff:6" in r.output
+    assert "one was renamed away earlier in this diff" in r.output

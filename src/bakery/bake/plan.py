@@ -169,9 +169,18 @@ class _DiffStart:
         self.before: dict[str, tuple[bytes | None, int | None]] = {}
         self.made: set[str] = set()
         self.leaving = {fp.old_path for fp in d.files if fp.move == "rename" or fp.is_delete}
+        #: renamed away by this diff (and not written again since)
+        self.renamed: set[str] = set()
 
     def read(self, d: Diff, fp: FilePatch, overlay: _Overlay) -> tuple[bytes | None, int | None]:
         if fp.move is None:
+            if fp.path in self.renamed and not fp.is_new:
+                raise UnsafePathError(
+                    d.path,
+                    fp.diff_line,
+                    f"{fp.path} was renamed away earlier in this diff (git refuses it: patch "
+                    "the new name)",
+                )
             return overlay.read(d, fp, fp.path)
         if fp.path not in self.leaving and overlay.read(d, fp, fp.path)[0] is not None:
             raise UnsafePathError(
@@ -195,6 +204,8 @@ class _DiffStart:
         if value[0] is None and rel in self.made:
             return  # a rename's source that another file patch of this diff wrote
         self.before.setdefault(rel, pre)
+        if value[0] is not None:
+            self.renamed.discard(rel)
         writes[rel] = value
         overlay.state[rel] = value
 
@@ -226,8 +237,9 @@ def _plan_file(
             start.made.add(fp.path)
         if fp.move is not None:
             start.write(overlay, writes, fp.path, value, overlay.read(d, fp, fp.path))
-            if fp.move == "rename":
+            if fp.move == "rename" and fp.source not in start.made:
                 start.write(overlay, writes, fp.source, (None, None), (old, mode))
+                start.renamed.add(fp.source)
         elif (old, mode) != value:
             start.write(overlay, writes, fp.path, value, (old, mode))
     return fres
