@@ -20,8 +20,7 @@ test, and at the end of the session if no test waited for it. Its test runs last
 import pytest
 from dcp2_support import start_ttir_probe
 
-from bakery.testing.loader import tree_from_env
-from bakery.testing.plugin import starts_early
+from bakery.testing import starts_early, tree_from_env
 
 #: The test that reads the TTIR probe's answer.
 PROBE_TEST = "test_block_max_propagates_nan_when_compiled"

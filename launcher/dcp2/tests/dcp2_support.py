@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from bakery.testing import load_tree_module
-from bakery.testing.standins import StandIn, declare
+from bakery.testing import StandIn, declare, load_tree_module
 
 MODULE = "vllm.model_executor.kernels.attention.dsa.candidate_blocks"
 

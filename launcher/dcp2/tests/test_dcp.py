@@ -29,8 +29,7 @@ import pytest
 import torch
 from dcp2_support import dcp_group, load_kernel
 
-from bakery.testing.expect import Bake
-from bakery.testing.loader import tree_from_env
+from bakery.testing import Bake, tree_from_env
 
 cb = load_kernel()
 #: Whether the bake carries the proposed NaN fix, which reduces int32 keys, not floats.
