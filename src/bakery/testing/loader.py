@@ -23,6 +23,12 @@ package's ``__init__.py`` runs, and a declared stand-in replaces the tree only w
 host cannot run the real module (``interpreter_only`` under Triton's interpreter) or,
 for a fallback stand-in, where the tree's file fails to load. Each module's origin is
 recorded the same way, so verify says which modules were real and which stood in.
+
+bakery's pytest plugin installs the finder when the session starts, so that a test may
+import the tree as vLLM's own tests do (``from vllm.sampling_params import
+SamplingParams``); :func:`load_tree_module` uses the same finder. Under the light
+environment, a tree file whose import of a package outside vLLM fails (msgspec, pydantic)
+raises a ``ModuleNotFoundError`` that names ``bakery verify --env full``.
 """
 
 from __future__ import annotations
