@@ -20,8 +20,6 @@ from bakery.sources.pristine import Pristine
 
 _log = logging.getLogger(__name__)
 
-#: Called with (event, detail) as the bake proceeds; the CLI renders these.
-
 
 @dataclass
 class Plan:

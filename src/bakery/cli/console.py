@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from bakery.cli import render
-from bakery.context import Context, Verbosity
+from bakery.context import Context
 from bakery.errors import BakeryError
 from bakery.logs import Unmuted, event
 from bakery.safety.text import CILineGuard, clean
@@ -75,11 +75,8 @@ def human() -> Console:
 def context() -> Context:
     """The context of this command (bakery.context), from what the root options asked:
     made where each command starts, so that a command that needs no cache pays nothing."""
-    verbosity: Verbosity = (
-        "quiet" if Invocation.quiet else "verbose" if Invocation.verbose else "normal"
-    )
     progress = None if Invocation.quiet else render.download_progress(err_console)
-    return Context.here(verbosity=verbosity, progress=progress)
+    return Context.here(progress=progress)
 
 
 def fit_consoles() -> None:

@@ -1,4 +1,5 @@
-"""Rich rendering of bakery's results (the only module besides cli.py that prints)."""
+"""Rich rendering of what several commands print (a bake's report, the verify summary,
+tables); a command's own output sits in its module (bakery.cli.commands)."""
 
 from __future__ import annotations
 

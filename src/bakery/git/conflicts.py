@@ -60,9 +60,3 @@ def stage(tree: Path, paths: list[str]) -> None:
             "--stdin",
             input=b"".join(os.fsencode(p) + b"\0" for p in paths),
         )
-
-
-def unmerged(tree: Path) -> list[str]:
-    """The paths with unmerged entries (``git ls-files -u``)."""
-    out = cmd.git(tree, "ls-files", "-u", "-z")
-    return sorted({rec.split("\t", 1)[1] for rec in out.split("\0") if "\t" in rec})

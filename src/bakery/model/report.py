@@ -168,11 +168,6 @@ class BakeReport:
     def ok(self) -> bool:
         return all(d.ok for d in self.diffs)
 
-    @property
-    def foreign_port(self) -> bool:
-        """A release's port taken for a tree that is not that pristine release."""
-        return bool(self.port and self.identity and not self.identity.pristine)
-
     def failed_hunks(self) -> list[tuple[str, str, int, int, str]]:
         """(diff, path, hunk index, line, status) of each hunk that did not apply."""
         return [
