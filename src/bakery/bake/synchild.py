@@ -9,17 +9,26 @@ is capped at ``SYNTAX_SECONDS``; the parent waits at most that long (wall clock)
 kills it. A child that crashes, runs out of time or memory gives :class:`Bounded`, and
 the caller falls back to the line merge with a note saying why; nothing the child did
 reaches the bake but its pickled answer.
+
+A command that merges many files (``port``: every start, every candidate; ``port
+--update``) runs them under one :func:`budget` of ``SYNTAX_TOTAL_SECONDS`` of wall time:
+each file gets at most what is left, and once it is spent the remaining files are merged
+by lines at once, so a port of hundreds of hostile files ends in minutes, not hours.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import pickle
 import resource
 import signal
 import struct
 import time
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
 
 from bakery.bake.synmerge import SyntaxConflict, SyntaxMerge, merge_python
 
@@ -27,6 +36,39 @@ from bakery.bake.synmerge import SyntaxConflict, SyntaxMerge, merge_python
 SYNTAX_SECONDS = 30
 #: Bytes the child may allocate beyond the parent's address space at the fork.
 SYNTAX_MEMORY = 1 << 30
+#: Wall seconds one command's syntax merges may take together (four files at the bound).
+SYNTAX_TOTAL_SECONDS = 120
+
+
+@dataclass
+class Budget:
+    """What is left of one command's time for syntax merges, and how it was spent."""
+
+    total: float
+    left: float
+    #: merges run in a child, and merges refused because the budget was spent
+    runs: int = 0
+    refused: int = 0
+
+
+_BUDGET: ContextVar[Budget | None] = ContextVar("bakery_syntax_budget", default=None)
+
+
+@contextlib.contextmanager
+def budget(seconds: float | None = None) -> Iterator[Budget]:
+    """One bound for every syntax merge inside (default ``SYNTAX_TOTAL_SECONDS``); an
+    enclosing budget is kept (a port to a ref runs inside ``port``'s)."""
+    outer = _BUDGET.get()
+    if outer is not None:
+        yield outer
+        return
+    total = SYNTAX_TOTAL_SECONDS if seconds is None else seconds
+    mine = Budget(total, total)
+    token = _BUDGET.set(mine)
+    try:
+        yield mine
+    finally:
+        _BUDGET.reset(token)
 
 
 class Bounded(Exception):
@@ -41,14 +83,14 @@ def _address_space() -> int:
         return 0
 
 
-def _child(w: int, base: bytes, ours: bytes, theirs: bytes) -> None:
+def _child(w: int, base: bytes, ours: bytes, theirs: bytes, seconds: int) -> None:
     try:
         import faulthandler
 
         faulthandler.disable()  # a crash here is expected data, not the bake's: silent
         mem = _address_space() + SYNTAX_MEMORY
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_CPU, (SYNTAX_SECONDS, SYNTAX_SECONDS + 1))
+        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
         try:
             answer: object = merge_python(base, ours, theirs)
         except SyntaxConflict as e:
@@ -66,8 +108,8 @@ def _child(w: int, base: bytes, ours: bytes, theirs: bytes) -> None:
         os._exit(0)
 
 
-def _read_all(r: int, pid: int) -> bytes:
-    deadline = time.monotonic() + SYNTAX_SECONDS + 5
+def _read_all(r: int, pid: int, seconds: int) -> bytes:
+    deadline = time.monotonic() + seconds + 5
     chunks: list[bytes] = []
     import select
 
@@ -76,7 +118,7 @@ def _read_all(r: int, pid: int) -> bytes:
         if left <= 0:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            raise Bounded(f"it ran past {SYNTAX_SECONDS} s")
+            raise Bounded(f"it ran past {seconds} s")
         ready, _, _ = select.select([r], [], [], left)
         if not ready:
             continue
@@ -88,15 +130,33 @@ def _read_all(r: int, pid: int) -> bytes:
 
 def merge_bounded(base: bytes, ours: bytes, theirs: bytes) -> SyntaxMerge:
     """merge_python in a bounded child: its merge, SyntaxConflict as it raised it, or
-    Bounded where the child crashed or passed a bound."""
+    Bounded where the child crashed or passed a bound (its own, or what is left of the
+    command's :func:`budget`)."""
+    spend = _BUDGET.get()
+    seconds = SYNTAX_SECONDS
+    if spend is not None:
+        if spend.left < 1:
+            spend.refused += 1
+            raise Bounded(f"this command's syntax merges used their {spend.total:g} s")
+        seconds = min(seconds, math.floor(spend.left))
+        spend.runs += 1
+    started = time.monotonic()
+    try:
+        return _run(base, ours, theirs, seconds)
+    finally:
+        if spend is not None:
+            spend.left -= time.monotonic() - started
+
+
+def _run(base: bytes, ours: bytes, theirs: bytes, seconds: int) -> SyntaxMerge:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child (its coverage is not collected)
         os.close(r)
-        _child(w, base, ours, theirs)
+        _child(w, base, ours, theirs, seconds)
     os.close(w)
     try:
-        data = _read_all(r, pid)
+        data = _read_all(r, pid, seconds)
     finally:
         os.close(r)
         _, status = os.waitpid(pid, 0)

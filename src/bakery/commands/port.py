@@ -57,6 +57,25 @@ def port(
     write: bool = True,
     syntax: bool = True,
 ) -> PortResult:
+    """Propose, prove and write a port (see the module); every syntax merge of it runs
+    under one time budget (:func:`bakery.bake.synchild.budget`)."""
+    from bakery.bake.synchild import budget
+
+    with budget():
+        return _port(ctx, series_spec, vllm, out_root, interpret, upstream, previous, write, syntax)
+
+
+def _port(
+    ctx: Context,
+    series_spec: str,
+    vllm: str,
+    out_root: Path | None,
+    interpret: bool,
+    upstream: Path | None,
+    previous: str | None,
+    write: bool,
+    syntax: bool,
+) -> PortResult:
     home, cache = ctx.home, ctx.cache
     out_root = out_root if out_root is not None else ctx.home / "build" / "port"
     series = load_series(series_spec, home)
@@ -101,15 +120,23 @@ def port(
         tried.accepted = True
         dest = home / "patches" / series.name / version
         if write:
-            note = provenance(cand, version, tried.verify, tried.differences)
+            # "not run" where no differential check ran (issue 45: never "no difference")
+            ran = tried.differences if prev_record is not None else None
+            note = provenance(cand, version, tried.verify, ran, _why_no_differential(result))
             write_port(dest, series, cand.texts, note)
-        result.written = display_path(dest)
+        result.written, result.dry_run = display_path(dest), not write
         result.hunks = attention(cand, result.target, upstream)
         return result
     _leave_best(ctx, series_spec, result, target, scratch, syntax=syntax)
     if result.candidates:
         result.hunks = attention(result.candidates[0], result.target, upstream)
     return result
+
+
+def _why_no_differential(result: PortResult) -> str:
+    if result.previous is None:
+        return "no earlier release to compare with"
+    return "the series records no differential cases"
 
 
 def _clear_scratch(scratch: Path) -> None:

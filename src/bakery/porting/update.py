@@ -128,11 +128,12 @@ def _merge(
     if n == 0:
         return merged, False
     if path.endswith(".py"):
-        from bakery.bake.synmerge import SyntaxConflict, merge_python
+        from bakery.bake.synchild import Bounded, merge_bounded
+        from bakery.bake.synmerge import SyntaxConflict
 
-        try:
-            return merge_python(base, theirs, ours).content, False
-        except SyntaxConflict:
+        try:  # release content: in a bounded child, within the command's budget
+            return merge_bounded(base, theirs, ours).content, False
+        except (SyntaxConflict, Bounded):
             pass
     return merged, True
 
@@ -239,9 +240,12 @@ def update(
         ports = [p for p in ports if p.name == vllm]
         if not ports:
             raise UsageError(f"{series.name} has no port for {vllm} (patches/{series.name}/{vllm})")
+    from bakery.bake.synchild import budget
+
     result = UpdateResult(series.name, dry_run=not write)
-    for port_dir in ports:
-        result.ports.append(_one(ctx, series_spec, port_dir, out_root, interpret, write))
+    with budget():  # one bound for the syntax merges of every port updated
+        for port_dir in ports:
+            result.ports.append(_one(ctx, series_spec, port_dir, out_root, interpret, write))
     return result
 
 
