@@ -20,6 +20,9 @@ from click.testing import Result
 
 from bakery.safety import seal
 from bakery.testing import reuse
+from tests.support.archives import sdist
+from tests.support.index import Index
+from tests.support.releases import BASE, series
 from tests.support.trees import Tiny, snapshot, write_files
 
 Cli = Callable[..., Result]
@@ -172,3 +175,24 @@ def test_the_key_is_made_once_0600_outside_the_cache(tmp_path: Path) -> None:
     assert not path.is_relative_to(tmp_path / "cache")
     seal._keys.clear()
     assert seal.key() == first
+
+
+def test_matrix_verify_never_takes_a_forged_green_record(
+    cli: Cli, index: Index, home: Path, tmp_path: Path
+) -> None:
+    """``matrix --verify`` consults the same records: a red row stays red."""
+    index.add("vllm-1.0.0.tar.gz", sdist("1.0.0", files=2, modules={"vllm/mod.py": BASE}))
+    folder = series(home, BASE, BASE.replace("line3\n", "line three\n"))
+    runs = tmp_path / "runs.txt"
+    test = f"def test_red():\n    open({str(runs)!r}, 'a').write('ran\\n')\n    assert 0\n"
+    write_files(folder, {"tests/test_red.py": test})
+    args = ("matrix", "s", "--vllm", "1.0.0", "--verify", "--interpret", "--json", "m.json")
+    cli(*args)
+    (row,) = json.loads(Path("m.json").read_text())["releases"]
+    assert row["verify"] == "failed", row
+    (record,) = _records()
+    _say_passed(record)
+    cli(*args)
+    (row,) = json.loads(Path("m.json").read_text())["releases"]
+    assert row["verify"] == "failed", row
+    assert runs.read_text().count("ran") == 2
