@@ -668,3 +668,88 @@ def test_wheel_verifies_the_bake_and_publishes_only_a_verified_one(
     applied = cli("apply", "demo", "--vllm", VERSION, "--json", "a.json")
     assert json.loads(Path("a.json").read_text())["proof"]["state"] == "verified", applied.output
     assert ", verified: the series' tests passed" in applied.stdout
+
+
+# --- what a new file becomes in the wheel (issue 50) --------------------------------------------
+
+
+def _added(path: str, mode: str = "100644") -> str:
+    return (
+        f"diff --git a/{path} b/{path}\nnew file mode {mode}\nindex 0000000..1111111\n"
+        f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+version = 'ours'\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "refused"),
+    [
+        ("vllm/_version.py", True),  # the build writes the wheel's copy: never replaced
+        ("vllm/_version_ours.py", False),  # a new module beside it: one more member
+    ],
+)
+def test_a_diff_that_adds_the_version_file_never_replaces_the_builds_copy(
+    cli: Callable[..., Result], index: Index, home: Path, tmp_path: Path, path: str, refused: bool
+) -> None:
+    make_series(
+        home, "v", {"01-k.diff": K_DIFF, "02-v.diff": _added(path)}, 'strip = 1\nroot = ""\n'
+    )
+    result = wheel_cli(cli, "v", "--platform", "x86_64", "--out", "dist")
+    if refused:
+        assert result.exit_code == 2, result.output
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"error: {path}: a wheel cannot carry this change (")
+        assert "the build generates it" in last
+        assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
+        return
+    assert result.exit_code == 0, result.output
+    (whl,) = (tmp_path / "dist").iterdir()
+    contents = check_record(whl)
+    assert contents[path] == b"version = 'ours'\n"
+    # the build's copy (relabelled with the baked version), never the diff's
+    assert contents["vllm/_version.py"].startswith(f"version = '{VERSION}".encode())
+
+
+@pytest.mark.parametrize("mode", ["100755", "100644"])
+def test_a_new_files_executable_bit_is_kept(
+    cli: Callable[..., Result], index: Index, home: Path, tmp_path: Path, mode: str
+) -> None:
+    path = "vllm/tool_run.py"
+    make_series(
+        home, "x", {"01-k.diff": K_DIFF, "02-x.diff": _added(path, mode)}, 'strip = 1\nroot = ""\n'
+    )
+    result = wheel_cli(cli, "x", "--platform", "x86_64", "--out", "dist")
+    assert result.exit_code == 0, result.output
+    (whl,) = (tmp_path / "dist").iterdir()
+    info = zipfile.ZipFile(whl).getinfo(path)
+    assert info.external_attr >> 16 == int(mode, 8)
+    # an unchanged member keeps the upstream's attributes
+    k = zipfile.ZipFile(whl).getinfo("vllm/__init__.py")
+    assert k.external_attr >> 16 in (0, 0o100644)
+
+
+@pytest.mark.parametrize("source_has_it", [True, False], ids=["in-the-sdist", "not-in-the-sdist"])
+def test_a_diff_to_the_version_file_never_replaces_the_builds_copy(
+    cli: Callable[..., Result],
+    home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    source_has_it: bool,
+) -> None:
+    """Real sdists carry vllm/_version.py, as the build wrote it: a diff that changes it
+    (or adds it, where the sdist has none) is refused, never carried over the wheel's."""
+    path = "vllm/_version.py"
+    if source_has_it:
+        monkeypatch.setitem(SOURCE, path, f"version = '{VERSION}'\n".encode())
+        diff = udiff(path, f"version = '{VERSION}'\n", "version = 'ours'\n", "a", "b")
+    else:
+        diff = _added(path)
+    with serve_index() as idx:
+        monkeypatch.setenv("BAKERY_INDEX_URL", idx.url)
+        idx.add(f"vllm-{VERSION}.tar.gz", make_sdist())
+        idx.add(wheel_filename("x86_64"), make_wheel("x86_64"))
+        make_series(home, "v", {"01-k.diff": K_DIFF, "02-v.diff": diff}, 'strip = 1\nroot = ""\n')
+        result = wheel_cli(cli, "v", "--platform", "x86_64", "--out", "dist")
+    assert result.exit_code == 2, result.output
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {path}: a wheel cannot carry this change ("), last
+    assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())

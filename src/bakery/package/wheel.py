@@ -76,6 +76,8 @@ _BUILD_DIRS = ("csrc/", "cmake/")
 _BUILD_FILES = ("setup.py", "setup.cfg", "pyproject.toml", "CMakeLists.txt", "MANIFEST.in")
 _BUILD_SUFFIXES = (".cmake", ".cu", ".cuh", ".c", ".cc", ".cpp", ".cxx", ".h", ".hpp")
 _SIGNATURES = ("RECORD.jws", "RECORD.p7s")
+#: What the build writes from the version it builds (setuptools-scm's version file).
+_VERSION_FILES = ("vllm/_version.py",)
 
 
 class CannotCarry(BakeryError):
@@ -309,6 +311,8 @@ def _cannot_carry(
         return _BUILT
     if (change.new_mode and change.new_mode & 0o170000 != 0o100000) or change.status == "T":
         return "a wheel holds regular files only"
+    if path in _VERSION_FILES:  # the sdist's copy may match the wheel's: the hash check passes
+        return "the build generates it (the version the wheel states): a series never replaces it"
     if change.status == "A":
         if path in names:
             return "the wheel has a file the source lacks: the build generates it"
