@@ -192,3 +192,82 @@ def test_random_lies_in_a_zip64_wheel_are_one_line_or_read(tmp_path: Path) -> No
             struct.pack_into("<Q", bad, pos, rng.choice(extreme))
         with contextlib.suppress(SourceError):
             _read_all(tmp_path, bytes(bad))
+
+
+# --- one bound for a whole port's syntax merges -------------------------------------------------
+
+BASE = b"def f(a, b):\n    return a + b\n"
+OURS = b"def f(a, b, *, c=0):\n    return a + b\n"
+THEIRS = b"def f(a, b, key=None):\n    return a + b\n"
+
+
+def _spin(*_: object) -> None:
+    """A merge that never ends (the stand-in for a hostile file; run in the child)."""
+    while True:
+        pass
+
+
+def test_a_commands_syntax_merges_stop_at_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bakery.bake import synchild
+
+    forks: list[int] = []
+    real_fork = os.fork
+
+    def fork() -> int:
+        forks.append(1)
+        return real_fork()
+
+    monkeypatch.setattr(synchild, "merge_python", _spin)
+    monkeypatch.setattr(synchild, "SYNTAX_SECONDS", 2)
+    monkeypatch.setattr(os, "fork", fork)
+    with synchild.budget(3) as spent:
+        whys = []
+        for _ in range(6):  # six hostile files: 6 x 2 s without the budget
+            with pytest.raises(synchild.Bounded) as stopped:
+                synchild.merge_bounded(BASE, OURS, THEIRS)
+            whys.append(str(stopped.value))
+    # a child for 2 s, perhaps one for the second left; none once the budget is spent
+    assert len(forks) == spent.runs <= 2 and spent.runs + spent.refused == 6
+    assert whys[-1] == "this command's syntax merges used their 3 s"
+    assert -2 < spent.left < 1  # children are killed at what is left, not 7 s each
+
+
+def test_a_budget_leaves_honest_merges_alone() -> None:
+    from bakery.bake import synchild
+
+    with synchild.budget(30) as spent:
+        merged = synchild.merge_bounded(BASE, OURS, THEIRS)
+    assert b"c=0" in merged.content and b"key=None" in merged.content
+    assert spent.runs == 1 and 0 < spent.left < 30
+    # outside any command: the per-file bound only, as before
+    assert synchild.merge_bounded(BASE, OURS, THEIRS).content == merged.content
+
+
+def test_an_inner_budget_is_the_outer_one() -> None:
+    from bakery.bake import synchild
+
+    with synchild.budget(5) as outer, synchild.budget(500) as inner:
+        assert inner is outer and inner.total == 5
+
+
+def test_port_runs_its_syntax_merges_under_the_budget(
+    cli: Cli, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The port that a syntax merge proposes (tests/security/test_default_outputs.py)
+    falls back to lines once the command's budget is spent, and says why."""
+    from bakery.bake import synchild
+    from tests.support.series import DIFF, X_PY
+
+    s = home / "launcher" / "s"
+    (s / "diffs").mkdir(parents=True)
+    (s / "tests").mkdir()
+    (s / "tests" / "test_x.py").write_text("def test_x():\n    pass\n")
+    (s / "series.toml").write_text('base = "1.0.0"\nstrip = 1\nroot = ""\n')
+    (s / "diffs" / "01-x.diff").write_text(DIFF)
+    cache_release("1.0.0", {"vllm/__init__.py": "", "vllm/x.py": X_PY})
+    moved = "".join(f"{c}\n" for c in "qrstuvwxyz")
+    cache_release("1.1.0", {"vllm/__init__.py": "", "vllm/x.py": moved})
+    monkeypatch.setattr(synchild, "SYNTAX_TOTAL_SECONDS", 0)
+    r = cli("port", "s", "--vllm", "1.1.0", "--dry-run")
+    assert "syntax merges used their 0 s" in r.output, r.output
+    assert "merged-syntax" not in r.output

@@ -108,8 +108,8 @@ def _child(w: int, base: bytes, ours: bytes, theirs: bytes, seconds: int) -> Non
         os._exit(0)
 
 
-def _read_all(r: int, pid: int, seconds: int) -> bytes:
-    deadline = time.monotonic() + seconds + 5
+def _read_all(r: int, pid: int, seconds: int, wall: float) -> bytes:
+    deadline = time.monotonic() + wall
     chunks: list[bytes] = []
     import select
 
@@ -133,22 +133,22 @@ def merge_bounded(base: bytes, ours: bytes, theirs: bytes) -> SyntaxMerge:
     Bounded where the child crashed or passed a bound (its own, or what is left of the
     command's :func:`budget`)."""
     spend = _BUDGET.get()
-    seconds = SYNTAX_SECONDS
+    seconds, wall = SYNTAX_SECONDS, SYNTAX_SECONDS + 5.0  # CPU, and wall with a grace
     if spend is not None:
         if spend.left < 1:
             spend.refused += 1
             raise Bounded(f"this command's syntax merges used their {spend.total:g} s")
-        seconds = min(seconds, math.floor(spend.left))
+        seconds, wall = min(seconds, math.floor(spend.left)), min(wall, spend.left)
         spend.runs += 1
     started = time.monotonic()
     try:
-        return _run(base, ours, theirs, seconds)
+        return _run(base, ours, theirs, seconds, wall)
     finally:
         if spend is not None:
             spend.left -= time.monotonic() - started
 
 
-def _run(base: bytes, ours: bytes, theirs: bytes, seconds: int) -> SyntaxMerge:
+def _run(base: bytes, ours: bytes, theirs: bytes, seconds: int, wall: float) -> SyntaxMerge:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child (its coverage is not collected)
@@ -156,7 +156,7 @@ def _run(base: bytes, ours: bytes, theirs: bytes, seconds: int) -> SyntaxMerge:
         _child(w, base, ours, theirs, seconds)
     os.close(w)
     try:
-        data = _read_all(r, pid, seconds)
+        data = _read_all(r, pid, seconds, wall)
     finally:
         os.close(r)
         _, status = os.waitpid(pid, 0)
