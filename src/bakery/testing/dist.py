@@ -617,11 +617,24 @@ class RankPool:
             now = time.monotonic()
             deadline = min(deadline, now + GRACE + (now - task.started))
         if failures:
+            lost = self._lost()
             self.close()
             rank = min(failures)
             stuck = f" (ranks {sorted(pending)} stuck)" if pending else ""
+            if lost:  # a peer's error is what a lost node looks like from here
+                raise RankError(f"{lost}; rank {rank} raised in {task.name}{stuck}")
             raise RankError(f"rank {rank} raised in {task.name}{stuck}:\n{failures[rank]}")
         return [results[rank] for rank in range(self.world_size)]
+
+    def _lost(self, wait: float = 1.0) -> str | None:
+        """Across nodes, after a rank failed: the line of a node that was lost, if one
+        was (its loss may reach this process a moment after a peer's error does)."""
+        if self.link is None:
+            return None
+        ends = time.monotonic() + wait
+        while self.link.lost is None and time.monotonic() < ends:
+            time.sleep(0.05)
+        return self.link.lost
 
     def _get(self, deadline: float, pending: set[int], what: str) -> tuple[Any, int, bool, Any]:
         while True:

@@ -395,7 +395,7 @@ class Head:
             with self._child_lock:
                 self._child = conn
             if self.lost:
-                self._to_child(("lost", -1, self.lost))
+                self._to_child((0, ("lost", -1, self.lost)))
             threading.Thread(target=self._from_child, args=(conn,), daemon=True).start()
 
     def _to_child(self, message: Any) -> None:
@@ -443,7 +443,7 @@ class Head:
         if self.lost is None:
             self.lost = f"node {node.rank} ({node.host}) was lost: {why}"
             _log.debug(self.lost)
-        self._to_child(("lost", node.rank, self.lost))
+        self._to_child((node.rank, ("lost", node.rank, self.lost)))
 
     def _ping(self) -> None:
         while not self._stop.wait(HEARTBEAT):
