@@ -185,12 +185,14 @@ def bisect(
     interpret: bool = True,
     out_root: Path | None = None,
 ) -> BisectResult:
-    from bakery.sources.gitsource import mirror_commit, split_spec
+    from bakery.sources import spec as sources
+    from bakery.sources.gitsource import mirror_commit
 
     series = load_series(series_spec, ctx.home)
-    if not vllm.startswith("git+"):
+    source = sources.parse(vllm) if sources.is_git(vllm) else None
+    if not isinstance(source, sources.Git):
         raise UsageError(f"bakery bisect needs --vllm git+URL, not {vllm!r}")
-    url, ref = split_spec(vllm[4:])
+    url, ref = source.url, source.ref
     if ref != "HEAD":
         raise UsageError("bakery bisect: give the refs as --good and --bad, not in --vllm")
     if verify and not (series.path / "tests").is_dir():

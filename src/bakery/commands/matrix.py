@@ -145,10 +145,14 @@ def asked_versions(vllm: list[str], since: str | None, include_pre: bool) -> lis
 def _check_spec(spec: str) -> None:
     """A --vllm value that no bake could take is a bad argument (exit 2), said before any
     release is baked, not one failed row per value."""
-    from bakery.sources import versions as v
+    from bakery.errors import SourceError
+    from bakery.sources import spec as sources
 
-    if v.parse(spec) is not None or spec.startswith("git+") or Path(spec).exists():
+    try:
+        sources.parse(spec)
         return
+    except SourceError:
+        pass
     hint = ""
     if re.fullmatch(r"v?\d+(\.\d+)*\s*[-:]\s*v?\d+(\.\d+)*", spec):
         first = re.split(r"\s*[-:]\s*", spec)[0]

@@ -154,8 +154,9 @@ def upstream(
     ctx: Context, series_spec: str, vllm: str, *, since: str | None = None
 ) -> UpstreamReport:
     from bakery.commands import apply as commands
+    from bakery.sources import spec as sources
 
-    if not vllm.startswith("git+"):
+    if not sources.is_git(vllm):
         raise UsageError(f"--vllm {vllm!r}: upstream reads history: pass git+URL@REF")
     with muted():
         series, pristine = commands._prepare(ctx, series_spec, commands.BakeOptions(vllm=vllm))

@@ -23,6 +23,7 @@ from bakery.git import cmd as gitutil
 from bakery.safety import cachepolicy, limits, paths
 from bakery.safety.urls import redact, redact_url
 from bakery.sources import bounded, versions
+from bakery.sources import spec as sources
 from bakery.sources.cache import Cache
 from bakery.sources.pristine import Pristine, Progress, local_version, unpack_archive
 
@@ -48,23 +49,18 @@ def resolve(
     progress: Progress | None = None,
     defer_check: bool = False,
 ) -> Pristine:
-    """The pristine tree spec names. defer_check: a cached tree's look for changed files
-    runs on while the caller copies it (Pristine.confirm, then Pristine.close)."""
-    if spec.startswith("git+"):
+    """The pristine tree spec names (:mod:`bakery.sources.spec`). defer_check: a cached
+    tree's look for changed files runs on while the caller copies it (Pristine.confirm,
+    then Pristine.close)."""
+    source = sources.parse(spec)
+    if isinstance(source, sources.Git):
         from bakery.sources.gitsource import git_source
 
-        return git_source(spec[4:], cache, defer_check)
-    path = Path(spec).expanduser()
-    if path.exists():
-        return _local_source(path, allow_dirty)
-    if spec == versions.LATEST:
-        spec = latest()
-    if is_version(spec):
-        return release(versions.normalize(spec), cache, progress, defer_check)
-    raise SourceError(
-        f"--vllm {spec!r}: not a release version, {versions.LATEST!r}, an existing path, "
-        "or git+URL@REF"
-    )
+        return git_source(source.raw, cache, defer_check)
+    if isinstance(source, sources.Local):
+        return _local_source(source.path, allow_dirty)
+    version = latest() if source.version == versions.LATEST else source.version
+    return release(version, cache, progress, defer_check)
 
 
 # --- the package index -----------------------------------------------------------------------
