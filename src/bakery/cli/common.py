@@ -71,7 +71,10 @@ def show_report(report: BakeReport, next_steps: list[str]) -> None:
 
 def package(fn: Callable[[], Any]) -> NoReturn:
     done = fn()
-    render.bake_report(err_console, done.report)
+    # -q: the verdict and the problems, not the hunk tables (then what was written)
+    render.bake_report(
+        err_console, done.report, quiet=_Invocation.quiet, verbose=_Invocation.verbose
+    )
     for kind, path in done.files:
         size = path.stat().st_size / 1e6
         human().print(

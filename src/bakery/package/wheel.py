@@ -200,9 +200,9 @@ def _plan(fd: int, upstream: Path, baked: Baked, version: str, sha256: str | Non
                 out.append(_new(e.name, content, _mode(baked, e)))
             continue
         new_name = _renamed(e.name, renames)
-        if new_name == f"{new_info}/METADATA":
-            meta = _metadata(zipraw.read_member(fd, e, label), baked.vllm, version, label)
-            out.append(_new(new_name, meta, e.external_attr))
+        changed = _stated_version(fd, e, new_name, (new_info, dist, baked.vllm, version), label)
+        if changed is not None:
+            out.append(changed)
             continue
         row = None if e.name.endswith("/") else record[e.name]
         verbatim = new_name == e.name and not e.flags & _DESCRIPTOR
@@ -212,6 +212,35 @@ def _plan(fd: int, upstream: Path, baked: Baked, version: str, sha256: str | Non
     record_name = f"{new_info}/RECORD"
     out.append(_new(record_name, _record_bytes(out, record_name)))
     return out
+
+
+def _stated_version(
+    fd: int, e: Entry, new_name: str, names: tuple[str, str, str, str], label: str
+) -> _Out | None:
+    """The members that state the wheel's version, stating the new one: METADATA's
+    Version header, and ``vllm/_version.py`` (what ``vllm.__version__`` reads), so that
+    the baked package says the same local version as its file name. None for the rest."""
+    new_info, dist, old, new = names
+    if new_name == f"{new_info}/METADATA":
+        meta = _metadata(zipraw.read_member(fd, e, label), old, new, label)
+        return _new(new_name, meta, e.external_attr)
+    if e.name == f"{dist}/_version.py":
+        text = _version_module(zipraw.read_member(fd, e, label), old, new)
+        return _new(e.name, text, e.external_attr) if text is not None else None
+    return None
+
+
+#: ``__version__ = version = '0.32.0'``, as setuptools-scm writes vLLM's ``_version.py``
+#: (one name or both, either quote).
+_VERSION_ASSIGNED = rb"^((?:(?:__version__|version)[ \t]*=[ \t]*)+)(['\"])%s\2"
+
+
+def _version_module(data: bytes, old: str, new: str) -> bytes | None:
+    """``_version.py`` with the version strings assigned to ``__version__``/``version``
+    changed from old to new; None where it assigns none (the upstream bytes stay)."""
+    pattern = re.compile(_VERSION_ASSIGNED % re.escape(old.encode()), re.MULTILINE)
+    text, count = pattern.subn(lambda m: m.group(1) + m.group(2) + new.encode() + m.group(2), data)
+    return text if count else None
 
 
 def _version(text: str) -> Version | str:

@@ -9,6 +9,7 @@ import typer
 
 from bakery.cli import render
 from bakery.cli.common import preflight
+from bakery.cli.console import Invocation as _Invocation
 from bakery.cli.console import context as _context
 from bakery.cli.console import err_console
 from bakery.cli.options import InterpretOpt
@@ -172,5 +173,5 @@ def verify(
         nodes=where,
         require_transport=require_transport,
     )
-    render.verify_summary(err_console, result, edited)
+    render.verify_summary(err_console, result, edited, verbose=_Invocation.verbose)
     raise typer.Exit(code=result.exit_code)
