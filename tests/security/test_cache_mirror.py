@@ -77,7 +77,37 @@ def _plant_mirror_link(mirror: Path, evil: Path) -> None:
     os.symlink(evil, mirror)
 
 
+def _link_in(store: Path, evil: Path, sub: str) -> None:
+    """store/sub (a folder git reads) replaced by a link to the decoy's: another store."""
+    import shutil
+
+    target = evil / sub
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(store / sub)
+    os.symlink(target, store / sub)
+
+
+def _plant_objects_link(mirror: Path, evil: Path) -> None:
+    _link_in(mirror, evil, "objects")
+
+
+def _plant_refs_link(mirror: Path, evil: Path) -> None:
+    _link_in(mirror, evil, "refs")
+
+
+def _plant_pack_link(mirror: Path, evil: Path) -> None:
+    _link_in(mirror, evil, "objects/pack")
+
+
+def _plant_heads_link(mirror: Path, evil: Path) -> None:
+    _link_in(mirror, evil, "refs/heads")
+
+
 PLANTS = [
+    _plant_objects_link,
+    _plant_refs_link,
+    _plant_pack_link,
+    _plant_heads_link,
     _plant_commondir,
     _plant_gitfile,
     _plant_git_repo,
@@ -154,3 +184,24 @@ def test_cache_entry_git_as_gitfile_is_rebuilt(cli: Cli, tiny: Tiny, tmp_path: P
     assert r.exit_code == 0, r.output
     assert intact(entry / ".git") and not marker.exists()
     assert snapshot(tmp_path / "decoy") == before
+
+
+@pytest.mark.parametrize("sub", ["objects", "refs", "objects/pack", "refs/heads", "refs/tags"])
+def test_a_cache_entry_whose_objects_or_refs_is_a_link_is_not_intact(
+    cli: Cli, tiny: Tiny, tmp_path: Path, sub: str
+) -> None:
+    """A cached tree's .git whose objects/ or refs/ (or a folder in them) is a link to
+    another store reads that store: not intact, built again, the decoy untouched."""
+    marker = tmp_path / "PWNED"
+    url, _ = _baked_once(cli, tiny, tmp_path)
+    evil = _evil(tmp_path, url, marker)
+    (entry,) = [p for p in (tmp_path / "cache" / "trees").iterdir() if p.is_dir()]
+    assert intact(entry / ".git")
+    (entry / ".git" / sub).mkdir(parents=True, exist_ok=True)
+    _link_in(entry / ".git", evil, sub)
+    assert not intact(entry / ".git")
+    before = snapshot(tmp_path / "decoy")
+    r = cli("apply", "demo", "--vllm", f"git+{url}@main", "--out", tmp_path / "two")
+    assert r.exit_code == 0, r.output
+    assert intact(entry / ".git") and not (entry / ".git" / sub).is_symlink()
+    assert snapshot(tmp_path / "decoy") == before and not marker.exists()

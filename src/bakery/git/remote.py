@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from bakery.git import cmd
+from bakery.git.repo import real_store
 from bakery.safety import cachepolicy, limits
 from bakery.safety.urls import redact, redact_text
 
@@ -108,9 +109,8 @@ def _layout_intact(mirror: Path) -> bool:
         or cachepolicy.regular(mirror / "HEAD") is None
     ):
         return False
-    for sub in ("objects", "refs"):
-        if not cachepolicy.real_dir(mirror, mirror / sub):
-            return False
+    if not real_store(mirror):
+        return False
     hooks = mirror / "hooks"
     if os.path.lexists(hooks):
         if not cachepolicy.is_real_dir(hooks):

@@ -55,9 +55,8 @@ def intact(git_dir: Path) -> bool:
             return False
         if cachepolicy.regular(git_dir / "HEAD") is None:
             return False
-        for sub in ("objects", "refs"):
-            if not cachepolicy.real_dir(git_dir, git_dir / sub):
-                return False
+        if not real_store(git_dir):
+            return False
         hooks = git_dir / "hooks"
         if os.path.lexists(hooks) and (
             not cachepolicy.is_real_dir(hooks)
@@ -67,6 +66,25 @@ def intact(git_dir: Path) -> bool:
     except (OSError, cachepolicy.CacheRefused):
         return False
     return not any(os.path.lexists(git_dir / n) for n in _FOREIGN)
+
+
+def real_store(git_dir: Path) -> bool:
+    """objects/ and refs/ are real folders holding only real folders and regular files, all
+    the way down: a link anywhere in them (objects/pack, refs/heads) makes git read, and a
+    fetch write, another store. One lstat per entry (os.walk never follows a link): a
+    cache entry's loose objects, some thousands, take milliseconds."""
+    for sub in ("objects", "refs"):
+        top = git_dir / sub
+        if not cachepolicy.real_dir(git_dir, top):
+            return False
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in dirnames:
+                if not cachepolicy.is_real_dir(Path(dirpath, name)):
+                    return False
+            for name in filenames:
+                if cachepolicy.regular(Path(dirpath, name)) is None:
+                    return False
+    return True
 
 
 def link_objects(src: Path, dst: Path) -> None:
