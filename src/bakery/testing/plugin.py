@@ -737,12 +737,23 @@ def device(interpret: bool) -> Any:
     return torch.device("cpu" if interpret else "cuda")
 
 
-def _module_lines(state: _SessionState) -> list[str]:
+#: Modules from the tree named in the summary's one line (pytest -v lists each).
+_TREE_NAMED = 3
+
+
+def _module_lines(state: _SessionState, verbose: bool = False) -> list[str]:
+    """The summary's lines on the code under test: a few of the tree's modules each on
+    its line, more on one line (a full environment loads some 170), each on its own with
+    pytest's ``-v``."""
     entries = state.module_entries()
     lines = []
-    for e in entries:
-        if e["kind"] == "tree":
-            lines.append(f"from the tree  {e['name']}  ({e['detail']})")
+    tree = [e for e in entries if e["kind"] == "tree"]
+    if verbose or len(tree) <= _TREE_NAMED:
+        lines += [f"from the tree  {e['name']}  ({e['detail']})" for e in tree]
+    else:
+        names = ", ".join(e["name"] for e in tree[:_TREE_NAMED])
+        left = len(tree) - _TREE_NAMED
+        lines.append(f"from the tree  {names} and {left} more (-v lists them)")
     for e in entries:
         if e["kind"] == "stand-in":
             lines.append(f"stood in       {e['name']}  ({e['detail']})")
@@ -756,7 +767,7 @@ def _module_lines(state: _SessionState) -> list[str]:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state = _state(config)
-    lines = _module_lines(state)
+    lines = _module_lines(state, verbose=config.get_verbosity() > 0)
     if state.expected is not None:
         release = state.expected.release
         lines.append(f"expectations   vLLM {release} (the bake's release: {state.bake.release})")
