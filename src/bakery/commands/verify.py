@@ -145,6 +145,9 @@ def _check_nodes(nodes: Layout | None, require: str | None, pristine: bool) -> N
         return
     if pristine:
         raise UsageError("--pristine: on one host only (not with --nnodes)")
+    from bakery.testing.nodes import token
+
+    token()  # the shared secret, before anything else
 
 
 def refuse_untrusted_default(home: Path, tree: Path, series: str) -> None:
