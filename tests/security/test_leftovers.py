@@ -271,3 +271,51 @@ def test_port_runs_its_syntax_merges_under_the_budget(
     r = cli("port", "s", "--vllm", "1.1.0", "--dry-run")
     assert "syntax merges used their 0 s" in r.output, r.output
     assert "merged-syntax" not in r.output
+
+
+# --- the quick exit's temp folders, and a short socket folder whatever TMPDIR is ----------------
+
+RANKS = """
+def _rank(ctx):
+    return ctx.rank
+
+
+def test_two_ranks(rank_pool):
+    assert sorted(rank_pool(2).run(_rank)) == [0, 1]
+"""
+
+
+@pytest.fixture
+def short_tmpdir() -> Iterator[Path]:
+    """A TMPDIR short enough that the run's own folder is made inside it."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="lo-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("depth", ["short", "deep"])
+def test_a_multi_rank_verify_leaves_no_temp_folder_and_runs_under_a_deep_tmpdir(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cpu_ranks: None,
+    short_tmpdir: Path,
+    depth: str,
+) -> None:
+    """The ranks start from multiprocessing's fork server, which makes a pymp-* folder
+    (left behind by the quick exit) holding its AF_UNIX socket (too long a path under a
+    TMPDIR of more than about 70 characters: pytest's INTERNALERROR)."""
+    from tests.support.trees import write_files
+    from tests.support.verify import run_tests
+
+    tmpdir = short_tmpdir if depth == "short" else tmp_path / ("d" * 40) / ("e" * 40)
+    tmpdir.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("TMPDIR", str(tmpdir))
+    tests = write_files(tmp_path / "t", {"test_ranks.py": RANKS})
+    tree = write_files(tmp_path / "tree", {"vllm/__init__.py": ""})
+    result = run_tests(tests, tree, interpret=True, pytest_args=["-q"], jobs=1)
+    assert (result.exit_code, result.passed) == (0, 1)
+    assert list(tmpdir.iterdir()) == []  # no pymp-*, nothing of the run's own
