@@ -210,3 +210,41 @@ def test_a_series_test_imports_vllm_plainly_under_the_full_environment(
     assert "No module named" in failure and "bakery_test_msgspec" in failure
     assert "imported by vllm.sampling_params" in failure
     assert "`bakery verify --env full`" in failure
+
+
+HINT_PROBE = """\
+from bakery.testing import loader, standins
+
+standins.STANDINS["vllm.a"] = standins.StandIn("vllm.a", "declared", lambda m: None, True)
+try:
+    loader.load_tree_module("vllm.b")
+except ModuleNotFoundError as e:
+    print(e.name, "|", e)
+loader.load_tree_module("vllm.c")  # vllm.a: the tree's file fails, the stand-in serves
+print(loader.provenance()["vllm.a"].detail)
+"""
+
+
+@pytest.mark.parametrize("mode", ["light", "full"])
+def test_a_missing_package_names_the_full_environment_in_light_only(
+    tmp_path: Path, mode: str
+) -> None:
+    tree = write_files(
+        tmp_path / "tree",
+        {
+            "vllm/__init__.py": "",
+            "vllm/a.py": "import vllm.b\n",
+            "vllm/b.py": "import bakery_test_no_such_package\n",
+            "vllm/c.py": "import vllm.a\n",
+        },
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", HINT_PROBE], capture_output=True, text=True, check=True,
+        env={**os.environ, "BAKERY_TREE": str(tree), "BAKERY_ENV": mode},
+    )  # fmt: skip
+    missing, standin = proc.stdout.splitlines()
+    assert missing.startswith("bakery_test_no_such_package | No module named")
+    hinted = "imported by vllm.b" in missing and "`bakery verify --env full`" in missing
+    assert hinted == (mode == "light")
+    # where a stand-in serves, its reason quotes the plain error: nothing to fix there
+    assert "bakery_test_no_such_package" in standin and "--env full" not in standin

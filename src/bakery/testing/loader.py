@@ -110,7 +110,7 @@ class _TreeSourceLoader(importlib.machinery.SourceFileLoader):
             _roll_back(before, keep=module.__name__)
             _reset(module)
             self._standin.build(module)
-            why = f"{self._standin.reason}; the tree's file did not load lightly: {exc!r}"
+            why = f"{self._standin.reason}; the tree's file did not load lightly: {_plain(exc)!r}"
             PROVENANCE[module.__name__] = Origin("stand-in", why)
         else:
             PROVENANCE[module.__name__] = Origin("tree", self.path)
@@ -137,6 +137,13 @@ class _StandInLoader(importlib.abc.Loader):
     def exec_module(self, module: ModuleType) -> None:
         self._standin.build(module)
         PROVENANCE[module.__name__] = Origin("stand-in", self._standin.reason)
+
+
+def _plain(exc: BaseException) -> BaseException:
+    """exc without the light hint (a stand-in took the module's place: nothing to fix)."""
+    cause = exc.__cause__
+    hinted = isinstance(exc, ModuleNotFoundError) and LIGHT_HINT in str(exc)
+    return cause if hinted and isinstance(cause, ModuleNotFoundError) else exc
 
 
 def _foreign(exc: ModuleNotFoundError) -> bool:
