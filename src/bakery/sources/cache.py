@@ -27,6 +27,8 @@ the seal is checked and the tree hashed again against the list: a tree whose fil
 objects or commit were changed and committed in its own ``.git``, with its marker
 rewritten to match, is not this machine's extraction, and is extracted again. (``git
 status`` alone cannot tell: it trusts the index's stat data, which the cache also holds.)
+Hashing vLLM 0.34.0's tree (10,300 entries, objects included) takes about 0.43 s of CPU
+(/tmp script over ``file_list``, 2026-12-06); a bake runs it in a thread beside its copy.
 A damaged entry (files changed since extraction: ``git status`` is not clean, or its
 HEAD is not the recorded commit, or its ``.git`` holds configuration or hooks bakery did
 not write: a cache restored from another CI run is not trusted) is removed and built
