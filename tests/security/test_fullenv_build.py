@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,9 +87,19 @@ def argvs(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     return seen
 
 
+@pytest.mark.parametrize("where", ["BAKERY_INDEX_URL", "pip.conf"])
 def test_the_password_reaches_the_index_but_no_argv(
-    tmp_path: Path, site: Server, argvs: list[list[str]]
+    tmp_path: Path,
+    site: Server,
+    argvs: list[list[str]],
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
 ) -> None:
+    if where == "pip.conf":  # the index as pip's configuration names it, password and all
+        conf = tmp_path / "pip.conf"
+        conf.write_text(f"[global]\nindex-url = {os.environ['BAKERY_INDEX_URL']}\n")
+        monkeypatch.delenv("BAKERY_INDEX_URL")
+        monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
     name, data = pure_wheel("bakery_test_ok", "1.0", "VALUE = 1\n")
     site.index([site.add(name, data)], project="bakery-test-ok")
     tree = write_files(tmp_path / "tree", {"requirements/common.txt": "bakery-test-ok\n"})
