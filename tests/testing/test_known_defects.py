@@ -16,8 +16,8 @@ from bakery.commands.matrix import Row, to_junit, to_markdown, verify_state
 from bakery.errors import SeriesError
 from bakery.patch.series import fixes_for
 from bakery.testing import expect
-from tests.support.verify import run_tests
 from tests.support.trees import write_files
+from tests.support.verify import run_tests
 
 DEFECTS = textwrap.dedent("""\
     [[defect]]
@@ -378,3 +378,67 @@ def test_the_matrix_carries_known_defects() -> None:
     assert "known defects: d (2)" in to_markdown("s", [row])
     junit = to_junit("s", [row]).decode()
     assert 'name="known defect d"' in junit and "known defect d: 2 tests" in junit
+
+
+# --- the data files' shape and the rules a dev tree takes, varied (issue 50) --------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("release = 1\n", r'\[release."X.Y.Z"\] tables expected'),
+        ("probe = 1\n", r"\[probe.NAME\] tables expected"),
+        ('[probe.x]\nfile = "a.py"\n', "expectations.toml: probe x needs one of defines"),
+        # a release's skips under the interpreter and on a GPU are both read
+        ('[release."0.30.0"]\nskips_gpu = 1\n', "skips_gpu"),
+        ('[release."0.30.0"]\nskips_interpret = 1\n', "skips_interpret"),
+    ],
+)
+def test_a_malformed_expectations_file_is_refused_naming_what(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    write_files(tmp_path, {"expectations.toml": text})
+    with pytest.raises(expect.SeriesDataError, match=message):
+        expect.check_files(tmp_path)
+
+
+def test_an_expectations_file_without_release_tables_has_no_rules(tmp_path: Path) -> None:
+    write_files(tmp_path, {"expectations.toml": '[probe.x]\nfile = "a.py"\ncontains = "X"\n'})
+    expect.check_files(tmp_path)
+    assert expect.load_expectations(tmp_path, "0.30.0", interpret=True) is None
+    assert expect.rules_for(tmp_path, "0.30.0.dev0", lambda rel: b"X = 1\n") is None
+
+
+RULES = (
+    '[probe.x]\nfile = "vllm/a.py"\ncontains = "FEATURE_X"\n'
+    '[release."0.30.0"]\nfeatures = []\n'
+    '[release."0.31.0"]\nfeatures = ["x"]\n'
+    '[release."0.32.0"]\nfeatures = ["x"]\n'
+    '[release."0.33.0"]\nfeatures = ["x"]\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("version", "has_x", "rules"),
+    [
+        ("0.32.0", True, "0.32.0"),  # at a listed release: that one (<=, not <)
+        ("0.32.5", True, "0.32.0"),  # the newest at or below it
+        ("0.31.0.dev3", True, "0.31.0"),  # none below with the features: the oldest above
+        ("0.99.0", True, "0.33.0"),
+        (None, True, "0.33.0"),  # no version: the newest with the features
+        ("0.32.0", False, "0.30.0"),  # without the feature: the release without it
+    ],
+)
+def test_a_dev_tree_takes_the_nearest_rules_with_its_features(
+    tmp_path: Path, version: str | None, has_x: bool, rules: str
+) -> None:
+    write_files(tmp_path, {"expectations.toml": RULES})
+    text = b"FEATURE_X = 1\n" if has_x else b"OTHER = 1\n"
+    seen: list[str] = []
+
+    def read(rel: str) -> bytes | None:
+        seen.append(rel)
+        return text if rel == "vllm/a.py" else None
+
+    assert expect.rules_for(tmp_path, version, read) == rules
+    assert seen == ["vllm/a.py"]
