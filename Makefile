@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 BAKERY  := $(BIN)/bakery
 STAMP   := $(VENV)/.setup-stamp
 
-.PHONY: setup demo test test-offline test-network lint bench matrix ports-table mutants clean
+.PHONY: setup demo test test-offline test-network lint bench matrix ports-table mutants mutate clean
 
 setup: $(STAMP)
 
@@ -50,6 +50,13 @@ MUTANT_TREE ?= build/dcp2-0.30.0
 mutants: setup
 	test -d $(MUTANT_TREE) || $(BAKERY) apply dcp2 --vllm $(notdir $(subst dcp2-,,$(MUTANT_TREE))) --out $(MUTANT_TREE)
 	$(BIN)/python -m bakery.verifying.mutants launcher/dcp2 --tree $(MUTANT_TREE)
+
+# make mutate [MUTATE="expect parse"] [MUTATE_ARGS="--sample 40 --budget 600"]: mutmut over
+# bakery's own lifecycle modules (bench/mutate.toml), outside CI: one module at a time, in a
+# copy under build/mutate/, against only the tests that cover it; the kill rate per module and
+# every survivor's diff in build/mutate/<module>/report.md and build/mutate/summary.json.
+mutate: setup
+	$(BIN)/python bench/mutate.py $(MUTATE) $(MUTATE_ARGS)
 
 matrix: setup
 	$(BAKERY) matrix dcp2 --since 0.30.0 --verify --markdown build/matrix.md --json build/matrix.json
