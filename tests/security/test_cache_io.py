@@ -175,3 +175,18 @@ def test_entry_names_never_reach_the_terminal_raw(cli: Cli, args: tuple[str, ...
     assert r.exit_code == 0, r.output
     assert "\x1b" not in r.output and "\x07" not in r.output
     assert "red" in r.output
+
+
+def test_contained_refuses_a_link_or_anything_behind_a_linked_folder(tmp_path: Path) -> None:
+    """cachepolicy.contained, the check lookup makes before it reads a record."""
+    from bakery.safety import cachepolicy
+
+    root = write_files(tmp_path / "cache", {"verify/r.json": "{}"})
+    elsewhere = write_files(tmp_path / "elsewhere", {"r.json": "{}"})
+    assert cachepolicy.contained(root, root / "verify" / "r.json")
+    assert cachepolicy.contained(root, root / "verify" / "not-yet.json")
+    (root / "verify" / "l.json").symlink_to(elsewhere / "r.json")
+    assert not cachepolicy.contained(root, root / "verify" / "l.json")
+    (root / "linked").symlink_to(elsewhere, target_is_directory=True)
+    assert not cachepolicy.contained(root, root / "linked" / "r.json")
+    assert not cachepolicy.contained(root, tmp_path / "outside.json")
