@@ -397,3 +397,14 @@ def test_a_symlinked_folder_is_seen_by_the_reuse_key(tmp_path: Path, where: str)
     assert _key(series, tests, tree) != first
     link.unlink()
     assert _key(series, tests, tree) != first
+
+
+def test_a_file_behind_a_linked_tests_folder_is_in_the_key(tmp_path: Path) -> None:
+    """pytest collects through a linked folder: an edit behind it makes the result stale."""
+    series, tests, tree = make(tmp_path)
+    shared = write_files(tmp_path / "shared", {"test_shared.py": "def test_s():\n    pass\n"})
+    (tests / "shared").symlink_to(shared, target_is_directory=True)
+    (tests / "loop").symlink_to(tests, target_is_directory=True)  # walked once, no loop
+    base = _key(series, tests, tree)
+    (shared / "test_shared.py").write_text("def test_s():\n    assert 0\n")
+    assert _key(series, tests, tree) != base

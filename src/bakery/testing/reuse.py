@@ -63,6 +63,8 @@ _PACKAGES = ("torch", "triton", "pytest", "numpy", "pytest-xdist", "bakery")
 #: Environment variables whose value is an input.
 _ENV = re.compile(r"^(TRITON_|PYTEST_|BAKERY_RANK_|CUDA_VISIBLE_DEVICES$)")
 _SKIP_DIRS = {"__pycache__", ".pytest_cache"}
+#: Entries of a tests folder past which its linked folders are no longer walked.
+_FOLLOW_MAX = 50_000
 _HEX = re.compile(r"[0-9a-f]{64}")
 #: A recorded tree file: a module's file under vllm/ (nothing outside the tree is read).
 _MODULE_FILE = re.compile(r"vllm(/[A-Za-z_][A-Za-z0-9_]*)*(/__init__)?\.py")
@@ -96,13 +98,17 @@ def _entry_digest(path: str) -> str:
         return f"unreadable:{e.errno}"
 
 
-def _walk(folder: str, *, recursive: bool, skip: frozenset[str]) -> list[tuple[str, str]]:
-    """(relative posix path, :func:`_entry_digest`) of every entry under folder, sorted,
-    without descending into a link: a linked folder is its target's name (``link:``), so
-    pointing it elsewhere changes the key (the files a run loads through it are in the
-    key by their bytes: :func:`module_files`)."""
+def _walk(
+    folder: str, *, recursive: bool, skip: frozenset[str], follow: bool = False
+) -> list[tuple[str, str]]:
+    """(relative posix path, :func:`_entry_digest`) of every entry under folder, sorted.
+    A linked folder is its target's name (``link:``), so pointing it elsewhere changes
+    the key; with ``follow`` (the tests folder: pytest collects through links) its files
+    are walked too, each real folder once. A tree's linked folders are not walked: the
+    files a run loads through one are in the key by their bytes (:func:`module_files`)."""
     out: list[tuple[str, str]] = []
     stack = [""]
+    seen = {os.path.realpath(folder)}
     while stack:
         rel_dir = stack.pop()
         try:
@@ -120,16 +126,24 @@ def _walk(folder: str, *, recursive: bool, skip: frozenset[str]) -> list[tuple[s
                     stack.append(rel)
                 continue
             out.append((rel, _entry_digest(entry.path)))
+            if follow and recursive and entry.is_symlink() and entry.is_dir():
+                real = os.path.realpath(entry.path)
+                if len(out) > _FOLLOW_MAX:  # a link to / must not walk the disk
+                    out.append((rel + "/", "not walked: too many files"))
+                elif real not in seen and entry.name not in skip:
+                    seen.add(real)
+                    stack.append(rel)
     out.sort()
     return out
 
 
-def _files(folder: Path, *, recursive: bool) -> dict[str, str]:
+def _files(folder: Path, *, recursive: bool, follow: bool = False) -> dict[str, str]:
     """Every file, link and special file under ``folder`` (relative posix path -> the
     sha256 of its bytes, ``link:TARGET``, or ``special:MODE``)."""
     if not folder.is_dir():
         return {}
-    return dict(_walk(str(folder), recursive=recursive, skip=frozenset(_SKIP_DIRS)))
+    skip = frozenset(_SKIP_DIRS)
+    return dict(_walk(str(folder), recursive=recursive, skip=skip, follow=follow))
 
 
 def tree_digest(tree: Path) -> str:
@@ -182,7 +196,7 @@ def inputs(
     env = os.environ if env is None else env
     return {
         "format": FORMAT,
-        "tests": _files(tests_dir, recursive=True),
+        "tests": _files(tests_dir, recursive=True, follow=True),
         "series": _files(series_dir, recursive=False) if series_dir is not None else {},
         "manifest": _digest(manifest.read_bytes()) if manifest.is_file() else None,
         "tree": tree_digest(tree),
