@@ -169,3 +169,24 @@ def test_an_entry_sealed_on_another_machine_is_extracted_again(
     assert len(notes) == 1, r.stderr
     again = _apply(cli, tmp_path / "three")
     assert "built again" not in again.stderr
+
+
+def test_objects_linked_to_another_store_are_caught_by_the_list(
+    cli: Cli, project: Path, tmp_path: Path
+) -> None:
+    """Issue 50: a cached repository whose ``objects/`` is a link to another store (here a
+    copy holding the same objects, and one more) does not pass as intact."""
+    import shutil
+
+    _apply(cli, tmp_path / "one")
+    objects = _entry() / ".git" / "objects"
+    store = tmp_path / "store"
+    shutil.copytree(objects, store)
+    write_files(store, {"ab/cdef0123456789abcdef0123456789abcdef01": "payload\n"})
+    shutil.rmtree(objects)
+    objects.symlink_to(store, target_is_directory=True)
+    before = sorted(p.name for p in store.rglob("*"))
+    r = _apply(cli, tmp_path / "two")
+    assert "built again" in r.stderr, r.output
+    assert not objects.is_symlink()
+    assert sorted(p.name for p in store.rglob("*")) == before  # the store left alone
