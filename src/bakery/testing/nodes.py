@@ -694,17 +694,10 @@ def _ranks(node: int, world: int, nnodes: int) -> list[int]:
 # -- a worker ---------------------------------------------------------------------------
 
 
-def join(
-    where: Layout,
-    key: bytes,
-    prints: Mapping[str, str],
-    *,
-    gpus: int = 0,
-    timeout: float = JOIN_TIMEOUT,
-) -> tuple[Connection, dict[str, Any]]:
-    """Connect to the head (again until ``timeout``: the head may start later), prove
-    the token, say hello: (the connection, the head's welcome). One line (VerifyError)
-    when the head refuses the token or the inputs, or never answers."""
+def _connect(where: Layout, key: bytes, timeout: float) -> Connection:
+    """An authenticated connection to the head, tried again until ``timeout`` (the head
+    may start later). One line (VerifyError) when the head refuses the token or never
+    answers."""
     head = f"{where.master_addr}:{where.master_port}"
     me = f"node {where.node_rank}"
     deadline = time.monotonic() + timeout
@@ -722,7 +715,7 @@ def join(
             time.sleep(min(0.5, max(0.0, left)))
             continue
         try:
-            conn = _authenticated(sock, key, server=False)
+            return _authenticated(sock, key, server=False)
         except AuthenticationError:
             raise VerifyError(
                 f"{me}: the head at {head} refused this node's {TOKEN_ENV} (not the head's)"
@@ -730,27 +723,100 @@ def join(
         except (OSError, EOFError):
             why = "the connection closed during the handshake"
             time.sleep(0.5)
-            continue
+
+
+def join(
+    where: Layout,
+    key: bytes,
+    prints: Mapping[str, str],
+    *,
+    gpus: int = 0,
+    timeout: float = JOIN_TIMEOUT,
+) -> tuple[Connection, dict[str, Any]]:
+    """Connect to the head (:func:`_connect`), say hello: (the connection, the head's
+    welcome). One line (VerifyError) when the head refuses the token or the inputs, or
+    never answers."""
+    head = f"{where.master_addr}:{where.master_port}"
+    conn = _connect(where, key, timeout)
+    hello = {"node": where.node_rank, "host": socket.gethostname(), "gpus": gpus}
+    try:
+        conn.send(("hello", dict(hello, prints=dict(prints))))
+        answer = _recv(conn, HANDSHAKE)
+    except (OSError, EOFError, TimeoutError) as e:
+        conn.close()
+        raise VerifyError(
+            f"node {where.node_rank}: the head at {head} stopped answering ({e})"
+        ) from None
+    if answer[0] != "welcome":
+        conn.close()
+        raise VerifyError(str(answer[1]))
+    return conn, dict(answer[1])
+
+
+def meet(
+    where: Layout, key: bytes, info: Mapping[str, Any], *, timeout: float = 30.0
+) -> list[dict[str, Any]]:
+    """``bakery doctor`` across nodes: each node's ``info`` (versions), with how long a
+    round trip took (``rtt``) and how far its clock is from this node's (``offset``,
+    seconds: theirs minus mine, halfway through the round trip, as NTP reckons). On the
+    head: every worker's, and ``{"node": n, "missing": why}`` for one that never came;
+    on a worker: the head's. Connections authenticated as verify's are."""
+    if not where.head:
+        conn = _connect(where, key, timeout)
         try:
-            conn.send(
-                (
-                    "hello",
-                    {
-                        "node": where.node_rank,
-                        "host": socket.gethostname(),
-                        "gpus": gpus,
-                        "prints": dict(prints),
-                    },
+            sent = time.time()
+            conn.send(("doctor", where.node_rank, dict(info)))
+            _, theirs, at = _recv(conn, HANDSHAKE)
+            back = time.time()
+            offset, rtt = float(at) - (sent + back) / 2, back - sent
+            conn.send(("result", -offset, rtt))
+        except (OSError, EOFError, TimeoutError, ValueError) as e:
+            raise VerifyError(f"node {where.node_rank}: the head stopped answering ({e})") from None
+        finally:
+            conn.close()
+        return [dict(theirs, node=0, offset=offset, rtt=rtt)]
+    found: dict[int, dict[str, Any]] = {}
+    refused: list[str] = []
+    server = socket.create_server(
+        (where.master_addr, where.master_port), family=_family(where.master_addr)
+    )
+    server.settimeout(0.5)
+    deadline = time.monotonic() + timeout
+    try:
+        while len(found) < where.nnodes - 1 and time.monotonic() < deadline:
+            try:
+                sock, peer = server.accept()
+            except TimeoutError:
+                continue
+            try:
+                conn = _authenticated(sock, key, server=True)
+            except AuthenticationError:
+                refused.append(f"refused {peer[0]}: wrong {TOKEN_ENV}")
+                continue
+            except (OSError, EOFError):
+                continue
+            try:
+                _, node, theirs = _recv(conn, HANDSHAKE)
+                conn.send(("doctor", dict(info), time.time()))
+                _, offset, rtt = _recv(conn, HANDSHAKE)
+                found[int(node)] = dict(
+                    theirs,
+                    node=int(node),
+                    offset=float(offset),
+                    rtt=float(rtt),
+                    address=str(peer[0]),
                 )
-            )
-            answer = _recv(conn, HANDSHAKE)
-        except (OSError, EOFError, TimeoutError) as e:
-            conn.close()
-            raise VerifyError(f"{me}: the head at {head} stopped answering ({e})") from None
-        if answer[0] != "welcome":
-            conn.close()
-            raise VerifyError(str(answer[1]))
-        return conn, dict(answer[1])
+            except (OSError, EOFError, TimeoutError, ValueError):
+                pass
+            finally:
+                conn.close()
+    finally:
+        server.close()
+    why = f"it did not join {where.master_addr}:{where.master_port} in {timeout:.0f} s"
+    if refused:
+        why += f" ({refused[-1]})"
+    missing = [{"node": n, "missing": why} for n in range(1, where.nnodes) if n not in found]
+    return [found[n] for n in sorted(found)] + missing
 
 
 def run_worker(
