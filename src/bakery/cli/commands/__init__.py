@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "check": "bakery.cli.commands.check",
     "list": "bakery.cli.commands.list",
     "verify": "bakery.cli.commands.verify",
+    "doctor": "bakery.cli.commands.doctor",
     "matrix": "bakery.cli.commands.matrix",
     "wheel": "bakery.cli.commands.wheel",
     "sdist": "bakery.cli.commands.sdist",
