@@ -2,13 +2,18 @@
 
 A verify run depends on (the *inputs*, :func:`inputs`):
 
-- the bytes of every file of the series' tests folder and of its data files (the
-  regular files at the series' top: ``known-defects.toml``, ``expectations.toml``...);
+- the bytes of every file of the series' tests folder, subfolders and linked folders
+  included, and of its data files (the files at the series' top:
+  ``known-defects.toml``, ``expectations.toml``...); a link counts by its target, a FIFO
+  or device by its kind (never opened: a FIFO must not hang verify, even ``--no-reuse``);
 - the tree's manifest (the release decides expectations and known defects);
-- bakery's own test machinery (the source of :mod:`bakery.testing`) and its version;
-- the Python, torch, Triton, pytest, NumPy and pytest-xdist that run the tests;
+- bakery's own test machinery (every file of :data:`MACHINERY`) and its version;
+- the Python, torch, Triton, pytest, NumPy and pytest-xdist that run the tests, and the
+  test environment (light, or a full one's interpreter, ``pyvenv.cfg``, installed
+  distributions and ``.pth`` files: :func:`interpreter_env`);
 - the device (``cpu`` under the interpreter, else the GPUs torch sees), the mode;
-- the pytest arguments, and the environment variables that steer Triton or pytest;
+- the pytest arguments in their order, and the environment variables that steer Triton
+  or pytest (``PYTEST_ADDOPTS=-k subset`` is another run than the full one);
 - the bytes of every tree module the tests loaded. That list is only known after a
   run: the plugin's report records it (the loader's provenance), and the record keeps
   each file's sha256. A lookup first matches the other inputs (the *static key*), then
@@ -16,8 +21,9 @@ A verify run depends on (the *inputs*, :func:`inputs`):
   runs the suite again;
 - and, since a test may read the tree by other means than the loader (``runpy`` on a
   ``baked_tree`` path, a subprocess such as dcp2's TTIR probe), every other file of the
-  tree too (:func:`tree_digest`, ``.git`` and bytecode aside: about 0.4 s of CPU for a
-  vLLM tree of 9,000 files). Trees in other folders with the same bytes share results.
+  tree too (:func:`tree_digest`, ``.git`` and bytecode aside, a linked folder by its
+  target: about 0.4 s of CPU for a vLLM tree of 9,000 files). Trees in other folders
+  with the same bytes share results.
 
 Layout: ``CACHE/verify/STATIC-FILES.json``, plain JSON, never executed. The cache is
 data (SECURITY.md): a record is read through the cache policy (a real folder of the cache,
