@@ -64,25 +64,10 @@ def after_bake(report: BakeReport, asked: Asked) -> list[str]:
 
 
 def after_refresh(done: Refreshed, series: str, tree: Path | None = None) -> list[str]:
-    """Bake from what refresh wrote. When the refreshed tree is where that apply writes
-    (build/<series>-<release>/), its edits are now in the diffs, and apply would refuse the
-    edited tree: the command says --force (it replaces only what the diffs now hold)."""
+    """Bake from what refresh wrote. No --force, even into the refreshed tree itself
+    (build/<series>-<release>/): apply replaces a tree whose edits the diffs now hold
+    (bake.tree._equals_plan), and refuses, saying why, one that holds more."""
     bake = ["bakery", "apply", series, "--vllm", done.release]
-    if tree is not None and _is_default_out(series, done.release, tree):
-        bake.append("--force")
     if done.port:
         return [command(*bake)]
     return [command(*bake), command("bakery", "check", series, "--up-to-date")]
-
-
-def _is_default_out(series: str, release: str, tree: Path) -> bool:
-    from bakery.errors import BakeryError
-    from bakery.patch.series import load_series
-    from bakery.project import project_root
-
-    try:
-        name = load_series(series).name
-    except BakeryError:
-        return False
-    default = project_root() / "build" / f"{name}-{release}"
-    return default.exists() and tree.resolve() == default.resolve()

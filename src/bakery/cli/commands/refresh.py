@@ -53,9 +53,9 @@ def refresh(
     """Turn an edited baked tree back into diffs, as quilt refresh does: a tree of the
     series' base release refreshes launcher/<series>/diffs/, a tree of another release
     its port in patches/<series>/<release>/."""
-    from bakery.porting import refresh as refresh_mod
+    from bakery.porting import worktree
 
-    done = refresh_mod.refresh(_context(), series, tree, release, into=into, new_diff=new_diff)
+    done = worktree.refresh(_context(), series, tree, release, into=into, new_diff=new_diff)
     for n in done.notes:
         err_console.print(f"[dim]{_safe(n)}[/]", markup=True, soft_wrap=True)
     render.refresh_done(

@@ -1,0 +1,130 @@
+"""``refresh`` from a working tree that the series has moved past: ``bakery init``'s tree.
+
+``init`` gives a pristine checkout, baked from no diff. The first ``refresh --tree
+work/S --new-diff NAME`` writes ``01-NAME.diff`` from it; the tree still says it was
+baked from no diff, yet its files now hold that diff and every edit since. A refresh
+refuses a tree baked from other diffs than the series' (the commits that split its
+changes by diff would not be the series'), so the second refresh from the same tree
+failed, and a person kept editing it the way quilt and git users do.
+
+A tree baked from the first diffs of the series (none, for init's), with no port and not
+stopped at a conflict, is refreshed this way: the series is baked now into a scratch
+tree beside it, which gets the tree's content for every file that either the tree
+changed or the series changes, and that scratch tree is refreshed as usual (each diff
+keeps its own part, the last diff touching a file takes the edits, a file no diff
+touches needs ``--into`` or ``--new-diff``). The user's tree is only read.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from bakery.bake.tree import bake
+from bakery.context import Context
+from bakery.errors import BakeryError, UsageError
+from bakery.git import cmd as gitutil
+from bakery.logs import muted
+from bakery.model.manifest import Manifest
+from bakery.model.manifest import read as read_checked
+from bakery.patch.series import load_series
+from bakery.porting import refresh as refreshing
+from bakery.safety import paths
+from bakery.sources.resolve import release
+
+#: Files a refresh never carries (patch's leftovers).
+_SKIP = (".rej", ".orig")
+
+
+def refresh(
+    ctx: Context,
+    series_spec: str,
+    tree: Path,
+    release_version: str | None = None,
+    *,
+    into: str | None = None,
+    new_diff: str | None = None,
+) -> refreshing.Refreshed:
+    """:func:`bakery.porting.refresh.refresh`, also from a tree the series has moved past."""
+    manifest = read_checked(tree) if tree.is_dir() else None
+    if manifest is None or not _behind(ctx, series_spec, manifest):
+        return refreshing.refresh(
+            ctx, series_spec, tree, release_version, into=into, new_diff=new_diff
+        )
+    series = load_series(series_spec, ctx.home)
+    version = manifest.version or ""
+    pristine = release(version, ctx.cache)
+    try:
+        with tempfile.TemporaryDirectory(prefix=".bakery-refresh-", dir=tree.parent) as tmp:
+            scratch = Path(tmp) / tree.name
+            with muted():
+                report = bake(series, pristine, scratch)
+            if not report.ok:
+                raise UsageError(
+                    f"--tree {tree}: the series no longer bakes on vLLM {version} "
+                    f"(bakery apply {series.name} --vllm {version} says where)"
+                )
+            _take_files(tree, manifest, scratch)
+            try:
+                return refreshing.refresh(
+                    ctx, series_spec, scratch, release_version, into=into, new_diff=new_diff
+                )
+            except BakeryError as e:  # said of the tree the user named, not the scratch
+                e.message = e.message.replace(str(scratch), str(tree))
+                raise
+    finally:
+        pristine.close()
+
+
+def _behind(ctx: Context, series_spec: str, manifest: Manifest) -> bool:
+    """Baked from the series' first diffs only (fewer than it has now), from a release's
+    own files, without a port, and not stopped at a conflict."""
+    if manifest.port or manifest.stopped_at or manifest.pristine is False:
+        return False
+    if not manifest.version or not manifest.pristine_commit:
+        return False
+    try:
+        names = [p.name for p in load_series(series_spec, ctx.home).diff_paths]
+    except BakeryError:
+        return False
+    baked = [d.name for d in manifest.diffs]
+    return len(baked) < len(names) and names[: len(baked)] == baked
+
+
+def _changed(tree: Path, since: str) -> list[str]:
+    """Files of tree that differ from commit ``since`` (untracked ones included)."""
+    changed = gitutil.git(
+        tree, "diff", "--no-ext-diff", "--no-textconv", "--name-only", "-z", "--no-renames", since
+    )
+    untracked = gitutil.git(tree, "ls-files", "-z", "--others", "--exclude-standard")
+    found = []
+    for path in dict.fromkeys(filter(None, (changed + "\0" + untracked).split("\0"))):
+        paths.rel_path(path, f"--tree {tree}: git")
+        if not path.startswith(".bakery/") and not path.endswith(_SKIP):
+            found.append(path)
+    return found
+
+
+def _take_files(tree: Path, manifest: Manifest, scratch: Path) -> None:
+    """Give scratch the tree's content (or absence) for each file the tree changed since
+    its pristine commit or the series changes."""
+    ours = read_checked(scratch)
+    if not manifest.pristine_commit or ours is None or not ours.pristine_commit:
+        raise UsageError(f"--tree {tree}: no pristine commit to compare with")
+    wanted = dict.fromkeys(
+        _changed(tree, manifest.pristine_commit) + _changed(scratch, ours.pristine_commit)
+    )
+    for rel in wanted:
+        source = paths.inside(tree, rel, f"--tree {tree}")
+        target = paths.inside(scratch, rel, "the scratch tree")
+        if source.is_symlink() or not source.exists():
+            if target.is_file() or target.is_symlink():
+                target.unlink()
+            continue
+        paths.regular_file(source, f"--tree {tree}")  # a FIFO would block the copy
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink():
+            target.unlink()
+        shutil.copyfile(source, target)
+        target.chmod(source.stat().st_mode & 0o777)
