@@ -1,15 +1,63 @@
-"""The options and arguments several commands share, as typer annotations."""
+"""The options and arguments several commands share, as typer annotations, and
+:func:`command`, which gives a command its options as one frozen value.
+
+typer reads a command's options from its function's parameters, so a command of twelve
+options was a function of twelve parameters, handed on one by one. Here a command's
+options are the fields of a frozen dataclass (each annotated as typer wants it), and the
+command is a function of that one value: typer sees a generated signature with the
+fields as parameters (``__signature__``, which typer reads through ``inspect``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
+from typer.core import TyperCommand
 
-from bakery.cli.parsing import (
-    Word,
-)
+from bakery.cli.parsing import BakeryCommand, Word
+
+T = TypeVar("T")
+
+
+def command(
+    app: typer.Typer,
+    options: type[T],
+    *,
+    name: str | None = None,
+    cls: type[TyperCommand] = BakeryCommand,
+    **settings: Any,
+) -> Callable[[Callable[[T], None]], Callable[[T], None]]:
+    """Register ``fn(options: T)`` as ``app``'s command whose command-line parameters are
+    the fields of the dataclass ``options`` (keyword-only, in field order)."""
+    hints = typing.get_type_hints(options, include_extras=True)
+    params = [
+        inspect.Parameter(
+            f.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default,
+            annotation=hints[f.name],
+        )
+        for f in dataclasses.fields(options)  # type: ignore[arg-type]
+    ]
+
+    def register(fn: Callable[[T], None]) -> Callable[[T], None]:
+        def run(**values: Any) -> None:
+            fn(options(**values))
+
+        run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        run.__name__, run.__doc__, run.__module__ = fn.__name__, fn.__doc__, fn.__module__
+        app.command(name, cls=cls, **settings)(run)
+        return fn
+
+    return register
+
 
 SeriesArg = Annotated[
     str,

@@ -537,7 +537,8 @@ def port_result(console: Console, result: PortResult) -> None:
     for c in result.candidates:
         hunks = ", ".join(f"{n} {k}" for k, n in sorted(c.kinds.items()))
         table.add_row(_t(c.start.label), c.start.release, str(c.failed), _t(hunks), str(c.distance))
-    console.print(f"[bold]{_t(result.series)}[/] ported to vLLM {_t(result.target)}")
+    # the headline says what was tried; the verdict below, what came of it (issue 45)
+    console.print(f"[bold]{_t(result.series)}[/]: a port to vLLM {_t(result.target)}")
     console.print(table)
     for t in result.tried:
         mark = "[green]accepted[/]" if t.accepted else "[red]not accepted[/]"
@@ -558,7 +559,8 @@ def port_result(console: Console, result: PortResult) -> None:
             f"vLLM {_t(result.target)}; nothing written"
         )
     elif result.written:
-        console.print(f"[bold green]wrote[/] {_t(result.written)} (with PROVENANCE.md)")
+        did = "would write" if result.dry_run else "wrote"  # --dry-run writes nothing
+        console.print(f"[bold green]{did}[/] {_t(result.written)} (with PROVENANCE.md)")
     else:
         where = f"; best attempt in {result.failed_out}" if result.failed_out else ""
         console.print(f"[bold red]no proposal proven[/]{_t(where)}")

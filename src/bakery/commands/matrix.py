@@ -265,13 +265,13 @@ def _verify(ctx: Context, row: Row, series: str, out: Path, interpret: bool) -> 
     """Verify a baked tree into ``row``. A verify that cannot run (no GPU, no tests/
     folder, pytest stopped) is "error", never left unset: unset would read as ok."""
     from bakery.commands import verify as commands
+    from bakery.verifying.plan import VerifyOptions
 
     log = out.with_name(out.name + ".verify.log")
     junit = out.with_name(out.name + ".verify.xml")
     try:
-        result, _ = commands.verify(
-            ctx, series, tree=out, interpret=interpret, junit=junit, pytest_args=["-q"], log=log
-        )
+        options = VerifyOptions(interpret=interpret, junit=junit, pytest_args=("-q",), log=log)
+        result, _ = commands.verify(ctx, series, tree=out, options=options)
     except BakeryError as e:
         row.verify, row.verify_error = "error", e.message
         return

@@ -20,7 +20,7 @@ _log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from bakery.testing.nodes import Layout
-    from bakery.verifying.plan import VerifyPlan
+    from bakery.verifying.plan import VerifyOptions, VerifyPlan
     from bakery.verifying.runner import VerifyResult
 
 
@@ -70,31 +70,23 @@ def verify(
     series_spec: str | None,
     *,
     tree: Path | None,
-    interpret: bool | None,
-    junit: Path | None,
-    pytest_args: list[str],
-    log: Path | None = None,
-    jobs: int | None = None,
-    env: str | None = None,
-    reuse: bool = True,
+    options: VerifyOptions,
     pristine: bool = False,
     nodes: Layout | None = None,
     require_transport: str | None = None,
 ) -> tuple[VerifyResult, list[str]]:
     """Run the series' bundled tests against a baked tree: (result, files edited since
     the bake). The tree: ``tree``, else the series' last ``bakery apply`` (never a
-    matrix worker's); the ``bakery`` logger hears which tree, and where the tests run. ``env``:
-    "light" (bakery's environment, the light loader), "full" (vLLM's dependencies, see
-    :func:`test_environment`), None: the series' ``env`` (series.toml), else full on a GPU
-    and light under the interpreter.
-    The result is recorded in bakery's cache; with ``reuse``, an earlier result whose
-    inputs all equal this run's is returned without running (:mod:`bakery.testing.reuse`)."""
+    matrix worker's); the ``bakery`` logger hears which tree, and where the tests run.
+    ``options``: what the command line chose (the device, the test environment, pytest's
+    arguments, the reuse policy), made into the plan every path makes
+    (:func:`bakery.verifying.plan.for_series`)."""
     from bakery.errors import VerifyError
     from bakery.verifying import plan as plans
     from bakery.verifying.runner import run_verify
 
-    if env is not None:
-        environments.get(env)  # an unknown name is one line before anything else
+    if options.env is not None:
+        environments.get(options.env)  # an unknown name is one line before anything else
     _check_nodes(nodes, require_transport, pristine)
     series = load_series(series_spec or _default_series(ctx.home, tree), ctx.home)
     if series.tests is None:
@@ -111,15 +103,6 @@ def verify(
     if not tree.is_dir():
         raise VerifyError(f"--tree {tree}: no such folder")
     edited = edited_files(tree)
-    options = plans.VerifyOptions(
-        interpret=interpret,
-        env=env,
-        pytest_args=tuple(pytest_args),
-        junit=junit,
-        log=log,
-        jobs=jobs,
-        reuse=plans.Reuse.REUSE if reuse else plans.Reuse.RECORD,
-    )
     if pristine:
         options = dataclasses.replace(options, reuse=plans.Reuse.OFF)
     plan = plans.for_series(series, tree, options, cache=ctx.cache)

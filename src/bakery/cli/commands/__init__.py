@@ -43,6 +43,16 @@ def load(name: str) -> click.Command | None:
     if where is None:
         return None
     module, _, attribute = where.partition(":")
-    found = typer.main.get_command(getattr(importlib.import_module(module), attribute or "app"))
+    app: typer.Typer = getattr(importlib.import_module(module), attribute or "app")
+    found: click.Command
+    if len(app.registered_commands) == 1 and not app.registered_groups:
+        # one command; typer.main.get_command would add the root's completion options
+        found = typer.main.get_command_from_info(
+            app.registered_commands[0],
+            pretty_exceptions_short=app.pretty_exceptions_short,
+            rich_markup_mode=app.rich_markup_mode,
+        )
+    else:
+        found = typer.main.get_group(app)
     found.name = name
     return found

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -19,18 +20,16 @@ from bakery.cli.options import (
     SeriesArg,
     StrictOpt,
     VllmOpt,
-)
-from bakery.cli.parsing import (
-    BakeryCommand,
+    command,
 )
 
 app = typer.Typer()
 
 
-@app.command(cls=BakeryCommand)
-def apply(
-    series: SeriesArg,
-    vllm: VllmOpt = None,
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    series: SeriesArg
+    vllm: VllmOpt = None
     out: Annotated[
         Path | None,
         typer.Option(
@@ -38,9 +37,9 @@ def apply(
             metavar="DIR",
             help="Where the baked tree goes (default build/<series>-<version>/).",
         ),
-    ] = None,
-    json_file: JsonOpt = None,
-    fuzz: FuzzOpt = 0,
+    ] = None
+    json_file: JsonOpt = None
+    fuzz: FuzzOpt = 0
     keep_failed: Annotated[
         bool,
         typer.Option(
@@ -48,46 +47,51 @@ def apply(
             help="On a conflict, write the attempt to <out>.failed/: a git tree with the "
             "diffs before the failing one as commits and the conflicts in git's index.",
         ),
-    ] = False,
-    allow_dirty: AllowDirtyOpt = False,
-    no_port: NoPortOpt = False,
-    no_merge: NoMergeOpt = False,
+    ] = False
+    allow_dirty: AllowDirtyOpt = False
+    no_port: NoPortOpt = False
+    no_merge: NoMergeOpt = False
     force: Annotated[
         bool,
         typer.Option("--force", help="Replace a baked tree at --out even if it has local changes."),
-    ] = False,
-    strict: StrictOpt = False,
+    ] = False
+    strict: StrictOpt = False
     with_fixes: Annotated[
         bool,
         typer.Option(
             "--with-fixes", help="Also apply the series' proposed fixes (fixes/), after its diffs."
         ),
-    ] = False,
-) -> None:
+    ] = False
+
+
+@command(app, Options)
+def apply(o: Options) -> None:
     """Apply a series to a pristine vLLM tree, into a new baked tree."""
     from bakery.commands import apply as commands
 
-    json_target(json_file)
+    json_target(o.json_file)
     report = run_bake(
         lambda: commands.apply(
             _context(),
-            series,
+            o.series,
             commands.ApplyOptions(
-                vllm=vllm,
-                fuzz=fuzz,
-                allow_dirty=allow_dirty,
-                use_port=not no_port,
-                merge=not no_merge,
-                with_fixes=with_fixes,
-                out=out,
-                keep_failed=keep_failed,
-                force=force,
+                vllm=o.vllm,
+                fuzz=o.fuzz,
+                allow_dirty=o.allow_dirty,
+                use_port=not o.no_port,
+                merge=not o.no_merge,
+                with_fixes=o.with_fixes,
+                out=o.out,
+                keep_failed=o.keep_failed,
+                force=o.force,
             ),
         ),
-        json_file,
+        o.json_file,
     )
-    asked = hints.Asked(series, vllm, no_port=no_port, out=out, fuzz=fuzz, no_merge=no_merge)
+    asked = hints.Asked(
+        o.series, o.vllm, no_port=o.no_port, out=o.out, fuzz=o.fuzz, no_merge=o.no_merge
+    )
     show_report(report, hints.after_bake(report, asked))
     code = 0 if report.status == "baked" else 1
-    code = code or strict_exit(strict, report.diffs, report)
-    raise typer.Exit(code=code or strict_port_exit(strict, report))
+    code = code or strict_exit(o.strict, report.diffs, report)
+    raise typer.Exit(code=code or strict_port_exit(o.strict, report))

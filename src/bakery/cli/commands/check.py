@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
@@ -20,23 +21,21 @@ from bakery.cli.options import (
     SeriesArg,
     StrictOpt,
     VllmOpt,
-)
-from bakery.cli.parsing import (
-    BakeryCommand,
+    command,
 )
 
 app = typer.Typer()
 
 
-@app.command(cls=BakeryCommand)
-def check(
-    series: SeriesArg,
-    vllm: VllmOpt = None,
-    json_file: JsonOpt = None,
-    fuzz: FuzzOpt = 0,
-    allow_dirty: AllowDirtyOpt = False,
-    no_port: NoPortOpt = False,
-    no_merge: NoMergeOpt = False,
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    series: SeriesArg
+    vllm: VllmOpt = None
+    json_file: JsonOpt = None
+    fuzz: FuzzOpt = 0
+    allow_dirty: AllowDirtyOpt = False
+    no_port: NoPortOpt = False
+    no_merge: NoMergeOpt = False
     up_to_date: Annotated[
         bool,
         typer.Option(
@@ -44,34 +43,37 @@ def check(
             help="Also fail when a port's committed diffs do not reproduce from "
             "their own bake (for CI); with --vllm VERSION, only that release's port.",
         ),
-    ] = False,
-    strict: StrictOpt = False,
-) -> None:
+    ] = False
+    strict: StrictOpt = False
+
+
+@command(app, Options)
+def check(o: Options) -> None:
     """The same run as apply, without writing a tree."""
     from bakery.commands import apply as commands
 
-    json_target(json_file)
+    json_target(o.json_file)
     report = run_bake(
         lambda: commands.check(
             _context(),
-            series,
+            o.series,
             commands.BakeOptions(
-                vllm=vllm,
-                fuzz=fuzz,
-                allow_dirty=allow_dirty,
-                use_port=not no_port,
-                merge=not no_merge,
+                vllm=o.vllm,
+                fuzz=o.fuzz,
+                allow_dirty=o.allow_dirty,
+                use_port=not o.no_port,
+                merge=not o.no_merge,
             ),
         ),
-        json_file,
+        o.json_file,
     )
-    asked = hints.Asked(series, vllm, no_port=no_port, fuzz=fuzz, no_merge=no_merge)
+    asked = hints.Asked(o.series, o.vllm, no_port=o.no_port, fuzz=o.fuzz, no_merge=o.no_merge)
     show_report(report, hints.after_bake(report, asked))
     code = 0 if report.ok else 1
-    code = code or strict_exit(strict, report.diffs, report)
-    code = code or strict_port_exit(strict, report)
-    if up_to_date and code == 0:
-        stale = commands.up_to_date(_context(), series, vllm=vllm)
+    code = code or strict_exit(o.strict, report.diffs, report)
+    code = code or strict_port_exit(o.strict, report)
+    if o.up_to_date and code == 0:
+        stale = commands.up_to_date(_context(), o.series, vllm=o.vllm)
         for line in stale:
             err_console.print(f"[red]not up to date:[/] {_safe(line)}", markup=True)
         code = 1 if stale else 0

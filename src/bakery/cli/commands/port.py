@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -12,10 +13,7 @@ from bakery.cli.common import json_target
 from bakery.cli.console import context as _context
 from bakery.cli.console import human
 from bakery.cli.console import safe as _safe
-from bakery.cli.options import JsonOpt, SeriesArg
-from bakery.cli.parsing import (
-    BakeryCommand,
-)
+from bakery.cli.options import JsonOpt, SeriesArg, command
 from bakery.errors import UsageError
 from bakery.outputs import write_json
 
@@ -61,9 +59,9 @@ def _promote(
     raise typer.Exit(code=0 if done.ok else 1)
 
 
-@app.command(cls=BakeryCommand)
-def port(
-    series: SeriesArg,
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    series: SeriesArg
     vllm: Annotated[
         str | None,
         typer.Option(
@@ -72,7 +70,7 @@ def port(
             help="The release to port the series to; or a tree or git+URL@REF that is no "
             "release: its port goes to patches/SERIES/next/.",
         ),
-    ] = None,
+    ] = None
     update: Annotated[
         bool,
         typer.Option(
@@ -80,7 +78,7 @@ def port(
             help="Carry the series' changes since each stale port was made into it "
             "(every port, or --vllm's), merged and proven by verify.",
         ),
-    ] = False,
+    ] = False
     promote: Annotated[
         str | None,
         typer.Option(
@@ -89,7 +87,7 @@ def port(
             help="Move patches/SERIES/next/ to the release's port: as it is where the "
             "release's files are the ones it was proven on, else once re-proven on it.",
         ),
-    ] = None,
+    ] = None
     upstream: Annotated[
         Path | None,
         typer.Option(
@@ -98,18 +96,18 @@ def port(
             help="A vLLM git checkout: name the upstream commits behind each merged or "
             "failed hunk.",
         ),
-    ] = None,
+    ] = None
     interpret: Annotated[
         bool,
         typer.Option("--interpret/--gpu", help="Prove on the CPU (Triton interpreter) or a GPU."),
-    ] = True,
+    ] = True
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Prove the proposal but write no port.")
-    ] = False,
+    ] = False
     lines_only: Annotated[
         bool,
         typer.Option("--lines-only", help="Merge by lines only, never by syntax (for comparison)."),
-    ] = False,
+    ] = False
     out: Annotated[
         Path | None,
         typer.Option(
@@ -117,33 +115,36 @@ def port(
             metavar="DIR",
             help="Scratch folder for candidate trees (default: the project's build/port).",
         ),
-    ] = None,
-    json_file: JsonOpt = None,
-) -> None:
+    ] = None
+    json_file: JsonOpt = None
+
+
+@command(app, Options)
+def port(o: Options) -> None:
     """Propose a port of the series to a release: every start tried, merged by lines
     then by syntax, and written to patches/ only when verify proves it."""
     from bakery.commands.port import port as run_port
 
-    json_target(json_file)
-    if update:
-        _port_update(series, vllm, out, interpret, dry_run, json_file)
-    if promote is not None:
-        if vllm is not None:
+    json_target(o.json_file)
+    if o.update:
+        _port_update(o.series, o.vllm, o.out, o.interpret, o.dry_run, o.json_file)
+    if o.promote is not None:
+        if o.vllm is not None:
             raise UsageError("bakery port: --vllm SPEC or --promote VERSION, not both")
-        _promote(series, promote, interpret, out, json_file)
-    if vllm is None:
+        _promote(o.series, o.promote, o.interpret, o.out, o.json_file)
+    if o.vllm is None:
         raise UsageError("bakery port needs --vllm SPEC or --promote VERSION (or --update)")
     result = run_port(
         _context(),
-        series,
-        vllm=vllm,
-        out_root=out,
-        interpret=interpret,
-        upstream=upstream,
-        write=not dry_run,
-        syntax=not lines_only,
+        o.series,
+        vllm=o.vllm,
+        out_root=o.out,
+        interpret=o.interpret,
+        upstream=o.upstream,
+        write=not o.dry_run,
+        syntax=not o.lines_only,
     )
-    if json_file is not None:
-        write_json(json_file, result.to_json())
+    if o.json_file is not None:
+        write_json(o.json_file, result.to_json())
     render.port_result(human(), result)
     raise typer.Exit(code=0 if result.ok else 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +13,7 @@ from bakery.cli.common import preflight
 from bakery.cli.console import Invocation as _Invocation
 from bakery.cli.console import context as _context
 from bakery.cli.console import err_console
-from bakery.cli.options import InterpretOpt
+from bakery.cli.options import InterpretOpt, command
 from bakery.cli.parsing import (
     PYTEST_ARGS,
     PytestArgsCommand,
@@ -80,12 +81,9 @@ RequireTransportOpt = Annotated[
 ]
 
 
-@app.command(
-    cls=PytestArgsCommand,
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-)
-def verify(
-    ctx: typer.Context,
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    ctx: typer.Context
     series: Annotated[
         str | None,
         typer.Argument(
@@ -94,7 +92,7 @@ def verify(
             help="The series whose bundled tests run (default: the one --tree was baked "
             "from, else the last one applied).",
         ),
-    ] = None,
+    ] = None
     tree: Annotated[
         Path | None,
         typer.Option(
@@ -102,11 +100,11 @@ def verify(
             metavar="DIR",
             help="The baked tree (default: the series' last `bakery apply`).",
         ),
-    ] = None,
-    interpret: InterpretOpt = None,
+    ] = None
+    interpret: InterpretOpt = None
     junit: Annotated[
         Path | None, typer.Option("--junit", metavar="FILE", help="Write a JUnit XML file.")
-    ] = None,
+    ] = None
     jobs: Annotated[
         int | None,
         typer.Option(
@@ -117,7 +115,7 @@ def verify(
             help="Test worker processes (pytest-xdist; default: half the cores, up to 4, "
             "with --interpret, else 1).",
         ),
-    ] = None,
+    ] = None
     env: Annotated[
         str | None,
         typer.Option(
@@ -128,7 +126,7 @@ def verify(
             "own requirements installed once into a cached environment, so tests can "
             "import any pure-Python vllm module. Default: full on a GPU, else light.",
         ),
-    ] = None,
+    ] = None
     no_reuse: Annotated[
         bool,
         typer.Option(
@@ -136,7 +134,7 @@ def verify(
             help="Run the tests even when an earlier run had exactly these inputs "
             "(default: reuse its result from bakery's cache).",
         ),
-    ] = False,
+    ] = False
     pristine: Annotated[
         bool,
         typer.Option(
@@ -144,34 +142,46 @@ def verify(
             help="Also run the tests on the pristine release and say which test the "
             "series, which upstream, and which the series breaks.",
         ),
-    ] = False,
-    nnodes: NnodesOpt = None,
-    node_rank: NodeRankOpt = None,
-    master_addr: MasterAddrOpt = None,
-    master_port: MasterPortOpt = None,
-    require_transport: RequireTransportOpt = None,
-) -> None:
+    ] = False
+    nnodes: NnodesOpt = None
+    node_rank: NodeRankOpt = None
+    master_addr: MasterAddrOpt = None
+    master_port: MasterPortOpt = None
+    require_transport: RequireTransportOpt = None
+
+
+@command(
+    app,
+    Options,
+    cls=PytestArgsCommand,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def verify(o: Options) -> None:
     """Run the series' bundled tests against a baked tree's own code. Arguments after --
     go to pytest."""
     from bakery.commands import verify as commands
     from bakery.testing import nodes
+    from bakery.verifying import plan as plans
 
-    preflight((junit, "--junit"))
-    where = nodes.layout(nnodes, node_rank, master_addr, master_port)
-    pytest_args = [*ctx.args, *ctx.meta.get(PYTEST_ARGS, [])]
+    preflight((o.junit, "--junit"))
+    where = nodes.layout(o.nnodes, o.node_rank, o.master_addr, o.master_port)
+    pytest_args = [*o.ctx.args, *o.ctx.meta.get(PYTEST_ARGS, [])]
+    options = plans.VerifyOptions(
+        interpret=o.interpret,
+        env=o.env,
+        pytest_args=tuple(pytest_args),
+        junit=o.junit,
+        jobs=o.jobs,
+        reuse=plans.Reuse.RECORD if o.no_reuse else plans.Reuse.REUSE,
+    )
     result, edited = commands.verify(
         _context(),
-        series,
-        tree=tree,
-        interpret=interpret,
-        junit=junit,
-        pytest_args=pytest_args,
-        jobs=jobs,
-        env=env,
-        reuse=not no_reuse,
-        pristine=pristine,
+        o.series,
+        tree=o.tree,
+        options=options,
+        pristine=o.pristine,
         nodes=where,
-        require_transport=require_transport,
+        require_transport=o.require_transport,
     )
     render.verify_summary(err_console, result, edited, verbose=_Invocation.verbose)
     raise typer.Exit(code=result.exit_code)
