@@ -111,6 +111,7 @@ def test_a_failed_install_is_one_line_and_leaves_nothing(
 ) -> None:
     monkeypatch.setenv("PIP_RETRIES", "0")
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # no index at all: the requirement is not found
+    monkeypatch.setenv("UV_OFFLINE", "1")  # the same for uv, where it is the installer
     write_files(tmp_path / "tree", {"requirements/common.txt": "bakery-test-no-such-dist\n"})
     cache = Cache(tmp_path / "cache")
     with pytest.raises(VerifyError, match="could not be installed: .*bakery-test-no-such-dist"):

@@ -563,10 +563,24 @@ def _build(prefix: Path, reqs: Requirements, pinned: dict[str, str], key: str) -
     return meta
 
 
+#: How an installer starts the line that gives an error's reason (uv: ``cause:``, older
+#: uv: ``Caused by:`` or an arrow).
+_CAUSE = re.compile(r"(cause:|Caused by:|\u2570\u2500\u25b6)\s*")
+
+
 def _last_error(output: str, index: str) -> str:
+    """The installer's last error line (pip: ``ERROR: ...``), with its first cause where
+    the installer gives the reason on the next line (uv: ``error: No solution found`` then
+    ``cause: Because ...``)."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if re.match(r"(ERROR|error)\b", ln)]
-    last = (errors or lines or ["the installer failed without a word"])[-1]
+    at = [i for i, ln in enumerate(lines) if re.match(r"(ERROR|error)\b", ln)]
+    if not at:
+        return clean(redact_text((lines or ["the installer failed without a word"])[-1], index))
+    last = lines[at[-1]]
+    following = lines[at[-1] + 1] if at[-1] + 1 < len(lines) else ""
+    cause = _CAUSE.match(following)
+    if cause:
+        last = f"{last}: {following[cause.end() :]}"
     return clean(redact_text(last, index))[:300]
 
 
