@@ -754,3 +754,73 @@ def test_a_diff_to_the_version_file_never_replaces_the_builds_copy(
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {path}: a wheel cannot carry this change ("), last
     assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
+
+
+def test_a_new_py_file_outside_the_package_is_refused(
+    cli: Callable[..., Result], index: Index, home: Path, tmp_path: Path
+) -> None:
+    """A .py added in the dist-info (or at the top) is in no package the wheel ships,
+    though the wheel has other members under that folder."""
+    for n, path in enumerate((f"vllm-{VERSION}.dist-info/extra.py", "extra.py")):
+        diffs = {"01-k.diff": K_DIFF, "02-x.diff": _added(path)}
+        make_series(home, f"d{n}", diffs, 'strip = 1\nroot = ""\n')
+        result = wheel_cli(cli, f"d{n}", "--platform", "x86_64", "--out", "dist")
+        assert result.exit_code == 2, result.output
+        last = result.stderr.strip().splitlines()[-1]
+        assert f"{path}: a wheel cannot carry this change (the upstream wheel has no such " in last
+        assert "it is in no package the wheel ships" in last
+
+
+def test_the_headers_bakery_writes_are_the_fixed_ones(
+    cli: Callable[..., Result], index: Index, series: Path, tmp_path: Path
+) -> None:
+    """Every member bakery writes: version needed 2.0 (stored, no zip64), the fixed time,
+    no extra field; the end record names disk 0 (zipfile and pip read past all of these,
+    so only the bytes say it)."""
+    from bakery.formats import zipraw
+
+    result = wheel_cli(cli, "demo", "--platform", "x86_64", "--out", "dist")
+    assert result.exit_code == 0, result.output
+    (whl,) = (tmp_path / "dist").iterdir()
+    data = whl.read_bytes()
+    end = zipraw.END.unpack_from(data, len(data) - zipraw.END.size)
+    assert end[0] == zipraw.SIG_END and end[1:3] == (0, 0) and end[3] == end[4]
+    written = {"vllm/model_executor/k.py"}
+    seen = 0
+    with zipfile.ZipFile(whl) as zf:
+        for info in zf.infolist():
+            if info.filename not in written and not info.filename.endswith(
+                ("bakery.json", "RECORD", "METADATA")
+            ):
+                continue
+            seen += 1
+            local = zipraw.LOCAL.unpack_from(data, info.header_offset)
+            assert local[1] == 20 and local[3] == 0  # version needed, stored
+            assert (local[4], local[5]) == (0, (1 << 5) | 1)  # 1980-01-01 00:00
+            assert local[10] == 0  # no extra field
+            assert info.create_version & 0xFF and info.extract_version == 20
+            assert info.reserved == 0 and info.volume == 0 and info.internal_attr == 0
+    assert seen == 4
+
+
+def test_a_wheel_written_without_copy_file_range_is_the_same(
+    cli: Callable[..., Result],
+    index: Index,
+    series: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the kernel cannot copy (another file system: EXDEV), the members go through a
+    buffer: the same bytes."""
+    import errno
+
+    assert wheel_cli(cli, "demo", "--platform", "x86_64", "--out", "fast").exit_code == 0
+
+    def refuse(*args: object) -> int:
+        raise OSError(errno.EXDEV, "cross-device")
+
+    monkeypatch.setattr(os, "copy_file_range", refuse)
+    assert wheel_cli(cli, "demo", "--platform", "x86_64", "--out", "slow").exit_code == 0
+    (fast,) = (tmp_path / "fast").iterdir()
+    (slow,) = (tmp_path / "slow").iterdir()
+    assert fast.read_bytes() == slow.read_bytes()
