@@ -212,7 +212,7 @@ def test_a_result_is_not_reused_after_python_changed(
 ) -> None:
     series, tests, tree = make(tmp_path)
     base = _key(series, tests, tree)
-    monkeypatch.setattr(reuse.sys, "version", "3.99.0 (another build)")
+    monkeypatch.setattr(sys, "version", "3.99.0 (another build)")
     assert _key(series, tests, tree) != base
 
 
