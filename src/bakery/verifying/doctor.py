@@ -213,11 +213,22 @@ def ptxas_findings(arch: str | None, environ: Mapping[str, str]) -> list[Finding
     release, archs = ptxas_facts(path)
     source = f"{variable}={path}" if chosen else f"Triton's bundled {name}, {variable} unset"
     text = f"{name}: CUDA {release} ({source})"
-    if arch is None:
-        return [Finding("ptxas", f"{text}; knows up to {_newest(archs)}")]
+    if arch is None:  # no GPU here: what each of Triton's ptxas knows
+        found = [Finding("ptxas", f"{text}; knows up to {_newest(archs)}")]
+        newer = bundled / "ptxas-blackwell" if bundled is not None else None
+        if name == "ptxas" and newer is not None and newer.is_file() and not chosen:
+            release, archs = ptxas_facts(str(newer))
+            found.append(
+                Finding(
+                    "ptxas",
+                    f"ptxas-blackwell (sm_100 on): CUDA {release} (Triton's bundled, "
+                    f"TRITON_PTXAS_BLACKWELL_PATH unset); knows up to {_newest(archs)}",
+                )
+            )
+        return found
     if arch in archs:
         return [Finding("ptxas", f"{text} knows {arch}")]
-    toolkit = toolkit_ptxas(environ)
+    toolkit = toolkit_ptxas(environ, arch)
     better = (
         f"export {variable}={toolkit}"
         if toolkit
@@ -233,12 +244,23 @@ def _newest(archs: set[str]) -> str:
     return max(archs, key=lambda a: (int(re.sub(r"\D", "", a)), a), default="nothing")
 
 
-def toolkit_ptxas(environ: Mapping[str, str]) -> str | None:
-    """A CUDA toolkit's ptxas on this host: under CUDA_HOME, /usr/local/cuda, or on PATH."""
-    for base in (environ.get("CUDA_HOME"), environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if base and os.access(os.path.join(base, "bin", "ptxas"), os.X_OK):
-            return os.path.join(base, "bin", "ptxas")
-    return shutil.which("ptxas", path=environ.get("PATH"))
+#: Where a CUDA toolkit is looked for besides CUDA_HOME, CUDA_PATH and PATH.
+TOOLKITS = ("/usr/local/cuda",)
+
+
+def toolkit_ptxas(environ: Mapping[str, str], arch: str) -> str | None:
+    """A CUDA toolkit's ptxas on this host that knows ``arch``: under CUDA_HOME,
+    CUDA_PATH, :data:`TOOLKITS`, or on PATH."""
+    found = [
+        os.path.join(base, "bin", "ptxas")
+        for base in (environ.get("CUDA_HOME"), environ.get("CUDA_PATH"), *TOOLKITS)
+        if base
+    ]
+    on_path = shutil.which("ptxas", path=environ.get("PATH", ""))
+    for path in [*found, *([on_path] if on_path else [])]:
+        if os.access(path, os.X_OK) and arch in ptxas_facts(path)[1]:
+            return path
+    return None
 
 
 # -- NCCL and the network -----------------------------------------------------------
