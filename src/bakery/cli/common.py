@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import typer
 
@@ -16,6 +16,20 @@ from bakery.cli.console import safe as _safe
 from bakery.model.report import BakeReport, DiffResult
 from bakery.outputs import check as check_output
 from bakery.outputs import is_stdout, write_json
+
+
+class Reported(Protocol):
+    """A command's result that has a JSON form (its ``--json`` report)."""
+
+    def to_json(self) -> Any: ...
+
+
+def finish(code: int, json_file: Path | None = None, report: Reported | None = None) -> NoReturn:
+    """The end every command shares: the report written where ``--json`` asked (after
+    what the command printed), then the contract's exit code."""
+    if json_file is not None and report is not None:
+        write_json(json_file, report.to_json())
+    raise typer.Exit(code=code)
 
 
 def json_target(json_file: Path | None) -> None:

@@ -9,7 +9,14 @@ from typing import Annotated
 import typer
 
 from bakery.cli import hints
-from bakery.cli.common import json_target, run_bake, show_report, strict_exit, strict_port_exit
+from bakery.cli.common import (
+    finish,
+    json_target,
+    run_bake,
+    show_report,
+    strict_exit,
+    strict_port_exit,
+)
 from bakery.cli.console import context as _context
 from bakery.cli.options import (
     AllowDirtyOpt,
@@ -94,4 +101,4 @@ def apply(o: Options) -> None:
     show_report(report, hints.after_bake(report, asked))
     code = 0 if report.status == "baked" else 1
     code = code or strict_exit(o.strict, report.diffs, report)
-    raise typer.Exit(code=code or strict_port_exit(o.strict, report))
+    finish(code or strict_port_exit(o.strict, report))

@@ -8,14 +8,13 @@ from typing import Annotated
 import typer
 
 from bakery.cli import render
-from bakery.cli.common import json_target, preflight
+from bakery.cli.common import finish, json_target, preflight
 from bakery.cli.console import context as _context
 from bakery.cli.console import human
 from bakery.cli.options import JsonOpt, SeriesArg
 from bakery.cli.parsing import (
     BakeryCommand,
 )
-from bakery.outputs import write_json
 
 app = typer.Typer()
 
@@ -66,7 +65,5 @@ def bisect(
         interpret=interpret,
         out_root=out,
     )
-    if json_file is not None:
-        write_json(json_file, result.to_json())
     render.bisect_result(human(), result)
-    raise typer.Exit(code=0 if result.ok else 1)
+    finish(0 if result.ok else 1, json_file, result)

@@ -8,7 +8,14 @@ from typing import Annotated
 import typer
 
 from bakery.cli import hints
-from bakery.cli.common import json_target, run_bake, show_report, strict_exit, strict_port_exit
+from bakery.cli.common import (
+    finish,
+    json_target,
+    run_bake,
+    show_report,
+    strict_exit,
+    strict_port_exit,
+)
 from bakery.cli.console import context as _context
 from bakery.cli.console import err_console
 from bakery.cli.console import safe as _safe
@@ -77,4 +84,4 @@ def check(o: Options) -> None:
         for line in stale:
             err_console.print(f"[red]not up to date:[/] {_safe(line)}", markup=True)
         code = 1 if stale else 0
-    raise typer.Exit(code=code)
+    finish(code)

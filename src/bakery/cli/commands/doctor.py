@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from bakery.cli.common import finish
 from bakery.cli.parsing import BakeryCommand, Word
 from bakery.safety.text import clean
 
@@ -67,4 +68,4 @@ def doctor(
         typer.echo(line if f.ok else f"{line}; fix: {clean(f.fix)}")
     problems = sum(not f.ok for f in found)
     typer.echo(f"{problems} problem{'s' if problems != 1 else ''}" if problems else "no problem")
-    raise typer.Exit(code=1 if problems else 0)
+    finish(1 if problems else 0)

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from bakery.cli import render
-from bakery.cli.common import json_target, preflight, strict_exit
+from bakery.cli.common import finish, json_target, preflight, strict_exit
 from bakery.cli.console import Invocation as _Invocation
 from bakery.cli.console import context as _context
 from bakery.cli.console import err_console, human
@@ -118,7 +118,7 @@ def matrix(o: Options) -> None:
     )
     render.matrix_grid(human(), s.name, rows, quiet=_Invocation.quiet)
     render.matrix_wheels(human(), err_console, rows)
-    if o.json_file:
+    if o.json_file:  # written before the reports, which may fail (a folder that is gone)
         write_json(o.json_file, mx.to_json(s.name, rows))
     mx.write_reports(s.name, rows, markdown=o.markdown, junit=o.junit)
     refused = [strict_exit(o.strict, r.diffs, label=f"{r.version}: ") for r in rows]
@@ -126,4 +126,4 @@ def matrix(o: Options) -> None:
         for line in r.port_stale:
             err_console.print(f"[red]strict:[/] {_safe(r.version)}: {_safe(line)}", markup=True)
             refused.append(1)
-    raise typer.Exit(code=mx.exit_code(rows, o.allow_fail) or (1 if any(refused) else 0))
+    finish(mx.exit_code(rows, o.allow_fail) or (1 if any(refused) else 0))

@@ -9,13 +9,12 @@ from typing import Annotated, NoReturn
 import typer
 
 from bakery.cli import render
-from bakery.cli.common import json_target
+from bakery.cli.common import finish, json_target
 from bakery.cli.console import context as _context
 from bakery.cli.console import human
 from bakery.cli.console import safe as _safe
 from bakery.cli.options import JsonOpt, SeriesArg, command
 from bakery.errors import UsageError
-from bakery.outputs import write_json
 
 app = typer.Typer()
 
@@ -33,10 +32,8 @@ def _port_update(
     result = run_update(
         _context(), series, vllm=vllm, out_root=out, interpret=interpret, write=not dry_run
     )
-    if json_file is not None:
-        write_json(json_file, result.to_json())
     render.port_update(human(), result)
-    raise typer.Exit(code=0 if result.ok else 1)
+    finish(0 if result.ok else 1, json_file, result)
 
 
 def _promote(
@@ -45,8 +42,6 @@ def _promote(
     from bakery.commands.port_next import promote
 
     done = promote(_context(), series, version, interpret=interpret, out_root=out)
-    if json_file is not None:
-        write_json(json_file, done.to_json())
     console = human()
     if done.ok:
         console.print(f"[bold green]promoted[/] to {_safe(str(done.port))} ({done.how})")
@@ -56,7 +51,7 @@ def _promote(
             console.print(f"  differs: {_safe(rel)}", soft_wrap=True)
         if done.verify:
             console.print(f"  verify on the release: {_safe(done.verify)}", soft_wrap=True)
-    raise typer.Exit(code=0 if done.ok else 1)
+    finish(0 if done.ok else 1, json_file, done)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,7 +139,5 @@ def port(o: Options) -> None:
         write=not o.dry_run,
         syntax=not o.lines_only,
     )
-    if o.json_file is not None:
-        write_json(o.json_file, result.to_json())
     render.port_result(human(), result)
-    raise typer.Exit(code=0 if result.ok else 1)
+    finish(0 if result.ok else 1, o.json_file, result)

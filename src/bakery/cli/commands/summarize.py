@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from bakery.cli.common import preflight
+from bakery.cli.common import finish, preflight
 from bakery.cli.parsing import (
     BakeryCommand,
     Word,
@@ -47,4 +47,4 @@ def summarize(
         guarded = CILineGuard(lambda: sys.stdout)
         guarded.write(text)
         guarded.flush()
-    raise typer.Exit(code=0 if all(r.ok for r in rows) else 1)
+    finish(0 if all(r.ok for r in rows) else 1)

@@ -7,14 +7,13 @@ from typing import Annotated
 import typer
 
 from bakery.cli import render
-from bakery.cli.common import json_target
+from bakery.cli.common import finish, json_target
 from bakery.cli.console import context as _context
 from bakery.cli.console import human
 from bakery.cli.options import JsonOpt, SeriesArg
 from bakery.cli.parsing import (
     BakeryCommand,
 )
-from bakery.outputs import write_json
 
 app = typer.Typer()
 
@@ -51,8 +50,6 @@ def upstream(
         vllm,
         since=since,
     )
-    if json_file is not None:
-        write_json(json_file, result.to_json())
     render.bake_report(human(), result.check)
     render.upstream_commits(human(), result)
-    raise typer.Exit(code=0 if result.check.ok else 1)
+    finish(0 if result.check.ok else 1, json_file, result)

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from bakery.cli import render
-from bakery.cli.common import preflight
+from bakery.cli.common import finish, preflight
 from bakery.cli.console import Invocation as _Invocation
 from bakery.cli.console import context as _context
 from bakery.cli.console import err_console
@@ -184,4 +184,4 @@ def verify(o: Options) -> None:
         require_transport=o.require_transport,
     )
     render.verify_summary(err_console, result, edited, verbose=_Invocation.verbose)
-    raise typer.Exit(code=result.exit_code)
+    finish(result.exit_code)
