@@ -62,7 +62,8 @@ def parse(lines: Iterable[str]) -> Transport:
     channels: list[str] = []
     for line in lines:
         _read(line, found, channels)
-    net = _net(channels, found.get("network"))
+    # channels only within the host (P2P, SHM): no network carried anything
+    net = None if not channels and found.get("local") else _net(channels, found.get("network"))
     if net == "IB":
         devices, interface = found.get("ib_devices", ""), found.get("ib_oob", "")
     elif net == "Socket":
