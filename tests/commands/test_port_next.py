@@ -62,6 +62,7 @@ def upstream(tmp_path: Path, home: Path) -> dict[str, str]:
 
 def _port(cli, *args: str) -> tuple[int, dict[str, Any], str]:
     r = cli("port", "dsa", "--json", "p.json", *args)
+    assert Path("p.json").is_file(), r.output
     return r.exit_code, json.loads(Path("p.json").read_text()), r.output
 
 
@@ -97,6 +98,8 @@ def test_a_ref_gets_next_only_when_proven_and_promote_moves_it(
     code, done, out = _port(cli, "--promote", "0.35.0")
     assert code == 0, out
     assert done["how"] == "same files" and done["port"] == "home/patches/dsa/0.35.0"
+    # PROVEN-ON.json is never the proof: promote baked and verified it on the release
+    assert str(done["verify"]).startswith("passed")
     assert not nxt.exists() and (home / "patches" / "dsa" / "0.35.0" / "PROVEN-ON.json").exists()
     # and apply now takes it for the pristine 0.35.0, silently
     r = cli("check", "dsa", "--vllm", "0.35.0", "--strict")
@@ -151,3 +154,55 @@ def test_port_refuses_what_it_cannot_do(
     tag = upstream["vLLM 0.34.0"]
     r = cli("port", "dsa", "--vllm", f"git+file://{tmp_path}/up@{tag}")
     assert r.exit_code == 2 and "the pristine release 0.34.0" in r.output
+
+
+def test_a_ref_the_series_does_not_fit_leaves_its_attempt_and_names_upstream(
+    cli, tmp_path: Path, home: Path, upstream: dict[str, str]
+) -> None:
+    """Issue 45: a port to a ref leaves its best attempt as a port to a release does (the
+    conflicts in git's index, as apply --keep-failed), blames with --upstream, and says
+    one thing: no "ported to" above "no proposal proven"."""
+    moved = upstream["dsa: move the kernels to blocks.py"]
+    code, rep, out = _port(
+        cli, "--vllm", f"git+file://{tmp_path}/up@{moved}", "--upstream", str(tmp_path / "up")
+    )
+    assert code == 1, out
+    assert rep["port"] is None and not (home / "patches" / "dsa" / "next").exists()
+    attempt = tmp_path / str(rep["failed_out"])
+    assert attempt.name == "attempt.failed" and (attempt / ".bakery" / "manifest.json").is_file()
+    assert f"no proposal proven; best attempt in {rep['failed_out']}" in out
+    assert "ported to" not in out and "a port to vLLM 0.34.0+g" in out
+    # the hunks a person must look at, each with the upstream commits behind it (here
+    # none can be named: the file is gone at the ref, and blame says so)
+    assert rep["hunks"] and all("upstream" in h for h in rep["hunks"])
+    # a ref where the file is there: the commits behind the hunks' lines are named
+    bad = upstream["dsa: rewrite _block_scores_kernel's pinning"]
+    code, rep, out = _port(
+        cli, "--vllm", f"git+file://{tmp_path}/up@{bad}", "--upstream", str(tmp_path / "up")
+    )
+    assert code == 1 and rep["failed_out"], out
+    named = {line[13:] for h in rep["hunks"] for line in h["upstream"]}
+    assert "vLLM 0.33.0" in named, named  # the release commit that rewrote the kernel
+
+
+def test_refresh_of_a_tree_of_main_writes_next_never_a_release(
+    cli, tmp_path: Path, home: Path, upstream: dict[str, str]
+) -> None:
+    """Issue 45: a tree baked from main (here a commit after 0.34.0, which takes 0.34.0's
+    port with a warning), edited and refreshed, writes patches/dsa/next/ with its commit;
+    the release's port, which was proven on the pristine 0.34.0, is left as it is."""
+    ports = home / "patches" / "dsa"
+    before = {p: p.read_bytes() for p in sorted(ports.rglob("*")) if p.is_file()}
+    good = upstream["dsa: a note after 0.34.0"]
+    r = cli("apply", "dsa", "--vllm", f"git+file://{tmp_path}/up@{good}", "--out", "main")
+    assert r.exit_code == 0, r.output
+    dsa = tmp_path / "main" / DSA
+    dsa.write_text(dsa.read_text() + "\n# a fix made on main\n")
+    r = cli("refresh", "dsa", "--tree", "main")
+    assert r.exit_code == 0, r.output
+    assert {p: p.read_bytes() for p in before} == before  # no release's port changed
+    nxt = ports / "next"
+    made = json.loads((nxt / "MADE-ON.json").read_text())
+    assert made == {"commit": good, "identity": f"0.34.0+g{good[:12]}", "made_by": "refresh"}
+    assert "+# a fix made on main" in "".join(p.read_text() for p in nxt.glob("*.diff"))
+    assert sorted(p.name for p in ports.iterdir()) == ["0.31.0", "0.33.0", "0.34.0", "next"]

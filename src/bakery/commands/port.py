@@ -91,6 +91,7 @@ def _port(
             interpret=interpret,
             write=write,
             syntax=syntax,
+            upstream=upstream,
         )
     target = sources.resolve(vllm, cache)
     version = target.version or vllm
@@ -234,4 +235,5 @@ def _leave_best(
     fallback = Fallback(s, target, base, True, syntax=syntax, start=start)
     with muted():
         report = bake(s, target, scratch / "attempt", keep_failed=True, fallback=fallback)
-    result.failed_out = report.failed_out
+    # its conflicts unmerged in git's index; or, where it bakes (verify failed), the tree
+    result.failed_out = report.failed_out or report.out

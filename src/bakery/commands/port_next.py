@@ -34,6 +34,7 @@ from bakery.logs import muted
 from bakery.model.identity import Identity
 from bakery.outputs import replace_bytes
 from bakery.patch.series import Series, load_series
+from bakery.porting.refresh import MADE_ON
 from bakery.porting.update import regular_port
 from bakery.safety import paths
 from bakery.sources import identity as identities
@@ -75,8 +76,12 @@ def port_next(
     interpret: bool,
     write: bool,
     syntax: bool,
+    upstream: Path | None = None,
 ) -> PortResult:
-    """The port of a tree that is no release, to patches/SERIES/next/ (a PortResult)."""
+    """The port of a tree that is no release, to patches/SERIES/next/ (a PortResult).
+    Where no candidate is proven, the best attempt is left as ``bakery port`` leaves it
+    for a release (its conflicts unmerged in git's index, as ``apply --keep-failed``), and
+    ``upstream`` names the commits behind each hunk a person must look at (issue 45)."""
     from bakery.porting.propose import candidates, provenance, write_port
 
     home, cache = ctx.home, ctx.cache
@@ -98,8 +103,9 @@ def port_next(
         candidates(ctx, series_spec, target, syntax=syntax),
     )
     scratch = (out_root / f"{series.name}-{NEXT}").absolute()
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
+    from bakery.commands.port import _clear_scratch
+
+    _clear_scratch(scratch)  # an attempt the user edited is never removed
     for n, cand in enumerate(c for c in result.candidates if c.failed == 0):
         tried = prove(series, cand, target, scratch / f"candidate-{n + 1}", interpret)
         result.tried.append(tried)
@@ -108,15 +114,19 @@ def port_next(
         tried.accepted = True
         dest = next_dir(series, home)
         if write:
-            note = provenance(cand, label, tried.verify, tried.differences)
+            why = "a tree that is no release: no release before it to compare with"
+            note = provenance(cand, label, tried.verify, None, why)
             note += _proven_on_lines(ident, target)
             write_port(dest, series, cand.texts, note)
             _write_record(dest, ident, target)
-        result.written = display_path(dest)
-        result.hunks = attention(cand, label, None)
+        result.written, result.dry_run = display_path(dest), not write
+        result.hunks = attention(cand, target.commit or label, upstream)
         return result
+    from bakery.commands.port import _leave_best
+
+    _leave_best(ctx, series_spec, result, target, scratch, syntax=syntax)
     if result.candidates:
-        result.hunks = attention(result.candidates[0], label, None)
+        result.hunks = attention(result.candidates[0], target.commit or label, upstream)
     return result
 
 
@@ -202,25 +212,28 @@ def promote(
         raise UsageError(f"--promote {version!r}: not a release version")
     out_root = out_root if out_root is not None else home / "build" / "port"
     nxt = next_dir(series, home)
-    if not (nxt / PROVEN_ON).is_file():
+    if not (nxt / PROVEN_ON).is_file() and not (nxt / MADE_ON).is_file():
         raise UsageError(f"{display_path(nxt)}: no port of an unreleased tree to promote")
     regular_port(nxt, home)  # PROVENANCE.md is written: never through a link
     dest = home / "patches" / series.name / version
     if dest.exists():
         raise UsageError(f"{display_path(dest)} exists: a release's port is never replaced")
-    record = _read_record(nxt)
+    record = _read_record(nxt) if (nxt / PROVEN_ON).is_file() else None
     release = sources.release(version, ctx.cache)
     try:
         have = package_listing(identities.committed_listing(release.tree))
-        proven = record["package"]
+        proven = record["package"] if record is not None else {}
         assert isinstance(proven, dict)
         differs = tuple(sorted(k for k in set(have) | set(proven) if have.get(k) != proven.get(k)))
-        if not differs:
-            _move(nxt, dest, f"- promoted to {version}: its package files are the ones proven on\n")
-            return Promoted(series.name, version, "same files", display_path(dest))
+        # PROVEN-ON.json is series data, never proof: the port is baked and verified on
+        # the release itself, whatever the record says (issue 45)
         line = _reprove(series, nxt, release, out_root, interpret)
     finally:
         release.close()
+    if line.startswith("passed") and not differs:
+        note = f"- promoted to {version}: its package files are the ones proven on, and it "
+        _move(nxt, dest, f"{note}proves on the release (verify {line})\n")
+        return Promoted(series.name, version, "same files", display_path(dest), line)
     if not line.startswith("passed"):
         return Promoted(
             series.name,

@@ -48,6 +48,8 @@ class PortResult:
     previous: str | None = None
     #: The series' own diffs apply exactly (offsets at most) and verify passes: no port.
     no_port_needed: bool = False
+    #: --dry-run: ``written`` is where the port would go; nothing was written
+    dry_run: bool = False
 
     @property
     def ok(self) -> bool:
@@ -60,6 +62,7 @@ class PortResult:
             "ok": self.ok,
             "port": self.written,
             "no_port_needed": self.no_port_needed,
+            "dry_run": self.dry_run,
             "failed_out": self.failed_out,
             "previous": self.previous,
             "candidates": [c.to_json() for c in self.candidates],
@@ -136,9 +139,14 @@ def attention(cand: Candidate, target: str, upstream: Path | None) -> list[dict[
 def blame(upstream: Path, since: str, until: str, path: str, res: Any, hunk: Any) -> list[str]:
     """The upstream commits in since..until that touched the lines the hunk needs, as they
     stand in the target release (where the engine looked for them)."""
+    from bakery.git import cmd as gitutil
     from bakery.git import history
 
     first = max(res.line, 1)
     last = first + max(hunk.old_len, 1) - 1
-    a, b = history.release_ref(upstream, since), history.release_ref(upstream, until)
-    return [history.line(c) for c in history.touching(upstream, a, b, path, (first, last))]
+    try:
+        a, b = history.release_ref(upstream, since), history.release_ref(upstream, until)
+        found = history.touching(upstream, a, b, path, (first, last))
+    except gitutil.GitError as e:  # the file is gone at the target (moved): said, not fatal
+        return [f"no blame: {e.message}"]
+    return [history.line(c) for c in found]

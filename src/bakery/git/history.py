@@ -78,7 +78,11 @@ def touching(
 
 
 def release_ref(repo: Path, version: str) -> str:
-    """The tag of a release in an upstream checkout (v0.34.0, or 0.34.0)."""
+    """The tag of a release in an upstream checkout (v0.34.0, or 0.34.0); a commit id (a
+    port to a ref: ``bakery port --vllm git+URL@REF``) is itself."""
+    commit = len(version) == 40 and all(c in "0123456789abcdef" for c in version)
+    if commit and exists(repo, version):
+        return version
     for name in (f"v{version}", version):
         if exists(repo, f"refs/tags/{name}"):
             return name

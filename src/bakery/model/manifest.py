@@ -79,6 +79,12 @@ class Manifest:
     #: ``unverified`` or ``stale``; a verify's verdict is kept in the cache, by content
     #: (commands.proof), never written into the tree
     proof: Proof | None = None
+    #: what the tree baked was (``vllm.identity``): its name (``0.34.0+g<commit>``), and
+    #: whether its files are the release it claims (None: not recorded, a release)
+    identity: str | None = None
+    pristine: bool | None = None
+    #: the upstream commit of a git+ source or a local checkout
+    commit: str | None = None
 
 
 class ManifestError(UsageError):
@@ -157,6 +163,8 @@ def parse(data: object, where: str) -> Manifest:
     for rel, sha in _dict(data, "files", where).items():
         files[paths.rel_path(rel, f"{where}: files")] = str(sha)
     series = _dict(data, "series", where)
+    ident = _dict(_dict(data, "vllm", where), "identity", where)
+    pristine = _get(ident, "pristine", bool, where)
     return Manifest(
         status=_status(_str(data, "status", where)),
         version=paths.name(version, f"{where}: vllm.version") if version is not None else None,
@@ -174,6 +182,9 @@ def parse(data: object, where: str) -> Manifest:
         stopped_at=_str(data, "stopped_at", where),
         carries=_carries(data, where),
         proof=Proof.from_json(_get(data, "proof", dict, where)),
+        identity=_str(ident, "version", where),
+        pristine=pristine if isinstance(pristine, bool) else None,
+        commit=_commit(_get(_dict(data, "vllm", where), "commit", str, where), "commit", where),
     )
 
 

@@ -192,8 +192,16 @@ def write_port(
         raise
 
 
-def provenance(cand: Candidate, target: str, verify_line: str, diff_lines: list[str]) -> str:
-    """The note written beside a proposed port: start, how each hunk was resolved, verify."""
+def provenance(
+    cand: Candidate,
+    target: str,
+    verify_line: str,
+    diff_lines: list[str] | None,
+    why_not: str = "no earlier release to compare with",
+) -> str:
+    """The note written beside a proposed port: start, how each hunk was resolved, verify,
+    and the differential check: its differences, "no difference", or, where it did not run
+    (``diff_lines`` None), "differential: not run" and why."""
     rows = []
     for d in cand.plan.report.diffs:
         for f in d.files:
@@ -207,8 +215,14 @@ def provenance(cand: Candidate, target: str, verify_line: str, diff_lines: list[
         f"- hunks: {', '.join(f'{n} {k}' for k, n in sorted(cand.kinds.items()))}",
         f"- difference from the previous port: {cand.distance} lines",
         f"- verify: {verify_line}",
-        "- differential check against the previous release's baked tree:",
-        *[f"  - {line}" for line in diff_lines or ["no difference"]],
+        *(
+            [f"- differential: not run ({why_not})"]
+            if diff_lines is None
+            else [
+                "- differential check against the previous release's baked tree:",
+                *[f"  - {line}" for line in diff_lines or ["no difference"]],
+            ]
+        ),
         "",
         "| diff | file | hunk | resolved by |",
         "| --- | --- | ---: | --- |",

@@ -38,7 +38,7 @@ from bakery.context import Context
 from bakery.errors import UsageError
 from bakery.git import cmd as gitutil
 from bakery.logs import muted
-from bakery.model.manifest import BakedDiff
+from bakery.model.manifest import BakedDiff, Manifest
 from bakery.model.manifest import read as read_checked
 from bakery.model.report import MANIFEST
 from bakery.patch import provenance
@@ -278,8 +278,22 @@ def _new_diff_name(names: list[str], wanted: str) -> str:
     return f"{nxt:0{width}d}-{stem}.diff"
 
 
-def _target(series: Series, port_rel: str | None, version: str, home: Path) -> tuple[Path, bool]:
-    """(folder the refreshed diffs go to, is it a port); port_rel: the manifest's port."""
+#: The port of a tree that is no release (main, a ref, a local checkout): patches/S/next/.
+NEXT = "next"
+#: Beside a next/ port that ``refresh`` wrote: the tree it was made on (no proof:
+#: ``port --promote`` bakes and verifies it on the release).
+MADE_ON = "MADE-ON.json"
+
+
+def _target(
+    series: Series, port_rel: str | None, version: str, home: Path, release: bool = True
+) -> tuple[Path, bool]:
+    """(folder the refreshed diffs go to, is it a port); port_rel: the manifest's port.
+    ``release``: the tree is the release it names; a tree of main, a ref or a local
+    checkout (its files not the release's) writes ``patches/S/next/``, never a release's
+    port or the series' own diffs (issue 45)."""
+    if not release:
+        return home / "patches" / series.name / NEXT, True
     if port_rel:
         port = paths.inside(home, port_rel, "the manifest's port")
         if port.is_dir():
@@ -323,12 +337,15 @@ def refresh(
     gitutil.check_foreign(tree, f"--tree {tree}")
     if into and new_diff:
         raise UsageError("--into and --new-diff: give one of them")
-    version = paths.name(_release(tree, manifest.version, release_version), "--release")
+    if manifest.pristine is False and release_version is None:  # main, a ref: next/
+        version = paths.name(manifest.identity or NEXT, f"--tree {tree}: identity")
+    else:
+        version = paths.name(_release(tree, manifest.version, release_version), "--release")
     pristine_commit = manifest.pristine_commit
     if not pristine_commit:
         raise UsageError(f"--tree {tree}: the manifest records no pristine commit")
     strip, root = manifest.strip, manifest.root
-    folder, is_port = _target(series, manifest.port, version, home)
+    folder, is_port = _target(series, manifest.port, version, home, manifest.pristine is not False)
     # the diffs the tree was baked from: the port if it used one, else the series'
     port_rel = manifest.port
     # what the refreshed port is made from: the series' diffs now, or, for a tree baked
@@ -400,11 +417,21 @@ def refresh(
             body = _head_text(own.path.read_bytes()) + body
         texts[name] = body
     done = _write(folder, is_port, version, diffs, names, texts, notes, tree, record)
+    if folder.name == NEXT and manifest.pristine is False:
+        _made_on(folder, manifest)
     done.diffstat = [
         (name, "kept as it is (not applied in the tree)" if name in pending else stat)
         for name, stat in done.diffstat
     ]
     return done
+
+
+def _made_on(folder: Path, manifest: Manifest) -> None:
+    """next/'s record of the tree it was refreshed from: its identity and commit."""
+    import json
+
+    made = {"made_by": "refresh", "identity": manifest.identity, "commit": manifest.commit}
+    (folder / MADE_ON).write_text(json.dumps(made, indent=1, sort_keys=True) + "\n")
 
 
 def _release(tree: Path, baked: str | None, asked: str | None) -> str:
