@@ -120,8 +120,17 @@ class Fallback:
         """Three-way merge of the failed file; always returns a diagnosed result."""
         out = self._merge(diff, fp, current, res) or res
         if not out.ok:
-            diagnose(out, fp, self.target, self.base)
+            diagnose(out, fp, self.target, self.base, on_base=self._on_base())
         return out
+
+    def _on_base(self) -> bool:
+        """The target is the release the series' diffs were made on (the series' own
+        diffs, no port): a hunk already there was never upstream's, it is reversed."""
+        return (
+            self.port is None
+            and self.base_version is not None
+            and _is_base(self.target, self.base_version)
+        )
 
     def _merge(
         self, diff: Diff, fp: FilePatch, current: bytes | None, res: FileResult
@@ -322,6 +331,8 @@ ACTIONS = {
     "moved": "the file moved upstream: make a port whose diff names the new path",
     "context-drift": "resolve the conflict by hand, then refresh a port from the resolved tree",
     "missing": "the file is gone upstream: drop or rewrite the diff in a port",
+    "reversed": "the diff's + and - lines are swapped (made as diff -u NEW OLD?): "
+    "reverse it (patch -R, or interdiff), then bake again",
     "contract": "the merged code calls what the release no longer defines that way: "
     "resolve it by hand (the attempt's index holds the three sides), then refresh a port",
 }
@@ -359,10 +370,20 @@ def find_moved(tree: Path, rel: str, content: bytes | None) -> str | None:
     return best[1] if best and best[0] >= 0.5 else None
 
 
-def diagnose(res: FileResult, fp: FilePatch, target: Pristine, base: Pristine | None) -> None:
-    """Give each failed or already-applied hunk a reason and an action, in place."""
+def diagnose(
+    res: FileResult, fp: FilePatch, target: Pristine, base: Pristine | None, on_base: bool = False
+) -> None:
+    """Give each failed or already-applied hunk a reason and an action, in place. On the
+    series' own base release (``on_base``), a hunk whose result is already in the file is
+    not upstream's: the diff is reversed (issue 45), and says so."""
     for h in res.hunks:
-        if h.status is Outcome.ALREADY:
+        if h.status is Outcome.ALREADY and on_base:
+            h.reason = (
+                f"reversed: its new side is already in {target.version}, the release the "
+                "series' diffs are made on"
+            )
+            h.action = ACTIONS["reversed"]
+        elif h.status is Outcome.ALREADY:
             h.reason = "already upstream (the hunk's result is in the file)"
             h.action = ACTIONS["already-upstream"]
         elif h.status is Outcome.FAILED:
