@@ -91,3 +91,18 @@ def test_refreshing_the_baked_tree_suggests_apply_without_force(
     # the printed step works as printed
     again = cli("apply", "t", "--vllm", "1.0.0")
     assert again.exit_code == 0, again.output
+
+
+def test_a_tree_of_other_diffs_is_refused_in_words(cli: Cli, home: Path, work: Path) -> None:
+    """A tree baked from diffs the series no longer has: one line naming both, and what
+    to do; never a Python list."""
+    diffs = home / "launcher" / "t" / "diffs"
+    _edit(work / "vllm" / "y.py", "line 3\n", "line 3 (t)\n")
+    assert cli("refresh", "t", "--tree", work, "--new-diff", "one").exit_code == 0
+    assert cli("apply", "t").exit_code == 0
+    (diffs / "01-one.diff").rename(diffs / "01-renamed.diff")
+    r = cli("refresh", "t", "--tree", home / "build" / "t-1.0.0")
+    assert r.exit_code == 2
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert "baked from 01-one.diff, but the series now has 01-renamed.diff" in line, line
+    assert "bakery apply t --vllm 1.0.0" in line and "[" not in line, line

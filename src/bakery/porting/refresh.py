@@ -359,7 +359,11 @@ def refresh(
     labels = _series_labels(series.path, home, strip, root)
     baked = [d.name for d in manifest.diffs]
     if baked != names:
-        raise UsageError(f"--tree {tree}: baked from diffs {baked}, the series has {names}")
+        raise UsageError(
+            f"--tree {tree}: baked from {', '.join(baked) or 'no diff'}, but the series now "
+            f"has {', '.join(names) or 'no diff'}: bake it again (bakery apply "
+            f"{series.name} --vllm {version}) and refresh that tree"
+        )
     stopped = manifest.stopped_at
     last = names.index(stopped) if stopped in names else len(names) - 1
 
