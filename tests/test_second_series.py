@@ -74,7 +74,7 @@ def full_env() -> object:
     """vLLM 0.32.0's full test environment, built once into the persistent test cache."""
     from bakery.sources.cache import Cache
     from bakery.sources.resolve import release
-    from bakery.testing import fullenv
+    from bakery.verifying import fullenv
 
     cache = Cache(TEST_CACHE)
     pristine = release(BASE, cache)

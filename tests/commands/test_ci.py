@@ -293,7 +293,7 @@ def test_the_plan_names_series_and_refuses_a_series_without_base(
 def test_env_key_is_the_full_environments_and_empty_for_light(
     team: Path, cli: Cli, home: Path
 ) -> None:
-    from bakery.testing import fullenv
+    from bakery.verifying import fullenv
 
     tree = home / "build" / "myteam-1.0.0"
     (tree / "requirements").mkdir(parents=True)

@@ -23,7 +23,7 @@ import pytest
 
 from bakery.errors import VerifyError
 from bakery.sources.cache import Cache
-from bakery.testing import fullenv
+from bakery.verifying import fullenv
 from tests.support.archives import pure_wheel
 from tests.support.index import Server, serve
 from tests.support.trees import write_files

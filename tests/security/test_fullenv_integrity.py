@@ -25,7 +25,7 @@ import pytest
 from click.testing import Result
 
 from bakery.sources.cache import Cache
-from bakery.testing import fullenv
+from bakery.verifying import fullenv
 from tests.support.series import make_series, udiff
 from tests.support.trees import cache_release, snapshot, write_files
 

@@ -17,7 +17,7 @@ from click.testing import Result
 
 from bakery.errors import VerifyError
 from bakery.sources.cache import Cache
-from bakery.testing import fullenv
+from bakery.verifying import fullenv
 from tests.support.index import Server, serve
 from tests.support.series import make_series, udiff
 from tests.support.trees import cache_release, write_files

@@ -9,7 +9,7 @@ machine, and a test runs the very steps end to end. The steps, for one series an
   ``fromJSON``;
 - ``bake``: ``bakery apply --keep-failed`` into ``build/SERIES-X`` with the JSON report;
 - ``env-key``: the full test environment's key (the hash of the tree's requirements, the
-  Python, the platform and bakery's torch and Triton: :func:`bakery.testing.fullenv.env_key`),
+  Python, the platform and bakery's torch and Triton: :func:`bakery.verifying.fullenv.env_key`),
   for the CI cache; empty for a series whose tests run in the light environment;
 - ``verify``: ``bakery verify`` of that tree (JUnit, log), then ``bakery check
   --up-to-date``; the verdict goes into the release's report and a Markdown summary;
@@ -192,7 +192,7 @@ def bake(ctx: Context, job: Job, reports: Path, echo: Echo) -> int:
 def env_key(ctx: Context, job: Job, *, gpu: bool = False) -> str:
     """The full environment's key for the baked tree's requirements (the CI cache's key),
     or "" when the series' tests run in the light environment."""
-    from bakery.testing import fullenv
+    from bakery.verifying import fullenv
 
     series = load_series(job.series, ctx.home)
     if (series.env or ("full" if gpu else "light")) != "full":

@@ -18,7 +18,7 @@ without reaching a module that is neither in the tree nor stood in.
 
 In the full environment (``BAKERY_ENV=full``, set by ``bakery verify --env full``, which
 runs the tests in an environment holding vLLM's own dependencies: see
-:mod:`bakery.testing.fullenv`) the tree is imported as vLLM itself imports it: every
+:mod:`bakery.verifying.fullenv`) the tree is imported as vLLM itself imports it: every
 package's ``__init__.py`` runs, and a declared stand-in replaces the tree only where the
 host cannot run the real module (``interpreter_only`` under Triton's interpreter) or,
 for a fallback stand-in, where the tree's file fails to load. Each module's origin is

@@ -7,7 +7,7 @@ mode that interpreter's plugin uses (:data:`bakery.testing.loader.ENV_MODE`):
 - ``light``: bakery's own interpreter (torch, Triton); the tree's modules are loaded
   without running its packages' ``__init__.py`` (:mod:`bakery.testing.loader`);
 - ``full``: vLLM's runtime requirements installed once into a cached environment layered
-  on bakery's (:mod:`bakery.testing.fullenv`), so that ``import vllm.X`` works.
+  on bakery's (:mod:`bakery.verifying.fullenv`), so that ``import vllm.X`` works.
 
 A new environment is one class with ``name``, ``summary`` and ``prepare``, added to
 :data:`ENVIRONMENTS`; the plan (``plan.py``) is its only caller.
@@ -57,7 +57,7 @@ class Full:
     summary: ClassVar[str] = "vLLM's requirements installed once, cached; import vllm.X works"
 
     def prepare(self, tree: Path, *, gpu: bool) -> Prepared:
-        from bakery.testing import fullenv
+        from bakery.verifying import fullenv
 
         found = fullenv.ensure(tree, cpu=not gpu)
         how = f"built in {found.seconds:.0f}s" if found.built else "cached"

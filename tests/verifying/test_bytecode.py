@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bakery.testing import bytecode
+from bakery.verifying import bytecode
 from tests.support.verify import run_tests
 from tests.support.trees import write_files
 

@@ -1,4 +1,4 @@
-"""The full test environment (bakery.testing.fullenv) and the loader's full mode, on small
+"""The full test environment (bakery.verifying.fullenv) and the loader's full mode, on small
 synthetic trees: what is installed and what is left out, one real environment built and
 then reused from the cache, an install that fails as one line, a package whose
 ``__init__.py`` runs in the full mode only, and a series whose test imports vLLM as
@@ -21,7 +21,7 @@ from click.testing import Result
 
 from bakery.errors import VerifyError
 from bakery.sources.cache import Cache
-from bakery.testing import fullenv
+from bakery.verifying import fullenv
 from tests.support.archives import pure_wheel
 from tests.support.index import serve
 from tests.support.series import make_series, udiff
