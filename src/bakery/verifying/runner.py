@@ -17,7 +17,6 @@ import contextlib
 import json
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bakery import process
 from bakery.errors import VerifyError
 from bakery.testing.loader import ENV_MODE, TREE_ENV
 from bakery.verifying.plan import Reuse, VerifyPlan
@@ -73,7 +73,7 @@ class VerifyResult:
     #: pytest-xdist workers (1: one process).
     jobs: int = 1
     #: The test environment: "light" (bakery's own, the light loader) or "full"
-    #: (vLLM's dependencies installed: bakery.testing.fullenv).
+    #: (vLLM's dependencies installed: bakery.verifying.fullenv).
     env: str = "light"
     elapsed: float = 0.0
     junit: Path | None = None
@@ -183,7 +183,7 @@ def run_verify(plan: VerifyPlan) -> VerifyResult:
                     return _from_record(record, plan.tree, plan.jobs)
     env = verify_environment(plan)
     if plan.env.python is None:  # the tests run with this Python: its packages are theirs
-        from bakery.testing import bytecode
+        from bakery.verifying import bytecode
 
         slow = bytecode.recompiled(env)
         if slow:
@@ -285,15 +285,9 @@ def _run(plan: VerifyPlan, env: dict[str, str]) -> VerifyResult:
         command = pytest_command(plan, report=report, empty_ini=empty_ini)
         started = time.monotonic()
         try:
-            if plan.log is None:
-                code = subprocess.run(command, env=env, check=False).returncode
-            else:
-                with open(plan.log, "wb") as sink:
-                    code = subprocess.run(
-                        command, env=env, check=False, stdout=sink, stderr=subprocess.STDOUT
-                    ).returncode
-        except OSError as exc:
-            raise VerifyError(f"cannot start pytest: {exc}") from None
+            code = process.run_shown(command, env=env, log=plan.log)
+        except process.ProcessFailed as exc:
+            raise VerifyError(f"cannot start pytest: {exc.message}") from None
         elapsed = time.monotonic() - started
         data = json.loads(report.read_text()) if report.is_file() else None
     counts = (data or {}).get("counts", {})
