@@ -18,9 +18,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from bakery.errors import UsageError
+
+if TYPE_CHECKING:
+    from bakery.sources.cache import Cache
 
 _log = logging.getLogger(__name__)
 
@@ -38,9 +41,9 @@ class TestEnvironment(Protocol):
     name: ClassVar[str]
     summary: ClassVar[str]
 
-    def prepare(self, tree: Path, *, gpu: bool) -> Prepared:
-        """Make the environment ready for ``tree`` (build or find it); ``gpu``: the tests
-        run on a CUDA GPU (the requirements of a CPU host otherwise)."""
+    def prepare(self, tree: Path, *, gpu: bool, cache: Cache) -> Prepared:
+        """Make the environment ready for ``tree`` (build or find it in ``cache``);
+        ``gpu``: the tests run on a CUDA GPU (the requirements of a CPU host otherwise)."""
         ...
 
 
@@ -48,7 +51,7 @@ class Light:
     name: ClassVar[str] = "light"
     summary: ClassVar[str] = "bakery's own (torch, Triton); packages' __init__.py not run"
 
-    def prepare(self, tree: Path, *, gpu: bool) -> Prepared:
+    def prepare(self, tree: Path, *, gpu: bool, cache: Cache) -> Prepared:
         return Prepared(self.name)
 
 
@@ -56,10 +59,10 @@ class Full:
     name: ClassVar[str] = "full"
     summary: ClassVar[str] = "vLLM's requirements installed once, cached; import vllm.X works"
 
-    def prepare(self, tree: Path, *, gpu: bool) -> Prepared:
+    def prepare(self, tree: Path, *, gpu: bool, cache: Cache) -> Prepared:
         from bakery.verifying import fullenv
 
-        found = fullenv.ensure(tree, cpu=not gpu)
+        found = fullenv.ensure(tree, cpu=not gpu, cache=cache)
         how = f"built in {found.seconds:.0f}s" if found.built else "cached"
         _log.info(
             f"full test environment {found.key} ({how}, {found.size / 1e6:.0f} MB): "

@@ -119,20 +119,18 @@ def build(
     if series_dir is not None:
         series_dir = Path(series_dir).resolve()
         _check_series_data(series_dir, tree, args)
+    if cache is None:  # a command passes its context's; bakery's own otherwise
+        from bakery.sources.cache import Cache
+
+        cache = Cache()
     name = options.env or series_env or environments.default(interpret=interpret)
-    env = environments.get(name).prepare(tree, gpu=not interpret)
+    env = environments.get(name).prepare(tree, gpu=not interpret, cache=cache)
     pristine = options.pristine
     if pristine is None and not any(a.startswith("--bakery-pristine") for a in args):
-        pristine = cached_pristine(tree)
+        pristine = cached_pristine(tree, cache)
     if pristine is not None and not any(a.startswith("--bakery-pristine") for a in args):
         args.append(f"--bakery-pristine={pristine}")
-    cache_root = None
-    if options.reuse is not Reuse.OFF:
-        if cache is None:
-            from bakery.sources.cache import Cache
-
-            cache = Cache()
-        cache_root = cache.root
+    cache_root = cache.root if options.reuse is not Reuse.OFF else None
     return VerifyPlan(
         tests=tests,
         tree=tree,
@@ -208,15 +206,13 @@ def _jobs(jobs: int | None, interpret: bool, pytest_args: Sequence[str]) -> int:
     return jobs
 
 
-def cached_pristine(tree: Path) -> Path | None:
+def cached_pristine(tree: Path, cache: Cache) -> Path | None:
     """The pristine tree of the bake's release in bakery's cache, where it is intact."""
     release = expect.Bake.of(tree).release
     if release is None:
         return None
     from bakery.errors import SourceError
-    from bakery.sources.cache import Cache
 
-    cache = Cache()
     key = f"vllm-{release}"
     if not (cache.root / "trees" / f"{key}.json").is_file():
         return None

@@ -26,7 +26,7 @@ from pathlib import Path
 from bakery.errors import VerifyError
 from bakery.testing import expect
 from bakery.testing.loader import ROOT_PACKAGE
-from bakery.verifying.plan import Reuse, VerifyPlan, cached_pristine
+from bakery.verifying.plan import Reuse, VerifyPlan
 from bakery.verifying.runner import VerifyResult, run_verify
 
 
@@ -119,7 +119,7 @@ def run_pristine(baked: VerifyPlan) -> tuple[VerifyResult, PristineSplit]:
     release = expect.Bake.of(baked.tree).release
     if release is None:
         raise VerifyError(f"--pristine: {baked.tree} records no vLLM release")
-    pristine = baked.pristine or cached_pristine(baked.tree)
+    pristine = baked.pristine  # the plan looked in the cache
     if pristine is None:
         raise VerifyError(
             f"--pristine: bakery's cache holds no pristine tree of vLLM {release} "
