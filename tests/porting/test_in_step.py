@@ -8,8 +8,12 @@ read back from its history)."""
 
 from __future__ import annotations
 
+import base64
 import difflib
+import hashlib
+import io
 import json
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,6 +65,31 @@ def _udiff(path: str, before: str, after: str) -> str:
 
 def _sdist(version: str, k: str) -> bytes:
     return sdist(version, files=2, modules={K: k, A: A_BASE})
+
+
+WHEEL = "vllm-1.1.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+
+
+def _wheel(version: str, k: str) -> bytes:
+    """The release's upstream wheel: its .py files as the sdist has them, a dist-info."""
+    info = f"vllm-{version}.dist-info"
+    members = {
+        K: k.encode(),
+        A: A_BASE.encode(),
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp38-abi3-x\n",
+    }
+    rows = [f"{n},sha256={_b64(d)},{len(d)}\n" for n, d in members.items()]
+    members[f"{info}/RECORD"] = "".join([*rows, f"{info}/RECORD,,\n"]).encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0)), data)
+    return buf.getvalue()
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 @pytest.fixture
@@ -130,7 +159,7 @@ def _port_on_b(home: Path) -> Path:
 
 
 def test_a_fix_to_the_series_reaches_the_port(project: tuple[Path, Index]) -> None:
-    home, _ = project
+    home, idx = project
     port = _port_on_b(home)
     _fix_02_on_the_base(home, FIXED_TAIL, FIX_TEST)
     _commit(home, "fix 02: size counts distinct items")
@@ -163,6 +192,17 @@ def test_a_fix_to_the_series_reaches_the_port(project: tuple[Path, Index]) -> No
     assert checked.exit_code == 1
     assert "port stale: made from 02-rev.diff" in checked.output
     assert _cli("check", "s", "--vllm", "1.1.0", "--strict").exit_code == 1
+    # bakery wheel too: it carries the fix, verifies the carried bake, and ships the fix
+    idx.add(WHEEL, _wheel("1.1.0", K_THEIRS))
+    wheel = _cli("wheel", "s", "--vllm", "1.1.0", "--platform", "x86_64", "--interpret")
+    assert wheel.exit_code == 0, wheel.output
+    (made,) = (home / "dist").glob("vllm-1.1.0+s.*.whl")
+    with zipfile.ZipFile(made) as zf:
+        assert "return len(set(xs))" in zf.read(K).decode()
+        (info,) = [n for n in zf.namelist() if n.endswith(".dist-info/bakery.json")]
+        recorded = json.loads(zf.read(info))
+    assert recorded["port"] == "1.1.0" and recorded["proof"]["state"] == "verified"
+    assert {p.name: p.read_bytes() for p in port.iterdir()} == before
 
     # a dry run proves it and writes nothing
     before = {p.name: p.read_bytes() for p in port.iterdir()}
