@@ -176,3 +176,32 @@ def test_a_file_patched_after_it_was_renamed_away_is_refused(
     r = bake(cli, home, tmp_path, {"one": "a\n"}, diff)
     assert r.exit_code == 2 and "01-x.diff:6" in r.output
     assert "one was renamed away earlier in this diff" in r.output
+
+
+def test_a_rename_merges_on_a_release_that_changed_its_source(
+    cli: Cli, home: Path, tmp_path: Path
+) -> None:
+    from tests.support.trees import cache_release
+
+    helpers = "".join(f"H{i} = {i}\n" for i in range(1, 12))
+    cache_release("0.32.0", {"vllm/__init__.py": "", "vllm/helpers.py": helpers})
+    newer = helpers.replace("H4 = 4\n", "H4 = 4  # four\n")
+    cache_release("0.33.0", {"vllm/__init__.py": "", "vllm/helpers.py": newer})
+    diff = (
+        "diff --git a/vllm/helpers.py b/vllm/util.py\nsimilarity index 90%\n"
+        "rename from vllm/helpers.py\nrename to vllm/util.py\n--- a/vllm/helpers.py\n"
+        "+++ b/vllm/util.py\n@@ -3,7 +3,7 @@\n H3 = 3\n H4 = 4\n H5 = 5\n-H6 = 6\n+H6 = 60\n"
+        " H7 = 7\n H8 = 8\n H9 = 9\n"
+    )
+    make_series(home, "m", {"01-mv.diff": diff}, toml='base = "0.32.0"\n')
+    r = cli(
+        "apply", "m", "--vllm", "0.33.0", "--out", tmp_path / "o", "--json", tmp_path / "r.json"
+    )
+    assert r.exit_code == 0, r.output
+    assert files(tmp_path / "o") == {
+        "setup.py": "",
+        "vllm/__init__.py": "",
+        "vllm/util.py": newer.replace("H6 = 6\n", "H6 = 60\n"),
+    }
+    (f,) = json.loads((tmp_path / "r.json").read_text())["diffs"][0]["files"]
+    assert (f["path"], f["hunks"][0]["status"]) == ("vllm/util.py", "merged")

@@ -49,8 +49,8 @@ class _BaseSide:
         self.series = series
         strip, root, _ = detect_layout(series, base.tree)
         diffs = series.load_diffs()
-        for d in diffs:
-            d.resolve_paths(strip, root)
+        for d in diffs:  # x.orig/x: the name the base release has (patch.parse)
+            d.resolve_paths(strip, root, lambda rel: (base.tree / rel).is_file())
         self.by_name = {d.name: d for d in diffs}
         self.order = [d.name for d in diffs]
         self._cache: dict[tuple[str, str], tuple[bytes | None, bytes | None]] = {}
@@ -69,16 +69,27 @@ class _BaseSide:
         return self._cache[key]
 
     def _sides(self, diff_name: str, rel: str) -> tuple[bytes | None, bytes | None]:
+        """A git rename's or copy's target starts from its source as the diff found it
+        (ours before the diff is the source's); a rename's source is gone after it, unless
+        another rename of the diff wrote it (patch.parse, bake.plan)."""
         state = self.read_base(rel)
-        for name in self.order:
+        for k, name in enumerate(self.order):
             before = state
+            made = False
             for fp in self.by_name[name].files:
                 if fp.path == rel:
+                    if fp.move is not None:
+                        prev = self.order[k - 1] if k else None
+                        src = fp.source
+                        state = self.sides(prev, src)[1] if prev else self.read_base(src)
+                        before, made = state, True
                     res = apply_file(fp, state, 0)
                     if not res.ok:
                         return None, None
                     self.results[(name, rel)] = res.hunks
                     state = None if res.deleted else res.content
+                elif fp.move == "rename" and fp.source == rel and not made:
+                    state = None
             if name == diff_name:
                 return before, state
         return None, None
