@@ -824,3 +824,28 @@ def test_a_wheel_written_without_copy_file_range_is_the_same(
     (fast,) = (tmp_path / "fast").iterdir()
     (slow,) = (tmp_path / "slow").iterdir()
     assert fast.read_bytes() == slow.read_bytes()
+
+
+def test_a_verdict_of_bakery_verify_is_what_wheel_reads(
+    cli: Callable[..., Result], index: Index, series: Path, tmp_path: Path
+) -> None:
+    (series / "tests").mkdir()
+    (series / "tests" / "test_k.py").write_text(PASSES)
+    assert cli("apply", "demo", "--vllm", VERSION).exit_code == 0
+    v = cli("verify", "demo", "--interpret")
+    assert v.exit_code == 0, v.output
+    applied = cli("apply", "demo", "--vllm", VERSION, "--json", "a.json")
+    assert json.loads(Path("a.json").read_text())["proof"]["state"] == "verified", applied.output
+    w = cli("wheel", "demo", "--vllm", VERSION, "--platform", "x86_64", "--out", "dist")
+    assert w.exit_code == 0, w.output
+    assert "before it is published" not in w.output  # the recorded verdict, no second run
+    (path,) = (tmp_path / "dist").iterdir()
+    assert _proof_of(path)["state"] == "verified"
+    # a verify of part of the suite proves nothing about the tree
+    tree = tmp_path / "home" / "build" / f"demo-{VERSION}"
+    k = tree / "vllm/model_executor/k.py"
+    k.write_text(k.read_text() + "\n# edited\n")
+    assert cli("verify", "demo", "--tree", str(tree), "--interpret", "--", "-k", "k").exit_code == 0
+    from bakery.commands import proof
+
+    assert proof.recorded(Context.here().cache.root, tree) is None
