@@ -206,4 +206,7 @@ def tail(proc: subprocess.CompletedProcess[bytes], lines: int = TAIL_LINES) -> s
 
 
 def _shown(cmd: Sequence[str]) -> str:
-    return " ".join(shlex.quote(os.fspath(c)) for c in cmd[:6]) + (" ..." if len(cmd) > 6 else "")
+    """The command as one line a shell would take (its first words; control characters
+    such as a ``-c`` script's newlines escaped)."""
+    words = [shlex.quote(os.fspath(c)).encode("unicode_escape").decode() for c in cmd[:6]]
+    return " ".join(words) + (" ..." if len(cmd) > 6 else "")
