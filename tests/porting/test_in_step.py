@@ -418,6 +418,9 @@ def test_a_port_whose_update_is_not_proven_is_never_written(
     (row,) = json.loads(Path("update.json").read_text())["ports"]
     assert row["state"] == "failed" and row["verify"].startswith(verify), row
     assert {p.name: p.read_bytes() for p in port.iterdir()} == before  # FROM.toml too
+    # the run that failed left its log beside the attempt
+    log = home / "build" / "port" / "s-1.1.0-update" / "verify.log"
+    assert log.is_file() is verify.startswith("failed"), log
     assert _cli("check", "s", "--vllm", "1.1.0", "--up-to-date").exit_code == 1
 
 
