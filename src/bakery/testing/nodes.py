@@ -588,7 +588,10 @@ class HeadLink:
         return [int(n["gpus"]) for n in sorted(self.nodes, key=lambda n: int(n["node"]))]
 
     def on_lost(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(line)`` when a node is lost (at once if one was already)."""
         self._on_lost.append(callback)
+        if self.lost is not None:
+            callback(self.lost)
 
     def send(self, node: int, message: Any) -> None:
         with self._lock, contextlib.suppress(OSError):
