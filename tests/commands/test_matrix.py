@@ -38,6 +38,7 @@ def test_the_bake_changed_the_value(baked_tree):
     assert code.get("SOUND", True)
 """
 RELEASE_KEYS = {
+    "proof",
     "version",
     "status",
     "port",
@@ -230,8 +231,15 @@ def test_json_keys_port_and_seconds(
     # a port that records nothing of what it was made from is said in every report
     assert rows["1.0.0"]["port_stale"] == []
     assert rows["1.1.0"]["port_stale"] == ["port has no provenance record"]
+    # issue 45: each row's proof state; a port without a record is stale, never verified
+    assert rows["1.0.0"]["proof"]["state"] == "unverified"
+    assert rows["1.1.0"]["proof"] == {
+        "state": "stale",
+        "reason": "patches/s/1.1.0: port has no provenance record",
+    }
     _, _, md = reports(home)
     assert "patches/s/1.1.0 ⚠️ port has no provenance record" in md
+    assert md.rstrip().endswith("| stale |"), md  # the verify column: the proof state
     case = junit_cases(home)[("s vLLM 1.1.0", "port")]
     assert case.find("failure") is not None
     assert ("s vLLM 1.0.0", "port") not in junit_cases(home)

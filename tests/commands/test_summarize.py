@@ -52,3 +52,17 @@ def test_a_failure_in_any_report_is_kept(cli: Callable[..., Result], tmp_path: P
     assert r.exit_code == 1, r.output
     rows = [ln for ln in (tmp_path / "sum.md").read_text().splitlines() if ln.startswith("| 0.")]
     assert len(rows) == 1 and "❌ conflict" in rows[0]
+
+
+def test_each_row_shows_its_proof_state(cli: Callable[..., Result], tmp_path: Path) -> None:
+    """Issue 45: a release only checked or baked is "unverified" (or "stale") in the verify
+    column, a verified one "passed"; never a bare "-"."""
+    check = {**_check("0.31.0"), "proof": {"state": "stale", "reason": "p: port stale: ..."}}
+    Path("check.json").write_text(json.dumps(check))
+    Path("m.json").write_text(
+        json.dumps(_matrix(("0.32.0", "baked", None), ("0.33.0", "baked", "passed")))
+    )
+    r = cli("summarize", "check.json", "m.json", "--markdown", "sum.md")
+    assert r.exit_code == 0, r.output
+    rows = [ln for ln in (tmp_path / "sum.md").read_text().splitlines() if ln.startswith("| 0.")]
+    assert [ln.rsplit(" | ", 1)[1] for ln in rows] == ["stale |", "unverified |", "passed |"]

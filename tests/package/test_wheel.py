@@ -521,14 +521,20 @@ def test_upstream_with_data_descriptors(index: Index, series: Path, tmp_path: Pa
 def test_matrix_wheels(
     cli: Callable[..., Result], index: Index, home: Path, tmp_path: Path
 ) -> None:
-    make_series(home, "demo", {"01-k.diff": K_DIFF}, toml='strip = 1\nroot = ""\n')
-    result = cli(
-        "matrix", "demo", "--vllm", VERSION, "--wheels", "--jobs", "1",
-        "--out", "m", "--json", "m.json",
-    )  # fmt: skip
+    demo = make_series(home, "demo", {"01-k.diff": K_DIFF}, toml='strip = 1\nroot = ""\n')
+    # issue 45: the wheels of verified bakes only
+    args = ("matrix", "demo", "--vllm", VERSION, "--wheels", "--jobs", "1", "--out", "m")
+    refused = cli(*args, "--json", "m.json")
+    assert refused.exit_code == 1, refused.output
+    (row,) = json.loads((tmp_path / "m.json").read_text())["releases"]
+    assert row["wheels"] == [] and str(row["wheel_error"]).startswith("not verified:")
+    assert row["proof"]["state"] == "unverified"
+    (demo / "tests").mkdir()
+    (demo / "tests" / "test_k.py").write_text(PASSES)
+    result = cli(*args, "--json", "m.json", "--verify", "--interpret")
     assert result.exit_code == 0, result.stderr
     (row,) = json.loads((tmp_path / "m.json").read_text())["releases"]
-    assert row["wheel_error"] is None
+    assert row["wheel_error"] is None and row["proof"]["state"] == "verified"
     written = sorted(Path(w).name for w in row["wheels"])
     assert written == sorted(p.name for p in (tmp_path / "m" / "wheels").iterdir())
     assert [parse_wheel_filename(n)[3] for n in written] == [

@@ -365,7 +365,7 @@ def matrix_grid(console: Console, series: str, rows: list[Row], *, quiet: bool =
             status,
             ("[yellow]stale[/]" if r.port_stale else "yes") if r.port else "-",
             *[_t(cells.get(n, "-")) for n in names],
-            _GRID_VERIFY.get(r.verify, "-") if r.verify else "-",
+            _GRID_VERIFY.get(r.verify, "-") if r.verify else _t(r.proof.state if r.proof else "-"),
             f"{r.seconds:.1f}",
         )
     console.print(table)

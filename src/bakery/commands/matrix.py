@@ -20,7 +20,7 @@ from bakery.bake.strict import needs_review
 from bakery.context import Context
 from bakery.errors import BakeryError, ReportedError, UsageError
 from bakery.logs import muted
-from bakery.model.report import DiffResult
+from bakery.model.report import DiffResult, Proof
 from bakery.model.results import BakeStatus, Outcome, VerifyState
 from bakery.safety import limits
 from bakery.safety.text import clean, md_cell
@@ -49,6 +49,20 @@ class Row:
     port_stale: list[str] = field(default_factory=list)
     #: the tests that failed or errored (pytest's node ids, from the verify's JUnit XML)
     failed_tests: list[str] = field(default_factory=list)
+    #: what the bake's report says of the tree (issue 45: ``BakeReport.proof``); a verify
+    #: of the row decides it (``proof``)
+    baked_proof: Proof | None = None
+
+    @property
+    def proof(self) -> Proof | None:
+        """The row's proof state: its verify's verdict where one ran, else the bake's."""
+        if self.status not in ("baked", "checked"):
+            return None
+        if self.verified:
+            return Proof("verified", f"verify {self.verify_cell}")
+        if self.verify == "failed":
+            return Proof("failed", "the series' tests failed on this bake")
+        return self.baked_proof or Proof("unverified", "not yet tested")
 
     @property
     def verified(self) -> bool:
@@ -91,6 +105,7 @@ class Row:
             "diffs": [d.to_json() for d in self.diffs],
             "wheels": self.wheels,
             "wheel_error": self.wheel_error,
+            "proof": self.proof.to_json() if self.proof else None,
         }
 
     @classmethod
@@ -113,6 +128,7 @@ class Row:
             wheel_error=_str(r.get("wheel_error")),
             known_defects=_defects(r.get("known_defects")),
             port_stale=_lines(r.get("port_stale")),
+            baked_proof=Proof.from_json(r.get("proof")),
         )
 
 
@@ -247,10 +263,10 @@ def _bake_release(
         opts = commands.ApplyOptions(vllm=version, out=out, force=True, remember=False)
         report = commands.apply(ctx, series, opts)
         row.status, row.port, row.port_stale = report.status, report.port, report.port_stale
-        row.diffs = report.diffs
+        row.diffs, row.baked_proof = report.diffs, report.proof
         if verify and report.status == "baked":
             _verify(ctx, row, series, out, interpret)
-        if wheels and report.status == "baked" and (row.verify is None or row.verified):
+        if wheels and report.status == "baked":
             _wheels(ctx, row, out, Path(out_root) / "wheels")
     except ReportedError as e:
         row.error = e.message
@@ -328,11 +344,25 @@ def exit_code(rows: list[Row], allow_fail: bool) -> int:
 
 
 def _wheels(ctx: Context, row: Row, tree: Path, out_dir: Path) -> None:
-    """matrix --wheels: the release's baked wheel for every platform, into out_dir."""
+    """matrix --wheels: the release's baked wheel for every platform, into out_dir, only
+    from a verified bake (issue 45: nothing unverified is published): the row's verify,
+    else a verdict recorded for the tree's content (``bakery verify``)."""
+    from bakery.commands import proof as proofs
     from bakery.commands.wheel import platforms, wheels_from_tree
+    from bakery.package.baked import read_baked
+    from bakery.package.wheel import refuse_built
 
     try:
-        paths = wheels_from_tree(ctx, tree, platforms("all"), out_dir)
+        refuse_built(read_baked(tree))  # what a wheel cannot carry is said first
+        proof = row.proof if row.verify is not None else proofs.of_tree(ctx.cache.root, tree)
+        if proof is None or not proof.verified:
+            if row.verify is None:
+                row.wheel_error = (
+                    "not verified: matrix --wheels writes the wheels of verified bakes only "
+                    "(add --verify)"
+                )
+            return  # a verify that failed or could not run is the row's failure already
+        paths = wheels_from_tree(ctx, tree, platforms("all"), out_dir, proof)
     except BakeryError as e:
         row.wheel_error = e.message
         return
@@ -412,12 +442,18 @@ def to_markdown(series: str, rows: list[Row], title: str = "bakery matrix") -> s
                     f"{icon} " + md_cell(r.status + (f": {r.error}" if r.error else "")),
                     md_cell(_port_cell(r)),
                     *[md_cell(cells.get(n, "-")) for n in names],
-                    md_cell(r.verify_cell),
+                    md_cell(r.verify_cell if r.verify else _proof_cell(r)),
                 ]
             )
             + " |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _proof_cell(r: Row) -> str:
+    """The verify column of a row no verify ran for: its proof state (issue 45), never a
+    bare "-" that reads as nothing to worry about."""
+    return r.proof.state if r.proof else "-"
 
 
 def _port_cell(r: Row) -> str:
@@ -570,6 +606,7 @@ def _report_rows(data: object) -> tuple[str | None, list[Row]]:
             _diffs(data.get("diffs", [])),
             _verify_state(data.get("verify")),
             port_stale=_lines(data.get("port_stale")),
+            baked_proof=Proof.from_json(data.get("proof")),
         )
         return str(_str(data["series"]["name"])), [row]
     return None, []
