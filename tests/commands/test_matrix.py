@@ -232,7 +232,10 @@ def test_json_keys_port_and_seconds(
     assert rows["1.0.0"]["port_stale"] == []
     assert rows["1.1.0"]["port_stale"] == ["port has no provenance record"]
     # issue 45: each row's proof state; a port without a record is stale, never verified
-    assert rows["1.0.0"]["proof"]["state"] == "unverified"
+    assert rows["1.0.0"]["proof"] == {
+        "state": "unverified",
+        "reason": "0 hunks merged; not yet tested",
+    }
     assert rows["1.1.0"]["proof"] == {
         "state": "stale",
         "reason": "patches/s/1.1.0: port has no provenance record",
