@@ -205,3 +205,15 @@ def test_a_rename_merges_on_a_release_that_changed_its_source(
     }
     (f,) = json.loads((tmp_path / "r.json").read_text())["diffs"][0]["files"]
     assert (f["path"], f["hunks"][0]["status"]) == ("vllm/util.py", "merged")
+
+
+def test_a_git_copy_keeps_its_source_and_says_so(cli: Cli, home: Path, tmp_path: Path) -> None:
+    diff = (
+        "diff --git a/one b/two\nsimilarity index 90%\ncopy from one\ncopy to two\n"
+        "--- a/one\n+++ b/two\n" + HUNK
+    )
+    r = bake(cli, home, tmp_path, {"one": "a\n"}, diff)
+    assert r.exit_code == 0, r.output
+    assert files(tmp_path / "out") == {"one": "a\n", "two": "b\n"}
+    notes = json.loads((tmp_path / "r.json").read_text())["diffs"][0]["notes"]
+    assert notes == ["copies one to two (git's 'copy from/to')"]

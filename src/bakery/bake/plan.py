@@ -256,7 +256,8 @@ def _notes(d: Diff, strip: int) -> list[str]:
         )
     for fp in d.files:
         if fp.move is not None:
-            notes.append(f"{fp.move}s {fp.source} to {fp.path} (git's '{fp.move} from/to')")
+            verb = "renames" if fp.move == "rename" else "copies"
+            notes.append(f"{verb} {fp.source} to {fp.path} (git's '{fp.move} from/to')")
         elif fp.other_path is not None:
             notes.append(
                 f"names {fp.other_path} and {fp.path}: patches {fp.path}, as GNU patch "

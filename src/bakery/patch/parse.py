@@ -209,7 +209,7 @@ class Diff:
                 fp.new_path = _tree_path(self, fp, b, s, root)
                 if fp.old_path == fp.new_path:
                     raise DiffError(
-                        self.path, fp.diff_line, f"{fp.move}s {fp.old_path} onto itself"
+                        self.path, fp.diff_line, f"a git {fp.move} of {fp.old_path} onto itself"
                     )
                 continue
             fp.old_path = None if fp.is_new else _tree_path(self, fp, fp.old_name, strip, root)
