@@ -89,7 +89,11 @@ def _moves(diff: Diff | None) -> dict[str, str]:
     """The diff's git renames: new path -> old path (refresh writes them back as renames)."""
     if diff is None:
         return {}
-    return {fp.path: fp.source for fp in diff.files if fp.move == "rename"}
+    return {  # paths are None in a diff not resolved against a tree: no renames to keep
+        fp.new_path: fp.old_path
+        for fp in diff.files
+        if fp.move == "rename" and fp.new_path and fp.old_path
+    }
 
 
 def render_diff(
