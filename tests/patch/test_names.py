@@ -205,6 +205,19 @@ def test_a_rename_merges_on_a_release_that_changed_its_source(
     }
     (f,) = json.loads((tmp_path / "r.json").read_text())["diffs"][0]["files"]
     assert (f["path"], f["hunks"][0]["status"]) == ("vllm/util.py", "merged")
+    # its port (refresh of the tree baked on 0.33.0) keeps the rename, and bakes the same tree
+    r = cli("refresh", "m", "--tree", tmp_path / "o")
+    assert r.exit_code == 0, r.output
+    port = (home / "patches/m/0.33.0/01-mv.diff").read_text()
+    assert port.startswith(
+        "diff --git a/vllm/helpers.py b/vllm/util.py\nrename from vllm/helpers.py\n"
+    )
+    r = cli(
+        "apply", "m", "--vllm", "0.33.0", "--out", tmp_path / "p", "--json", tmp_path / "p.json"
+    )
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "p.json").read_text())["port"].endswith("patches/m/0.33.0")
+    assert files(tmp_path / "p") == files(tmp_path / "o")
 
 
 def test_a_git_copy_keeps_its_source_and_says_so(cli: Cli, home: Path, tmp_path: Path) -> None:
