@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import importlib.metadata
 import json
 import logging
@@ -229,13 +228,16 @@ MACHINERY = ("bakery.testing", "bakery.verifying")
 
 def machinery() -> dict[str, str]:
     """Every file of the :data:`MACHINERY` packages, by package (``bakery.testing/plugin.py``)."""
+    import importlib.util
+
     out: dict[str, str] = {}
     for name in MACHINERY:
-        module = sys.modules.get(name)
-        if module is None:
-            with contextlib.suppress(ImportError):
-                module = importlib.import_module(name)
+        module = sys.modules.get(name)  # where it was imported from, else found (not run)
         where = getattr(module, "__file__", None)
+        if module is None:
+            with contextlib.suppress(ImportError, ValueError):
+                spec = importlib.util.find_spec(name)
+                where = spec.origin if spec is not None else None
         if where:
             for rel, what in _files(Path(where).parent, recursive=True).items():
                 out[f"{name}/{rel}"] = what
