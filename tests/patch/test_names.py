@@ -230,3 +230,19 @@ def test_a_git_copy_keeps_its_source_and_says_so(cli: Cli, home: Path, tmp_path:
     assert files(tmp_path / "out") == {"one": "a\n", "two": "b\n"}
     notes = json.loads((tmp_path / "r.json").read_text())["diffs"][0]["notes"]
     assert notes == ["copies one to two (git's 'copy from/to')"]
+
+
+def test_a_file_turned_into_a_folder_in_one_diff(cli: Cli, home: Path, tmp_path: Path) -> None:
+    diff = (
+        "diff --git a/foo b/foo\ndeleted file mode 100644\n--- a/foo\n+++ /dev/null\n"
+        "@@ -1 +0,0 @@\n-hello\n"
+        "diff --git a/foo/baz b/foo/baz\nnew file mode 100644\n--- /dev/null\n+++ b/foo/baz\n"
+        "@@ -0,0 +1 @@\n+inside\n"
+    )
+    r = bake(cli, home, tmp_path, {"foo": "hello\n"}, diff)
+    assert r.exit_code == 0, r.output
+    assert files(tmp_path / "out") == {"foo/baz": "inside\n"}
+    # without the deletion, the file is in the way: refused, naming it
+    make_series(home, "t", {"01-x.diff": diff[diff.index("diff --git a/foo/baz") :]})
+    r = cli("apply", "t", "--vllm", tmp_path / "tree", "--out", tmp_path / "o2")
+    assert r.exit_code == 2 and "foo/baz: foo is a file, not a folder" in r.output
