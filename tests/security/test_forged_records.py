@@ -196,3 +196,31 @@ def test_matrix_verify_never_takes_a_forged_green_record(
     (row,) = json.loads(Path("m.json").read_text())["releases"]
     assert row["verify"] == "failed", row
     assert runs.read_text().count("ran") == 2
+
+
+def test_port_never_says_no_port_needed_on_a_forged_green_record(
+    cli: Cli, index: Index, home: Path, tmp_path: Path
+) -> None:
+    """``port`` consults the same records: the series' own diffs apply on the new
+    release but its tests fail there; a record edited to say passed changes nothing."""
+    index.add("vllm-1.0.0.tar.gz", sdist("1.0.0", files=2, modules={"vllm/mod.py": BASE}))
+    index.add("vllm-1.2.0.tar.gz", sdist("1.2.0", files=3, modules={"vllm/mod.py": BASE}))
+    folder = series(home, BASE, BASE.replace("line3\n", "line three\n"))
+    runs = tmp_path / "runs.txt"
+    test = (
+        "from bakery.testing import load_tree_module\n\n\ndef test_red():\n"
+        f"    open({str(runs)!r}, 'a').write('ran\\n')\n"
+        "    assert not load_tree_module('vllm.pkg.m002')\n"  # only 1.2.0 has m002
+    )
+    write_files(folder, {"tests/test_red.py": test})
+    args = ("port", "s", "--vllm", "1.2.0", "--interpret", "--json", "port.json")
+    first = cli(*args)
+    assert "no port needed" not in first.output, first.output
+    ran = runs.read_text().count("ran")
+    assert ran >= 1
+    for record in _records():
+        _say_passed(record)
+    again = cli(*args)
+    assert "no port needed" not in again.output, again.output
+    assert json.loads(Path("port.json").read_text())["no_port_needed"] is False
+    assert runs.read_text().count("ran") > ran  # the tests ran again
