@@ -246,3 +246,22 @@ def test_a_file_turned_into_a_folder_in_one_diff(cli: Cli, home: Path, tmp_path:
     make_series(home, "t", {"01-x.diff": diff[diff.index("diff --git a/foo/baz") :]})
     r = cli("apply", "t", "--vllm", tmp_path / "tree", "--out", tmp_path / "o2")
     assert r.exit_code == 2 and "foo/baz: foo is a file, not a folder" in r.output
+
+
+def test_a_diff_u_of_x_orig_among_git_diffs_gets_its_own_strip(
+    cli: Cli, home: Path, tmp_path: Path
+) -> None:
+    src = write_files(tmp_path / "tree", {"vllm/x.py": "a\n", "vllm/k.py": "a\n"})
+    make_series(
+        home,
+        "s",
+        {
+            "01-git.diff": "--- a/vllm/x.py\n+++ b/vllm/x.py\n" + HUNK,
+            "02-orig.diff": "--- vllm/k.py.orig\t2024-01-01 00:00:00\n+++ vllm/k.py\n" + HUNK,
+        },
+    )  # no series.toml: the layout is detected, and the second diff's strip is its own
+    r = cli("apply", "s", "--vllm", src, "--out", tmp_path / "out", "--json", tmp_path / "r.json")
+    assert r.exit_code == 0, r.output
+    assert files(tmp_path / "out") == {"vllm/x.py": "b\n", "vllm/k.py": "b\n"}
+    notes = json.loads((tmp_path / "r.json").read_text())["diffs"][1]["notes"]
+    assert "names vllm/k.py.orig and vllm/k.py: patches vllm/k.py" in " ".join(notes)

@@ -293,6 +293,20 @@ def _hits(names: list[str], strip: int, root: str, tree: Path) -> int:
     return hits
 
 
+def _all_found(d: Diff, strip: int, root: str, tree: Path) -> bool:
+    """Whether every file the diff modifies or deletes exists under this strip: one of the
+    two names of a plain diff whose names differ (``x.orig``/``x``) is enough."""
+    for fp in d.files:
+        if fp.is_new or fp.move is not None:
+            continue
+        names = [fp.old_name]
+        if not fp.git and not fp.is_delete and fp.new_name != fp.old_name:
+            names.append(fp.new_name)
+        if not _hits(names, strip, root, tree):
+            return False
+    return True
+
+
 def _own_strip(d: Diff, strip: int, root: str, tree: Path) -> int | None:
     """The strip of one diff, where the series' does not fit it: its names agree (old and
     new name the same file) and more of them exist in the tree; None: the series' fits."""
@@ -304,7 +318,7 @@ def _own_strip(d: Diff, strip: int, root: str, tree: Path) -> int | None:
             return None
         # every name missing under the series' strip: another only where all of them exist
         # (a file gone upstream must stay a missing file, not find a namesake elsewhere)
-        full = [s for s in range(0, 8) if s != strip and _hits(names, s, root, tree) == len(names)]
+        full = [s for s in range(0, 8) if s != strip and _all_found(d, s, root, tree)]
         return full[0] if full else None
     scored = [(_hits(names, s, root, tree), -s, s) for s in range(need, 8)]
     hits, _, own = max(scored)
