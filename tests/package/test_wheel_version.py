@@ -120,3 +120,27 @@ def test_the_baked_package_states_the_wheels_local_version(
         )
     else:
         assert (target / "vllm" / "_version.py").read_text() == version_module
+
+
+def test_a_quiet_wheel_verifies_into_a_log(
+    cli: Callable[..., Result], index: Index, home: Path, tmp_path: Path
+) -> None:
+    """-q with the verify that publishing asks for: pytest's output goes to a log beside the
+    baked tree, not to the terminal."""
+    index.add(f"vllm-{VERSION}.tar.gz", _sdist())
+    index.add(
+        f"vllm-{VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl",
+        _wheel(SCM_VERSION.format(v=VERSION)),
+    )
+    diff = udiff("vllm/k.py", K, K.replace("X3 = 3\n", "X3 = 33\n"), "a", "b")
+    series = make_series(home, "demo", {"01-k.diff": diff}, toml='strip = 1\nroot = ""\n')
+    (series / "tests").mkdir()
+    (series / "tests" / "test_k.py").write_text(
+        "def test_k(baked_tree):\n    assert 'X3 = 33' in (baked_tree / 'vllm/k.py').read_text()\n"
+    )
+    r = cli("-q", "wheel", "demo", "--vllm", VERSION, "--platform", "x86_64", "--interpret")
+    assert r.exit_code == 0, r.output
+    assert "test session starts" not in r.output, r.output
+    assert r.output.strip().splitlines()[-1].startswith("wrote dist/vllm-9.9.0+demo.")
+    log = home / "build" / f"demo-{VERSION}.verify.log"
+    assert "1 passed" in log.read_text()

@@ -81,9 +81,15 @@ def _verify(ctx: Context, series_spec: str, tree: Path, publish: Publish) -> Pro
 
     shown = display_path(tree)
     series = load_series(series_spec, ctx.home)
+    # -q (progress not logged): pytest's output goes to a log beside the tree, not the terminal
+    quiet = not _log.isEnabledFor(logging.INFO)
+    log = tree.with_name(tree.name + ".verify.log") if quiet else None
     try:
         plan = plans.for_series(
-            series, tree, plans.VerifyOptions(interpret=publish.interpret), cache=ctx.cache
+            series,
+            tree,
+            plans.VerifyOptions(interpret=publish.interpret, log=log),
+            cache=ctx.cache,
         )
         _log.info(
             f"verifying {shown} before it is published {plan.device}", extra={"event": "verify"}
@@ -100,6 +106,7 @@ def _verify(ctx: Context, series_spec: str, tree: Path, publish: Publish) -> Pro
         raise NotVerified(
             f"{shown}: verify did not pass ({why}); nothing unverified is published "
             f"(`bakery verify {series.name} --tree {shown}` shows why; or pass --unverified)"
+            + (f"; its output: {display_path(log)}" if log is not None else "")
         )
     return found
 
