@@ -172,7 +172,9 @@ def test_a_second_series_bakes_and_verifies_in_the_full_environment(
     assert not (tree / GONE).exists()
 
     capfd.readouterr()
-    r = cli("verify", "myteam")  # series.toml: env = "full"
+    # series.toml: env = "full"; pytest's -v: its summary lists each module from the tree
+    # (without it, past three, one line: a full environment loads some 170)
+    r = cli("verify", "myteam", "--", "-v")
     out = capfd.readouterr().out
     assert r.exit_code == 0, r.output + out
     assert "environment: full" in r.output
