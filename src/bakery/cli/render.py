@@ -454,6 +454,12 @@ def _skips_and_pristine(console: Console, r: VerifyResult) -> None:
         )
     for line in r.pristine:
         console.print(_t(line), soft_wrap=True)
+    if r.pristine_not_run:  # issue 45: one line, the oracle's tests left out, and why
+        console.print(
+            f"[yellow]pristine oracle not run:[/] {_t(r.pristine_not_run)}; its tests were "
+            "left out (pass the pristine tree: -- --bakery-pristine DIR)",
+            soft_wrap=True,
+        )
 
 
 def verify_summary(
@@ -516,6 +522,8 @@ def _verify_verdict(r: VerifyResult) -> str:
         words, colour = "verified, with known defects", "yellow"
     else:
         words, colour = "verified", "green"
+    if r.exit_code == 0 and r.pristine_not_run:
+        words, colour = f"{words}, pristine oracle not run", "yellow"
     if r.reused and r.key:
         words += f" (reused from {r.reused}, {r.key[:16]})"
     return f"[bold {colour}]{_t(words)}[/]"

@@ -93,7 +93,8 @@ def of_result(result: VerifyResult, device: str) -> Proof | None:
     nothing either way)."""
     counts = f"{result.passed} passed, {result.failed} failed, {result.skipped} skipped"
     if result.exit_code == 0 and result.passed:
-        return Proof("verified", f"the series' tests passed {device} ({counts})")
+        oracle = "; pristine oracle not run" if result.pristine_not_run else ""
+        return Proof("verified", f"the series' tests passed {device} ({counts}{oracle})")
     if result.failed or result.errors:
         return Proof("failed", f"the series' tests failed {device} ({counts})")
     return None

@@ -81,6 +81,8 @@ class VerifyPlan:
     #: the series' folder (its data: known defects, expectations per release)
     series_dir: Path | None = None
     pristine: Path | None = None
+    #: why the pristine oracle's tests do not run (no pristine tree, none to fetch)
+    pristine_missing: str | None = None
     jobs: int = 1
     junit: Path | None = None
     log: Path | None = None
@@ -125,11 +127,13 @@ def build(
         cache = Cache()
     name = options.env or series_env or environments.default(interpret=interpret)
     env = environments.get(name).prepare(tree, gpu=not interpret, cache=cache)
-    pristine = options.pristine
+    pristine, missing = options.pristine, None
     if pristine is None and not any(a.startswith("--bakery-pristine") for a in args):
-        pristine = cached_pristine(tree, cache)
+        pristine, missing = pristine_for(tests, tree, cache)
     if pristine is not None and not any(a.startswith("--bakery-pristine") for a in args):
         args.append(f"--bakery-pristine={pristine}")
+    if missing is not None:
+        args.append("--bakery-no-pristine")  # its tests are left out, and said to be
     cache_root = cache.root if options.reuse is not Reuse.OFF else None
     return VerifyPlan(
         tests=tests,
@@ -140,6 +144,7 @@ def build(
         pytest_args=tuple(args),
         series_dir=series_dir,
         pristine=pristine,
+        pristine_missing=missing,
         jobs=_jobs(options.jobs, interpret, args),
         junit=Path(options.junit).resolve() if options.junit is not None else None,
         log=options.log,
@@ -204,6 +209,37 @@ def _jobs(jobs: int | None, interpret: bool, pytest_args: Sequence[str]) -> int:
     if jobs > 1 and importlib.util.find_spec("xdist") is None:
         raise VerifyError("--jobs needs pytest-xdist: install bakery[kernels]")
     return jobs
+
+
+def pristine_for(tests: Path, tree: Path, cache: Cache) -> tuple[Path | None, str | None]:
+    """(the pristine tree of the bake's release, why there is none) for the oracle tests
+    (issue 45: a tree verified on a host that did not bake it): the cached one; else, where
+    the series' tests ask for it (``pristine_tree``), the release fetched into the cache
+    from the package index; where that fails, why, and the oracle's tests do not run."""
+    found = cached_pristine(tree, cache)
+    release = expect.Bake.of(tree).release
+    if found is not None or release is None or not _asks_for_pristine(tests):
+        return found, None
+    from bakery.errors import BakeryError
+    from bakery.sources import resolve
+
+    try:
+        resolve.release(release, cache).close()
+    except BakeryError as e:
+        return None, f"vLLM {release} is not in bakery's cache and cannot be fetched ({e.message})"
+    found = cached_pristine(tree, cache)
+    return found, None if found is not None else f"vLLM {release}: no pristine tree in the cache"
+
+
+def _asks_for_pristine(tests: Path) -> bool:
+    """Whether a test of the folder takes the ``pristine_tree`` fixture (read, not run)."""
+    for path in sorted(tests.rglob("*.py")):
+        try:
+            if "pristine_tree" in path.read_text(encoding="utf-8", errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def cached_pristine(tree: Path, cache: Cache) -> Path | None:

@@ -68,6 +68,8 @@ class VerifyResult:
     known_defects: dict[str, int] = field(default_factory=dict)
     #: Skips that the release's expectations do not list (counted in ``failed`` too).
     unexpected_skips: int = 0
+    #: why the pristine oracle's tests were left out (no pristine tree could be had)
+    pristine_not_run: str | None = None
     #: The release the expectations came from (None: the series has none for this bake).
     expectations: str | None = None
     #: pytest-xdist workers (1: one process).
@@ -147,6 +149,15 @@ def verify_environment(plan: VerifyPlan, base: Mapping[str, str] | None = None) 
 
 
 def run_verify(plan: VerifyPlan) -> VerifyResult:
+    """:func:`_run_verify`, and why the pristine oracle's tests did not run, where they
+    did not (issue 45: ``verified, pristine oracle not run``)."""
+    result = _run_verify(plan)
+    if plan.pristine_missing is not None:
+        result = replace(result, pristine_not_run=plan.pristine_missing)
+    return result
+
+
+def _run_verify(plan: VerifyPlan) -> VerifyResult:
     """Run the plan's tests against its tree; pytest prints as it goes (or, with
     ``plan.log``, writes to that file: parallel matrix workers).
 
