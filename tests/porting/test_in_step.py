@@ -272,7 +272,10 @@ def test_a_fix_that_conflicts_with_the_port_leaves_a_tree_and_writes_nothing(
         assert "does not merge into it (02-rev.diff: vllm/k.py)" in stopped.output
         assert "bakery port s --update --vllm 1.1.0" in stopped.output
         assert json.loads(Path(f"{cmd}.json").read_text())["status"] == "error"
-    assert not (home / "build" / "s-1.1.0").exists()
+    wheel = _cli("wheel", "s", "--vllm", "1.1.0", "--platform", "x86_64", "--unverified")
+    assert wheel.exit_code == 1, wheel.output
+    assert "bakery port s --update --vllm 1.1.0" in wheel.output
+    assert not (home / "build" / "s-1.1.0").exists() and not (home / "dist").exists()
 
 
 def test_a_port_without_a_record_is_said(project: tuple[Path, Index]) -> None:
