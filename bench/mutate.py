@@ -47,7 +47,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "bench" / "mutate.toml"
-OUT = ROOT / "build" / "mutate"
+OUT = Path(os.environ.get("MUTATE_OUT") or ROOT / "build" / "mutate")
 IGNORE = shutil.ignore_patterns("__pycache__", ".hypothesis", ".pytest_cache", "*.egg-info")
 
 
@@ -61,7 +61,9 @@ def _copy(work: Path, also: list[str]) -> None:
     shutil.copy2(ROOT / "pyproject.toml", work / "pyproject.toml")
 
 
-def _setup_cfg(module: str, tests: list[str], also: list[str], timeout: int) -> str:
+def _setup_cfg(
+    module: str, tests: list[str], also: list[str], timeout: int, isolation: str = "fork"
+) -> str:
     lines = "\n    ".join
     return (
         "[mutmut]\n"
@@ -73,6 +75,9 @@ def _setup_cfg(module: str, tests: list[str], also: list[str], timeout: int) -> 
         "pytest_add_cli_args =\n    -p\n    no:cacheprovider\n    -p\n    no:xdist\n"
         f"    --timeout={timeout}\n"
         "use_git_change_detection = false\n"
+        # forkserver: where the tests leave a child of mutmut's own process (a verify's
+        # pytest), the fork runner's os.wait() reaps it and stops on a pid it never started
+        f"process_isolation = {isolation}\n"
         "use_setproctitle = false\n"
     )
 
@@ -161,7 +166,8 @@ def run_one(
         names = sorted(_results(work, module))
     else:
         _copy(work, also)
-        (work / "setup.cfg").write_text(_setup_cfg(module, tests, also, timeout))
+        isolation = str(spec.get("isolation", "fork"))
+        (work / "setup.cfg").write_text(_setup_cfg(module, tests, also, timeout, isolation))
         names = _generate(work, module)
     limit = sample if sample is not None else spec.get("sample")
     chosen = names
