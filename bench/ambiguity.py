@@ -32,6 +32,7 @@ from pathlib import Path
 
 from bakery.checks.guard import LANDED, _changed, _first, _names
 from bakery.checks.pyindex import index
+from bakery.patch.diffs import FilePatch
 from bakery.patch.engine import (
     FileResult,
     Outcome,
@@ -41,7 +42,7 @@ from bakery.patch.engine import (
     apply_file,
     split_lines,
 )
-from bakery.patch.parse import FilePatch, read_diff
+from bakery.patch.parse import read_diff
 from bakery.sources.cache import Cache
 from bakery.sources.resolve import release
 

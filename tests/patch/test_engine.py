@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from bakery.patch.diffs import FilePatch
 from bakery.patch.engine import FileResult, Outcome, apply_file, split_lines, worst
-from bakery.patch.parse import FilePatch, read_diff
+from bakery.patch.parse import read_diff
 from tests.support.gnupatch import assert_same_as_gnu, fpatch, gnu, needs_patch, outcomes
 from tests.support.paths import SAMPLES
 

@@ -9,7 +9,8 @@ import pytest
 import unidiff
 
 from bakery.errors import DiffError, UnsafePathError
-from bakery.patch.parse import DEV_NULL, read_diff
+from bakery.patch.diffs import DEV_NULL
+from bakery.patch.parse import read_diff
 from tests.support.paths import PROJECT, SAMPLES
 
 GOOD = [

@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bakery.errors import BakeryError, DiffError
+from bakery.patch.diffs import FilePatch
 from bakery.patch.engine import FileResult, Outcome, apply_file
-from bakery.patch.parse import FilePatch, read_diff
+from bakery.patch.parse import read_diff
 
 PROPS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

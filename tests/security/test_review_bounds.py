@@ -28,7 +28,22 @@ def _diff(path: str, hunks: list[tuple[list[str], list[str]]]) -> bytes:
 
 def _lines(n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
-    words = "def return self if else for in range len import from class None True".split()
+    words = [
+        "def",
+        "return",
+        "self",
+        "if",
+        "else",
+        "for",
+        "in",
+        "range",
+        "len",
+        "import",
+        "from",
+        "class",
+        "None",
+        "True",
+    ]
     return [
         f"{' '.join(rng.choice(words) for _ in range(rng.randint(3, 9)))}  # {seed}-{i}"
         for i in range(n)

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from bakery.patch.diffs import FilePatch
 from bakery.patch.engine import FileResult
-from bakery.patch.parse import FilePatch, read_diff
+from bakery.patch.parse import read_diff
 
 PATCH = shutil.which("patch")
 

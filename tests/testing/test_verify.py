@@ -22,9 +22,9 @@ from bakery.testing import loader, standins
 from bakery.testing.dist import RankError, RankPool, RankTimeout
 from bakery.verifying.plan import VerifyPlan
 from bakery.verifying.runner import pytest_command
-from tests.support.verify import run_tests
 from tests.support.paths import FIXTURES, PROJECT
 from tests.support.trees import write_files
+from tests.support.verify import run_tests
 
 FIXTURE = FIXTURES / "dcp2_baked_0.30.0" / "candidate_blocks.py"
 MODULE = "vllm.model_executor.kernels.attention.dsa.candidate_blocks"

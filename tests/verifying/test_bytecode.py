@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from bakery.verifying import bytecode
-from tests.support.verify import run_tests
 from tests.support.trees import write_files
+from tests.support.verify import run_tests
 
 NO_WRITE = {"PYTHONDONTWRITEBYTECODE": "1"}
 

@@ -8,8 +8,8 @@ import textwrap
 from pathlib import Path
 
 from bakery.verifying.pristine import outcomes, split
-from tests.support.verify import run_tests
 from tests.support.trees import write_files
+from tests.support.verify import run_tests
 
 TESTS = textwrap.dedent("""\
     def value(tree):

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 from bakery.context import Context
 from bakery.errors import BakeryError
 from bakery.git import cmd as gitutil
+from bakery.patch.diffs import Diff, FilePatch
 from bakery.patch.engine import FileResult, HunkResult, Outcome, apply_file
-from bakery.patch.parse import Diff, FilePatch
 from bakery.patch.series import Series, detect_layout, load_series
 from bakery.sources import resolve as sources
 from bakery.sources.pristine import Pristine

@@ -13,8 +13,8 @@ from bakery.bake.merge import Fallback, diagnose
 from bakery.bake.staging import display_path
 from bakery.errors import UnsafePathError
 from bakery.model.report import BakeReport, DiffResult, bake_proof
+from bakery.patch.diffs import Diff, FilePatch
 from bakery.patch.engine import FileResult, Outcome, apply_file
-from bakery.patch.parse import Diff, FilePatch
 from bakery.patch.series import Series, detect_layout
 from bakery.sources.pristine import Pristine
 

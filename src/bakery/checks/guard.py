@@ -28,8 +28,8 @@ from bakery.checks import contracts
 from bakery.checks.contracts import GONE, Use, World
 from bakery.checks.pyindex import PyIndex, Signature, index
 from bakery.model.report import DiffResult
+from bakery.patch.diffs import Diff, FilePatch, Hunk
 from bakery.patch.engine import HunkResult, Outcome
-from bakery.patch.parse import Diff, FilePatch, Hunk
 
 #: Outcomes whose place in the target is known (the engine found the hunk there).
 LANDED = (Outcome.APPLIED, Outcome.OFFSET, Outcome.FUZZ, Outcome.AMBIGUOUS)

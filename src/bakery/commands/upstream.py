@@ -26,7 +26,7 @@ from bakery.errors import UsageError
 from bakery.git import history
 from bakery.logs import muted
 from bakery.model.report import BakeReport
-from bakery.patch.parse import Diff
+from bakery.patch.diffs import Diff
 from bakery.sources.pristine import Pristine
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bakery.model.results import FileResult, HunkResult, Outcome, worst
-from bakery.patch.parse import FilePatch, Hunk
+from bakery.patch.diffs import FilePatch, Hunk
 
 __all__ = ["FileResult", "HunkResult", "Outcome", "apply_file", "apply_hunks", "worst"]
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bakery.errors import SeriesError
-from bakery.patch.parse import Diff, agreeing_strip, read_diff
+from bakery.patch.diffs import Diff, agreeing_strip
+from bakery.patch.parse import read_diff
 from bakery.project import project_root, where_series_are
 from bakery.safety import paths
 from bakery.sources import versions
