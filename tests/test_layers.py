@@ -4,7 +4,7 @@ Every module under src/bakery is parsed (ast, never imported), and each of its i
 another bakery package (at the top, inside a function, or under ``TYPE_CHECKING``) must go
 to a package of its own layer or a lower one:
 
-    cli > commands > porting, package > verifying > testing > bake > checks > context
+    cli > commands > porting, package, reports > verifying > testing > bake > checks > context
         > patch, sources, formats, git
         > model, project, safety, errors, outputs, redaction, logs, process
 
@@ -28,7 +28,7 @@ SRC = ROOT / "src" / "bakery"
 LAYERS: list[set[str]] = [
     {"__main__", "cli"},
     {"commands"},
-    {"porting", "package"},
+    {"porting", "package", "reports"},
     {"verifying"},
     {"testing"},
     {"bake"},

@@ -248,7 +248,7 @@ def test_strict_fails_an_offset_hunk_and_reports_ambiguity_in_json(tmp_path: Pat
 
 
 def test_a_merged_hunk_is_never_a_plain_pass_in_the_matrix_summary() -> None:
-    from bakery.commands.matrix import Row, to_markdown
+    from bakery.reports.matrix import Row, to_markdown
 
     def row(version: str, status: str) -> Row:
         hunk = {"index": 1, "status": status, "line": 1, "offset": 0, "fuzz": 0}

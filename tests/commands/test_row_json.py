@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from bakery.commands.matrix import Row
 from bakery.model.report import DiffResult
 from bakery.model.results import FileResult, HunkResult, Outcome
+from bakery.reports.matrix import Row
 
 
 def _row() -> Row:

@@ -20,7 +20,7 @@ from click.testing import Result
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bakery.commands import matrix as mx
+from bakery.reports import matrix as mx
 from bakery.safety.text import CILineGuard, clean, md_cell
 from tests.support.archives import sdist
 from tests.support.cli import refused

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bakery.commands import matrix as mx
 from bakery.errors import BakeryError
+from bakery.reports import matrix as mx
 
 HOSTILE = "\x1b[2J\r::error file=x::pwned|<img src=x onerror=alert(1)>"
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from bakery.commands.matrix import Row, to_junit, to_markdown, verify_state
+from bakery.commands.matrix import verify_state
 from bakery.errors import SeriesError
 from bakery.patch.series import fixes_for
+from bakery.reports.matrix import Row, to_junit, to_markdown
 from bakery.testing import expect
 from tests.support.trees import write_files
 from tests.support.verify import run_tests

@@ -20,12 +20,12 @@ from bakery.safety.urls import redact_text
 if TYPE_CHECKING:
     from bakery.commands.bisect import BisectResult
     from bakery.commands.listing import SeriesRow
-    from bakery.commands.matrix import Row
     from bakery.commands.proving import PortResult
     from bakery.commands.upstream import UpstreamReport
     from bakery.porting.refresh import Refreshed
     from bakery.porting.review import PortView
     from bakery.porting.update import UpdateResult as PortUpdate
+    from bakery.reports.matrix import Row
     from bakery.verifying.runner import VerifyResult
 
 
@@ -309,7 +309,7 @@ _SHORT = {
 
 def _cell(diff: DiffResult) -> str:
     """A grid cell: the diff's hunk outcomes counted, in short words."""
-    from bakery.commands.matrix import summarize
+    from bakery.reports.matrix import summarize
 
     parts = []
     for part in summarize(diff).split(", "):
@@ -335,7 +335,7 @@ def matrix_grid(console: Console, series: str, rows: list[Row], *, quiet: bool =
     """Releases by diffs. A diff's column is headed by its number (the names follow the
     grid), so that the grid stays readable at 80 columns; a release is never cut. quiet:
     one line per release instead."""
-    from bakery.commands.matrix import diff_names
+    from bakery.reports.matrix import diff_names
 
     if quiet:
         _matrix_lines(console, rows)

@@ -85,6 +85,7 @@ def matrix(o: Options) -> None:
     """Bake (and verify) a series on many vLLM releases, in parallel."""
     from bakery.commands import matrix as mx
     from bakery.patch.series import load_series
+    from bakery.reports import matrix as reports
 
     json_target(o.json_file)
     preflight((o.json_file, "--json"), (o.markdown, "--markdown"), (o.junit, "--junit"))
@@ -119,8 +120,8 @@ def matrix(o: Options) -> None:
     render.matrix_grid(human(), s.name, rows, quiet=_Invocation.quiet)
     render.matrix_wheels(human(), err_console, rows)
     if o.json_file:  # written before the reports, which may fail (a folder that is gone)
-        write_json(o.json_file, mx.to_json(s.name, rows))
-    mx.write_reports(s.name, rows, markdown=o.markdown, junit=o.junit)
+        write_json(o.json_file, reports.to_json(s.name, rows))
+    reports.write_reports(s.name, rows, markdown=o.markdown, junit=o.junit)
     refused = [strict_exit(o.strict, r.diffs, label=f"{r.version}: ") for r in rows]
     for r in rows if o.strict else []:
         for line in r.port_stale:

@@ -35,7 +35,7 @@ def summarize(
     ] = None,
 ) -> None:
     """Join JSON reports (one per CI job) into one Markdown summary."""
-    from bakery.commands import matrix as mx
+    from bakery.reports import matrix as mx
 
     preflight((markdown, "--markdown"))
     name, rows = mx.rows_from_reports([Path(r) for r in reports])
