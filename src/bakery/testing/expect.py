@@ -179,7 +179,9 @@ def check_files(series_dir: Path) -> None:
     load_defects(series_dir)
     path = series_dir / EXPECTATIONS_FILE
     if path.is_file():
-        table = _read(path).get("release", {})
+        data = _read(path)
+        _probes(path, data)  # a bad probe is said here, not first when a dev tree is verified
+        table = data.get("release", {})
         if not isinstance(table, dict):
             raise SeriesDataError(f'{path}: [release."X.Y.Z"] tables expected')
         for key in table:
