@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
+import bakery.testing.dist as dist
+import bakery.testing.nodes as nodes
 from bakery.errors import UsageError, VerifyError
-from bakery.testing import dist, nodes
 
 TOKEN = b"a-token-of-the-two-nodes-0123456789"
 PRINTS = {"tree": "1" * 64, "tests": "2" * 64, "bakery": "3" * 64}
