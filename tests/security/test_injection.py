@@ -191,9 +191,9 @@ def test_junit_is_well_formed_for_any_name(tmp_path: Path) -> None:
 
 
 def test_matrix_grid_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from bakery.cli import render
     from bakery.cli.app import out_console
+    from bakery.cli.commands.matrix import matrix_grid
 
     _, rows = mx.rows_from_reports([_hostile_report(tmp_path / "r.json")])
-    render.matrix_grid(out_console, HOSTILE, rows)
+    matrix_grid(out_console, HOSTILE, rows)
     assert_inert(capsys.readouterr().out)

@@ -17,7 +17,7 @@ import pytest
 from click.testing import Result
 from rich.console import Console
 
-from bakery.cli import render
+from bakery.cli.commands.verify import verify_summary
 from bakery.testing import expect
 from bakery.verifying.runner import VerifyResult
 from tests.support.trees import write_files
@@ -98,7 +98,7 @@ def test_the_verify_summary_cleans_defect_ids_from_a_result() -> None:
         exit_code=0, pytest_exit_code=0, passed=1, known_defects={"\x1b[31mred\n::error::x": 1}
     )
     out = io.StringIO()
-    render.verify_summary(Console(file=out, width=200, color_system=None), result, [])
+    verify_summary(Console(file=out, width=200, color_system=None), result, [])
     text = out.getvalue()
     assert "known defect" in text and "\\x1b" in text
     assert not _raw(text), text

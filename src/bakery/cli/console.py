@@ -53,9 +53,10 @@ err_console = Console(
 )
 
 
-def safe(text: str) -> str:
-    """Text from input (errors quote it) made safe to print: see bakery.safety."""
-    return escape(clean(redact_text(text)))
+def safe(text: object) -> str:
+    """Text from input (errors quote it) made safe to print: one line, no control
+    characters, no rich markup, no credentials (see bakery.safety)."""
+    return escape(clean(redact_text(str(text))))
 
 
 class Invocation:

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
 
-from bakery.cli import render
 from bakery.cli.console import context as _context
 from bakery.cli.console import human
+from bakery.cli.console import safe as _safe
 from bakery.cli.parsing import (
     BakeryCommand,
     Word,
 )
+
+if TYPE_CHECKING:
+    from bakery.commands.listing import SeriesRow
 
 app = typer.Typer()
 
@@ -33,4 +37,22 @@ def list_(
     if as_json:
         typer.echo(json.dumps([r.to_json() for r in rows], indent=2))
     else:
-        render.series_list(human(), rows)
+        series_list(human(), rows)
+
+
+def series_list(console: Console, rows: list[SeriesRow]) -> None:
+    for row in rows:
+        console.print(
+            _safe(
+                f"{row.name}  base {row.base or '-'}  root {row.root or '(detected)'}  {row.path}"
+            )
+        )
+        if row.description:
+            console.print(f"  {_safe(str(row.description))}")
+        if row.ports:
+            console.print(_safe(f"  ports: {', '.join(row.ports)}"))
+        for d in row.diffs:
+            n = d.hunks
+            console.print(_safe(f"  {d.name}  ({n} hunk{'' if n == 1 else 's'})"))
+            for f in d.files:
+                console.print(_safe(f"    {f}"))

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
-from bakery.cli import render
 from bakery.cli.common import finish, json_target
 from bakery.cli.console import context as _context
 from bakery.cli.console import human
 from bakery.cli.console import safe as _safe
 from bakery.cli.options import JsonOpt, SeriesArg, command
 from bakery.errors import UsageError
+
+if TYPE_CHECKING:
+    from bakery.commands.proving import PortResult
+    from bakery.porting.update import UpdateResult as PortUpdate
 
 app = typer.Typer()
 
@@ -32,7 +37,7 @@ def _port_update(
     result = run_update(
         _context(), series, vllm=vllm, out_root=out, interpret=interpret, write=not dry_run
     )
-    render.port_update(human(), result)
+    port_update(human(), result)
     finish(0 if result.ok else 1, json_file, result)
 
 
@@ -139,5 +144,78 @@ def port(o: Options) -> None:
         write=not o.dry_run,
         syntax=not o.lines_only,
     )
-    render.port_result(human(), result)
+    port_result(human(), result)
     finish(0 if result.ok else 1, o.json_file, result)
+
+
+def port_result(console: Console, result: PortResult) -> None:
+    table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+    for col in ("start", "merge base", "conflicts", "hunks", "lines from previous port"):
+        table.add_column(col)
+    for c in result.candidates:
+        hunks = ", ".join(f"{n} {k}" for k, n in sorted(c.kinds.items()))
+        table.add_row(
+            _safe(c.start.label), c.start.release, str(c.failed), _safe(hunks), str(c.distance)
+        )
+    # the headline says what was tried; the verdict below, what came of it (issue 45)
+    console.print(f"[bold]{_safe(result.series)}[/]: a port to vLLM {_safe(result.target)}")
+    console.print(table)
+    for t in result.tried:
+        mark = "[green]accepted[/]" if t.accepted else "[red]not accepted[/]"
+        console.print(f"{_safe(t.start)}: verify {_safe(t.verify)}; {mark}")
+        for d in t.differences:
+            console.print(f"  differs: {_safe(d)}", soft_wrap=True)
+    for h in result.hunks:
+        why = f" ({h['reason']})" if h.get("reason") else ""
+        console.print(
+            _safe(f"{h['diff']}: {h['path']} hunk {h['hunk']}: {h['status']}{why}"),
+            soft_wrap=True,
+        )
+        for line in h.get("upstream") or []:  # type: ignore[attr-defined]
+            console.print(f"  upstream {_safe(str(line))}", soft_wrap=True)
+    if result.no_port_needed:
+        console.print(
+            f"[bold green]no port needed:[/] the series' own diffs bake and verify on "
+            f"vLLM {_safe(result.target)}; nothing written"
+        )
+    elif result.written:
+        did = "would write" if result.dry_run else "wrote"  # --dry-run writes nothing
+        console.print(f"[bold green]{did}[/] {_safe(result.written)} (with PROVENANCE.md)")
+    else:
+        where = f"; best attempt in {result.failed_out}" if result.failed_out else ""
+        console.print(f"[bold red]no proposal proven[/]{_safe(where)}")
+
+
+def port_update(console: Console, result: PortUpdate) -> None:
+    """bakery port --update: each port's state, and what is left to a person."""
+    for p in result.ports:
+        console.print(f"[bold]{_safe(p.port)}[/]: {_UPDATE_STATE.get(p.state, _safe(p.state))}")
+        for line in p.stale:
+            console.print(f"  {_safe(line)}", soft_wrap=True)
+        if p.verify:
+            console.print(f"  verify {_safe(p.verify)}", soft_wrap=True)
+        if p.why:
+            console.print(f"  {_safe(p.why)}", soft_wrap=True)
+        for c in p.conflicts:
+            console.print(
+                _safe(f"  {c['diff']}: {c['path']}:{c['line']}: conflict (the series' change)"),
+                soft_wrap=True,
+            )
+        if p.conflict_tree:
+            console.print(
+                _safe(
+                    f"  resolve the markers in {p.conflict_tree}, then: "
+                    f"bakery refresh {result.series} --tree {p.conflict_tree}"
+                ),
+                soft_wrap=True,
+            )
+
+
+_UPDATE_STATE = {
+    "current": "[green]current[/]",
+    "carried": "[green]carried, verify passed[/] (dry run: not written)",
+    "written": "[bold green]carried and written[/]",
+    "conflict": "[red]needs a hand: conflicts[/]",
+    "failed": "[red]needs a hand: verify did not pass[/]",
+    "cannot": "[red]cannot be updated[/]",
+}

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
 
-from bakery.cli import hints, render
+from bakery.cli import hints
 from bakery.cli.console import Invocation as _Invocation
 from bakery.cli.console import context as _context
 from bakery.cli.console import err_console, human
@@ -16,6 +17,9 @@ from bakery.cli.options import SeriesArg
 from bakery.cli.parsing import (
     BakeryCommand,
 )
+
+if TYPE_CHECKING:
+    from bakery.porting.refresh import Refreshed
 
 app = typer.Typer()
 
@@ -58,6 +62,22 @@ def refresh(
     done = worktree.refresh(_context(), series, tree, release, into=into, new_diff=new_diff)
     for n in done.notes:
         err_console.print(f"[dim]{_safe(n)}[/]", markup=True, soft_wrap=True)
-    render.refresh_done(
+    refresh_done(
         human(), done, hints.after_refresh(done, series, tree), quiet=_Invocation.quiet
     )
+
+
+def refresh_done(
+    console: Console, done: Refreshed, next_steps: list[str], *, quiet: bool = False
+) -> None:
+    """What refresh wrote: the folder, a diffstat per diff, and the next step."""
+    from bakery.bake.staging import display_path
+
+    console.print(f"refreshed {_safe(str(display_path(done.folder)))}", soft_wrap=True)
+    if not quiet:
+        for name, stat in done.diffstat:
+            console.print(_safe(f"  {name}  {stat}"), soft_wrap=True)
+    if next_steps:
+        console.print("next:", soft_wrap=True)
+        for step in next_steps:
+            console.print(f"  {_safe(step)}", soft_wrap=True)

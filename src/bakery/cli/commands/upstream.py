@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
 
 from bakery.cli import render
 from bakery.cli.common import finish, json_target
 from bakery.cli.console import context as _context
 from bakery.cli.console import human
+from bakery.cli.console import safe as _safe
 from bakery.cli.options import JsonOpt, SeriesArg
 from bakery.cli.parsing import (
     BakeryCommand,
 )
+
+if TYPE_CHECKING:
+    from bakery.commands.upstream import UpstreamReport
 
 app = typer.Typer()
 
@@ -51,5 +56,22 @@ def upstream(
         since=since,
     )
     render.bake_report(human(), result.check)
-    render.upstream_commits(human(), result)
+    upstream_commits(human(), result)
     finish(0 if result.check.ok else 1, json_file, result)
+
+
+def upstream_commits(console: Console, result: UpstreamReport) -> None:
+    """The commits since the last release that touched what the series relies on."""
+    n = len(result.commits)
+    console.print(
+        _safe(
+            f"{n} upstream commit{'s' if n != 1 else ''} since {result.since} "
+            f"(up to {result.commit[:12]}) touched what the series relies on"
+            + (":" if n else f" ({len(result.regions)} regions looked at)")
+        ),
+        soft_wrap=True,
+    )
+    for c in result.commits:
+        console.print(f"  [bold]{c.sha[:12]}[/] {_safe(c.subject)}", soft_wrap=True)
+        for t in c.touches:
+            console.print(f"    {_safe(t)}", soft_wrap=True)

@@ -4,21 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
 
-from bakery.cli import render
 from bakery.cli.common import finish, preflight
 from bakery.cli.console import Invocation as _Invocation
 from bakery.cli.console import context as _context
 from bakery.cli.console import err_console
+from bakery.cli.console import safe as _safe
 from bakery.cli.options import InterpretOpt, command
 from bakery.cli.parsing import (
     PYTEST_ARGS,
     PytestArgsCommand,
     Word,
 )
+
+if TYPE_CHECKING:
+    from bakery.verifying.runner import VerifyResult
 
 app = typer.Typer()
 
@@ -183,5 +187,100 @@ def verify(o: Options) -> None:
         nodes=where,
         require_transport=o.require_transport,
     )
-    render.verify_summary(err_console, result, edited, verbose=_Invocation.verbose)
+    verify_summary(err_console, result, edited, verbose=_Invocation.verbose)
     finish(result.exit_code)
+
+
+def _skips_and_pristine(console: Console, r: VerifyResult) -> None:
+    if r.unexpected_skips:
+        console.print(
+            f"[red]{r.unexpected_skips} unexpected skips[/] (not in the release's expected skips)"
+        )
+    for line in r.pristine:
+        console.print(_safe(line), soft_wrap=True)
+    if r.pristine_not_run:  # issue 45: one line, the oracle's tests left out, and why
+        console.print(
+            f"[yellow]pristine oracle not run:[/] {_safe(r.pristine_not_run)}; its tests were "
+            "left out (pass the pristine tree: -- --bakery-pristine DIR)",
+            soft_wrap=True,
+        )
+
+
+def verify_summary(
+    console: Console, result: VerifyResult, edited: list[str], *, verbose: bool = False
+) -> None:
+    """After pytest's own output: where the code came from (one line; each module with
+    ``verbose``), edits since the bake, counts."""
+    r = result  # bakery.verifying.runner.VerifyResult
+    if edited:
+        console.print(
+            "[yellow]the tree was edited since it was baked; these files differ "
+            "from the bake's manifest:[/]"
+        )
+        for f in edited:
+            console.print(f"  {_safe(f)}")
+    tree_mods = [m.name for m in r.from_tree]
+    stood = [f"{m.name} ({m.detail})" for m in r.stood_in]
+    if r.env == "full":
+        console.print("environment: full (vLLM's own requirements, bakery's torch and Triton)")
+    if tree_mods and verbose:
+        console.print("real, from the tree:")
+        for m in r.from_tree:
+            console.print(_safe(f"  {m.name}  ({m.detail})"), soft_wrap=True)
+    elif tree_mods:
+        shown = tree_mods if len(tree_mods) <= _MODULES_SHOWN else tree_mods[:_MODULES_SHOWN]
+        more = len(tree_mods) - len(shown)
+        tail = f" and {more} more (bakery -v verify lists them)" if more else ""
+        console.print(_safe(f"real, from the tree: {', '.join(shown)}{tail}"), soft_wrap=True)
+    console.print(_safe(f"stood in: {', '.join(stood) or 'none'}"), soft_wrap=True)
+    for fix in r.tool_fixes:
+        console.print(_safe(f"test tools: {fix}"), soft_wrap=True)
+    if r.expectations:
+        console.print(_safe(f"expectations: vLLM {r.expectations} (the series' expectations)"))
+    for defect, count in sorted(r.known_defects.items()):
+        noun = "test" if count == 1 else "tests"
+        console.print(f"[yellow]known defect {_safe(defect)}: {count} {noun}[/]")
+    _skips_and_pristine(console, r)
+    parts = [
+        f"{n} {label}"
+        for n, label in (
+            (r.passed, "passed"),
+            (r.failed, "failed"),
+            (r.errors, "errors"),
+            (r.skipped, "skipped"),
+            (sum(r.known_defects.values()), "known defect"),
+        )
+        if n
+    ]
+    console.print(f"{_verify_verdict(r)}: {', '.join(parts) or 'no tests ran'} {_verify_took(r)}")
+
+
+def _verify_verdict(r: VerifyResult) -> str:
+    """verified / verified, with known defects / tests failed / not verified; (reused from
+    DATE, KEY)."""
+    # "not verified" is kept for a verify that could not run or ran no test (README); tests
+    # that ran and failed are "tests failed"
+    if r.exit_code != 0:
+        words, colour = ("tests failed" if r.failed or r.errors else "not verified"), "red"
+    elif r.known_defects:
+        words, colour = "verified, with known defects", "yellow"
+    else:
+        words, colour = "verified", "green"
+    if r.exit_code == 0 and r.pristine_not_run:
+        words, colour = f"{words}, pristine oracle not run", "yellow"
+    if r.reused and r.key:
+        words += f" (reused from {r.reused}, {r.key[:16]})"
+    return f"[bold {colour}]{_safe(words)}[/]"
+
+
+def _verify_took(r: VerifyResult) -> str:
+    took = (
+        f"(that run took {r.elapsed:.1f}s; --no-reuse runs it again)"
+        if r.reused
+        else f"in {r.elapsed:.1f}s"
+    )
+    return took + (f"; JUnit {_safe(str(r.junit))}" if r.junit else "")
+
+
+#: Modules from the tree listed by name after a verify (a full environment imports hundreds).
+_MODULES_SHOWN = 3
