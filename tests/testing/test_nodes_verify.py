@@ -19,8 +19,6 @@ from click.testing import Result
 from tests.support.series import make_series, udiff
 from tests.support.trees import cache_release
 
-pytestmark = [pytest.mark.slow]
-
 TESTS = """\
 import pytest
 
@@ -107,6 +105,7 @@ def _nodes(rank: int, port: int) -> tuple[str, ...]:
     )
 
 
+@pytest.mark.slow
 def test_two_nodes_give_one_hosts_verdict_on_both(baked: Path) -> None:
     code, one = _done(_bakery(baked, "--no-reuse"))
     assert _verdict(one) == "tests failed: 2 passed, 1 failed, 1 skipped"
@@ -123,6 +122,7 @@ def test_two_nodes_give_one_hosts_verdict_on_both(baked: Path) -> None:
     assert f"node 1 {host}: world 2 ranks [1]" in head
 
 
+@pytest.mark.slow
 def test_a_worker_whose_tree_differs_stops_both_with_one_line(baked: Path) -> None:
     tree = next((baked / "build").glob("s-*"))
     other = baked / "other"
@@ -136,3 +136,56 @@ def test_a_worker_whose_tree_differs_stops_both_with_one_line(baked: Path) -> No
     assert (head_code, worker_code) == (2, 2)
     assert head.strip().splitlines()[-1].startswith(line)
     assert work.strip().splitlines()[-1] == head.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "said"),
+    [
+        (["--require-transport", "ib"], {}, "--require-transport: only with --nnodes"),
+        (
+            [
+                "--require-transport",
+                "tcp",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                "0",
+                "--master-addr",
+                "127.0.0.1",
+            ],
+            {},
+            "--require-transport 'tcp': use ib or socket",
+        ),
+        (
+            ["--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1"],
+            {},
+            "--nnodes: set BAKERY_VERIFY_TOKEN",
+        ),
+        (
+            ["--nnodes", "2", "--node-rank", "2", "--master-addr", "h"],
+            {},
+            "--node-rank 2: from 0 to 1",
+        ),
+        ([], {"NNODES": "2", "NODE_RANK": "1"}, "--nnodes 2: pass --master-addr"),
+        (
+            ["--pristine", "--nnodes", "2", "--node-rank", "0", "--master-addr", "h"],
+            {"BAKERY_VERIFY_TOKEN": "t" * 32},
+            "--pristine: on one host only",
+        ),
+    ],
+)
+def test_flags_that_do_not_go_together_are_one_line_before_anything_runs(
+    cli: Callable[..., Result],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    env: dict[str, str],
+    said: str,
+) -> None:
+    for name in ("BAKERY_VERIFY_TOKEN", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    r = cli("verify", "s", *args)
+    assert r.exit_code == 2, r.output
+    (line,) = [x for x in r.output.splitlines() if x.strip()]
+    assert line.startswith(f"error: {said}"), r.output
