@@ -256,3 +256,44 @@ def test_a_checkout_of_a_release_tag_with_its_version_file_is_the_release(
     r = cli("check", "dsa", "--vllm", up, "--strict", "--allow-dirty")
     assert r.exit_code == 1, r.output
     assert "vllm/extra.py" in r.output
+
+
+def test_a_local_tree_is_listed_as_git_lists_its_commit(tmp_path: Path) -> None:
+    """The two listings name files, modes and blobs alike (a tab and a byte that is no
+    UTF-8 in a name, an executable, a link): a checkout and its commit have one digest."""
+    root = write_files(tmp_path / "t", {"vllm/a.py": "A = 1\n", "vllm/tab\tname.py": "T = 1\n"})
+    (root / "vllm" / os.fsdecode(b"caf\xe9.py")).write_text("C = 1\n")
+    run = root / "vllm" / "run.py"
+    run.write_text("R = 1\n")
+    run.chmod(0o755)
+    (root / "vllm" / "link").symlink_to("a.py")
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "t")
+    local = identity.worktree_listing(root)
+    assert local == identity.committed_listing(root)
+    assert local["vllm/run.py"][0] == "100755" and local["vllm/a.py"][0] == "100644"
+    assert identity.digest(local) == identity.digest(identity.committed_listing(root))
+
+
+def test_a_stray_pyc_is_no_module_of_the_tree(cli, tmp_path, upstream) -> None:
+    tree = write_files(tmp_path / "a", dsa_tree(dsa_file("0.31.0"), "0.31.0"))
+    (tree / "vllm" / "stray.pyc").write_bytes(b"\0")
+    (tree / "vllm" / "old.pyo").write_bytes(b"\0")
+    r = cli("check", "dsa", "--vllm", tree, "--strict", "--json", "r.json")
+    assert r.exit_code == 0, r.output
+    assert _json("r.json")["vllm"]["identity"]["pristine"] is True
+
+
+def test_a_release_and_a_tree_without_a_claim_are_named(cli, tmp_path, upstream) -> None:
+    r = cli("check", "dsa", "--vllm", "0.31.0", "--json", "r.json")
+    assert r.exit_code == 0, r.output
+    ident = _json("r.json")["vllm"]["identity"]
+    assert (ident["version"], ident["claims"], ident["pristine"]) == ("0.31.0", "0.31.0", True)
+    assert ident["compared_with"] == "0.31.0"
+    # no PKG-INFO, no tag: it claims nothing, and is named 0+local.<its digest>
+    tree = write_files(tmp_path / "b", dsa_tree(dsa_file("0.31.0")))
+    r = cli("check", "dsa", "--vllm", tree, "--json", "n.json")
+    ident = _json("n.json")["vllm"]["identity"]
+    assert re.fullmatch(r"0\+local\.[0-9a-f]{12}", ident["version"]), ident
+    assert ident["pristine"] is False and ident["claims"] is None
