@@ -116,7 +116,13 @@ def test_a_proven_syntax_merge_becomes_the_port(project: tuple[Path, Index]) -> 
     assert isinstance(hunks, list) and [h["status"] for h in hunks] == ["merged-syntax"]
     port = home / "patches" / "s" / "1.1.0"
     assert sorted(p.name for p in port.iterdir()) == ["01-rev.diff", "FROM.toml", "PROVENANCE.md"]
-    assert "merged-syntax" in (port / "PROVENANCE.md").read_text()
+    provenance = (port / "PROVENANCE.md").read_text()
+    assert "merged-syntax" in provenance
+    # no differential check ran (no earlier release, no recorded cases): said, never
+    # "no difference" (issue 45)
+    assert "- differential: not run (no earlier release to compare with)" in provenance
+    assert "no difference" not in provenance
+    assert out.splitlines()[-1].startswith("wrote patches/s/1.1.0")
     # The port is what apply now uses, and it applies exactly.
     baked = CliRunner().invoke(
         app, ["apply", "s", "--vllm", "1.1.0", "--out", "out"], catch_exceptions=False
@@ -141,9 +147,11 @@ def test_a_merge_verify_does_not_prove_is_never_written(project: tuple[Path, Ind
 
 def test_dry_run_proves_but_writes_nothing(project: tuple[Path, Index]) -> None:
     home, _ = project
-    code, report, _ = _port("--dry-run")
-    assert code == 0 and report["ok"] is True
+    code, report, out = _port("--dry-run")
+    assert code == 0 and report["ok"] is True and report["dry_run"] is True
     assert not (home / "patches").exists()
+    # issue 45: the headline says what would have been written, not "wrote"
+    assert out.splitlines()[-1] == "would write patches/s/1.1.0 (with PROVENANCE.md)"
 
 
 def test_a_real_conflict_leaves_the_best_attempt(project: tuple[Path, Index]) -> None:
