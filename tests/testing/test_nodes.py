@@ -110,6 +110,31 @@ def test_a_world_spans_both_nodes_and_the_worker_takes_the_heads_verdict(
     assert worker.verdict == {"exit_code": 1, "pytest_exit_code": 1, "passed": 7}
 
 
+def test_the_transport_a_pools_nccl_ranks_logged_reaches_the_head(
+    two_nodes: tuple[nodes.Head, nodes.HeadLink, Worker], tmp_path: Path
+) -> None:
+    from bakery.testing import transport
+
+    h, link, _ = two_nodes
+    pool = dist.RankPool(2, timeout=60, link=link)
+    log = tmp_path / "nccl"
+    log.mkdir()
+    (log / "nccl.spark-a.4242.log").write_text(
+        "spark-a:4242:4301 [0] NCCL INFO NET/Socket : Using [0]enP7s7:10.0.0.5<0>\n"
+        "spark-a:4242:4301 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0\n"
+    )
+    pool._nccl_log = str(log)  # as a pool of NCCL ranks across nodes leaves it
+    pool._report_transport()
+    assert not log.exists()
+    link.close()
+    h.child_done()
+    assert h.transports[2]["net"] == "Socket"
+    assert transport.unmet("ib", h.transports, interpret=False) == (
+        "--require-transport ib: world 2 ran over NET/Socket (enP7s7:10.0.0.5); NCCL fell "
+        "back (see `bakery doctor`: NCCL_IB_HCA, NCCL_SOCKET_IFNAME)"
+    )
+
+
 def test_a_lost_node_fails_the_task_in_bounded_time_and_is_named(
     two_nodes: tuple[nodes.Head, nodes.HeadLink, Worker], monkeypatch: pytest.MonkeyPatch
 ) -> None:

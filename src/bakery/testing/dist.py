@@ -337,9 +337,9 @@ def _rank_main(
         if is_loopback(host):
             os.environ["GLOO_SOCKET_IFNAME"] = "lo"
         if nccl_log is not None:  # the transport NCCL chose (bakery.testing.transport)
-            os.environ.setdefault("NCCL_DEBUG", "INFO")
-            os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
-            os.environ.setdefault("NCCL_DEBUG_FILE", os.path.join(nccl_log, "nccl.%h.%p.log"))
+            os.environ["NCCL_DEBUG"] = "INFO"
+            os.environ["NCCL_DEBUG_SUBSYS"] = "INIT,NET"
+            os.environ["NCCL_DEBUG_FILE"] = os.path.join(nccl_log, "nccl.%h.%p.log")
         import torch
         import torch.distributed as dist
 

@@ -290,6 +290,7 @@ class Head:
         self._stop = threading.Event()
         self._folder: str | None = None
         self._listener: Listener | None = None
+        self._reader: threading.Thread | None = None
 
     # -- join --------------------------------------------------------------------------
     def gather(self) -> list[Node]:
@@ -396,7 +397,14 @@ class Head:
                 self._child = conn
             if self.lost:
                 self._to_child((0, ("lost", -1, self.lost)))
-            threading.Thread(target=self._from_child, args=(conn,), daemon=True).start()
+            self._reader = threading.Thread(target=self._from_child, args=(conn,), daemon=True)
+            self._reader.start()
+
+    def child_done(self, timeout: float = 5.0) -> None:
+        """Wait until everything the pytest process sent has been read (it has ended:
+        its connection's end is the last thing read)."""
+        if self._reader is not None:
+            self._reader.join(timeout)
 
     def _to_child(self, message: Any) -> None:
         with self._child_lock:

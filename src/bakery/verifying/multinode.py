@@ -79,6 +79,7 @@ def verify_on_nodes(
                 if head.lost:
                     raise VerifyError(head.lost) from None
                 raise
+        head.child_done()  # the transports its ranks reported, all read
         if head.lost:
             raise VerifyError(head.lost)
         from bakery.testing import transport
