@@ -225,6 +225,16 @@ def ptxas_findings(arch: str | None, environ: Mapping[str, str]) -> list[Finding
                     f"TRITON_PTXAS_BLACKWELL_PATH unset); knows up to {_newest(archs)}",
                 )
             )
+        toolkit = next((t for t in _toolkit_candidates(environ) if os.access(t, os.X_OK)), None)
+        if toolkit is not None:
+            release, archs = ptxas_facts(toolkit)
+            found.append(
+                Finding(
+                    "ptxas",
+                    f"a CUDA toolkit's ptxas: CUDA {release} at {toolkit}; "
+                    f"knows up to {_newest(archs)}",
+                )
+            )
         return found
     if arch in archs:
         return [Finding("ptxas", f"{text} knows {arch}")]
@@ -251,16 +261,20 @@ TOOLKITS = ("/usr/local/cuda",)
 def toolkit_ptxas(environ: Mapping[str, str], arch: str) -> str | None:
     """A CUDA toolkit's ptxas on this host that knows ``arch``: under CUDA_HOME,
     CUDA_PATH, :data:`TOOLKITS`, or on PATH."""
+    for path in _toolkit_candidates(environ):
+        if os.access(path, os.X_OK) and arch in ptxas_facts(path)[1]:
+            return path
+    return None
+
+
+def _toolkit_candidates(environ: Mapping[str, str]) -> list[str]:
     found = [
         os.path.join(base, "bin", "ptxas")
         for base in (environ.get("CUDA_HOME"), environ.get("CUDA_PATH"), *TOOLKITS)
         if base
     ]
     on_path = shutil.which("ptxas", path=environ.get("PATH", ""))
-    for path in [*found, *([on_path] if on_path else [])]:
-        if os.access(path, os.X_OK) and arch in ptxas_facts(path)[1]:
-            return path
-    return None
+    return [*found, *([on_path] if on_path and on_path not in found else [])]
 
 
 # -- NCCL and the network -----------------------------------------------------------
