@@ -17,7 +17,7 @@ import pytest
 
 from bakery.errors import SourceError
 from bakery.formats import zipraw
-from bakery.package import wheel
+from bakery.package import metadata, wheel
 from bakery.sources import wheels
 from tests.support.archives import raw_zip
 
@@ -103,7 +103,7 @@ def test_record_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
 
 def test_metadata_that_is_not_utf8_is_one_line() -> None:
     with pytest.raises(SourceError, match="METADATA"):
-        wheel._metadata(b"Name: vllm\nVersion: 1.0\xff\n\n", "1.0", "1.0+s", "w.whl")
+        metadata.metadata(b"Name: vllm\nVersion: 1.0\xff\n\n", "1.0", "1.0+s", "w.whl")
 
 
 def test_inflated_member_is_stopped_at_its_stated_size(tmp_path: Path) -> None:

@@ -38,7 +38,6 @@ import csv
 import errno
 import hashlib
 import io
-import json
 import os
 import re
 import struct
@@ -47,13 +46,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-
-from bakery import __version__, outputs
+from bakery import outputs
 from bakery.errors import BakeryError, SourceError
 from bakery.formats import zipraw
 from bakery.formats.zipraw import Entry
 from bakery.package.baked import Baked, Change, local_version
+from bakery.package.metadata import bakery_json, metadata, parse_version, version_module
 
 _LOCAL, _CENTRAL, _END = zipraw.LOCAL, zipraw.CENTRAL, zipraw.END
 _END64, _LOCATOR64 = zipraw.END64, zipraw.LOCATOR64
@@ -167,7 +165,7 @@ def _plan(fd: int, upstream: Path, baked: Baked, version: str, sha256: str | Non
         raise SourceError(f"{label}: a member name appears twice")
     dist_info = _dist_info(names, label)
     dist, _, old_version = dist_info[: -len(".dist-info")].rpartition("-")
-    if _version(old_version) != _version(baked.vllm):
+    if parse_version(old_version) != parse_version(baked.vllm):
         raise SourceError(
             f"{label}: a wheel of {dist} {old_version}, the tree is baked on {baked.vllm}"
         )
@@ -208,7 +206,7 @@ def _plan(fd: int, upstream: Path, baked: Baked, version: str, sha256: str | Non
         verbatim = new_name == e.name and not e.flags & _DESCRIPTOR
         out.append(_Out(e, new_name, None, row, e.external_attr, verbatim, end))
     out += added
-    out.append(_new(f"{new_info}/bakery.json", _bakery_json(baked, version, label, sha256)))
+    out.append(_new(f"{new_info}/bakery.json", bakery_json(baked, version, label, sha256)))
     record_name = f"{new_info}/RECORD"
     out.append(_new(record_name, _record_bytes(out, record_name)))
     return out
@@ -222,32 +220,12 @@ def _stated_version(
     the baked package says the same local version as its file name. None for the rest."""
     new_info, dist, old, new = names
     if new_name == f"{new_info}/METADATA":
-        meta = _metadata(zipraw.read_member(fd, e, label), old, new, label)
+        meta = metadata(zipraw.read_member(fd, e, label), old, new, label)
         return _new(new_name, meta, e.external_attr)
     if e.name == f"{dist}/_version.py":
-        text = _version_module(zipraw.read_member(fd, e, label), old, new)
+        text = version_module(zipraw.read_member(fd, e, label), old, new)
         return _new(e.name, text, e.external_attr) if text is not None else None
     return None
-
-
-#: ``__version__ = version = '0.32.0'``, as setuptools-scm writes vLLM's ``_version.py``
-#: (one name or both, either quote).
-_VERSION_ASSIGNED = rb"^((?:(?:__version__|version)[ \t]*=[ \t]*)+)(['\"])%s\2"
-
-
-def _version_module(data: bytes, old: str, new: str) -> bytes | None:
-    """``_version.py`` with the version strings assigned to ``__version__``/``version``
-    changed from old to new; None where it assigns none (the upstream bytes stay)."""
-    pattern = re.compile(_VERSION_ASSIGNED % re.escape(old.encode()), re.MULTILINE)
-    text, count = pattern.subn(lambda m: m.group(1) + m.group(2) + new.encode() + m.group(2), data)
-    return text if count else None
-
-
-def _version(text: str) -> Version | str:
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return text
 
 
 def _dist_info(names: dict[str, Entry], label: str) -> str:
@@ -382,35 +360,6 @@ def _mode(baked: Baked, entry: Entry) -> int:
 
 
 # --- the dist-info -----------------------------------------------------------------------------
-
-
-def _metadata(data: bytes, old: str, new: str, wheel: str) -> bytes:
-    """METADATA with its Version header set to new (the headers end at the first blank line)."""
-    head, sep, body = data.partition(b"\n\n")
-    pattern = re.compile(rb"^Version:[ \t]*(\S*)[ \t]*(\r?)$", re.MULTILINE)
-    found = pattern.findall(head)
-    if len(found) != 1 or _version(found[0][0].decode(errors="replace")) != _version(old):
-        raise SourceError(f"{wheel}: METADATA does not state Version: {old} once")
-    head = pattern.sub(lambda m: b"Version: " + new.encode() + m.group(2), head)
-    return head + sep + body
-
-
-def _bakery_json(baked: Baked, version: str, upstream: str, sha256: str | None) -> bytes:
-    data = {
-        "bakery": __version__,
-        "series": baked.series,
-        "series_sha256": baked.digest,
-        "version": version,
-        "vllm": baked.vllm,
-        "upstream": {"filename": upstream, "sha256": sha256},
-        "port": baked.port,
-        "diffs": baked.diffs,
-        "pristine_commit": baked.pristine_commit,
-        "head": baked.head,
-        "changed": {c.path: c.status for c in baked.changes},
-        "proof": baked.proof,
-    }
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
 def _record_bytes(members: list[_Out], record_name: str) -> bytes:
