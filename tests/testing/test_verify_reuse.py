@@ -12,6 +12,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,9 +139,10 @@ def test_a_run_on_another_device_than_its_key_names_is_not_recorded(
 
 
 def _key(series: Path, tests: Path, tree: Path, **kw: object) -> str:
-    args = {"interpret": True, "pytest_args": ["-q"], "series_dir": series, "env": {}}
+    args: dict[str, Any] = {"interpret": True, "pytest_args": ["-q"], "series_dir": series}
     args.update(kw)
-    return reuse.static_key(reuse.inputs(tests, tree, **args))  # type: ignore[arg-type]
+    env = args.pop("env", {})
+    return reuse.static_key(reuse.inputs(reuse.Run(tests, tree, **args), env=env))
 
 
 def test_every_input_is_in_the_key(tmp_path: Path) -> None:

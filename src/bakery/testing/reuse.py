@@ -182,41 +182,48 @@ def device(interpret: bool) -> str:
         return "no torch"
 
 
-def inputs(
-    tests_dir: Path,
-    tree: Path,
-    *,
-    interpret: bool,
-    pytest_args: Sequence[str],
-    series_dir: Path | None,
-    env: Mapping[str, str] | None = None,
-    device_name: str | None = None,
-    env_mode: str = "light",
-    python: str | None = None,
-) -> dict[str, Any]:
-    """Everything but the loaded tree modules that a run's result depends on."""
+@dataclass(frozen=True)
+class Run:
+    """What a run of a series' tests was asked to be (the verify plan's part that the key
+    names; bakery.verifying.plan makes the plan, this layer cannot take it)."""
+
+    tests_dir: Path
+    tree: Path
+    interpret: bool
+    pytest_args: Sequence[str]
+    series_dir: Path | None
+    #: the device in words (None: :func:`device`'s answer)
+    device_name: str | None = None
+    #: the test environment's name, and its interpreter (None: bakery's own)
+    env_mode: str = "light"
+    python: str | None = None
+
+
+def inputs(run: Run, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Everything but the loaded tree modules that a run's result depends on (``env``:
+    the environment whose variables count, default this process's)."""
     from bakery.testing.expect import MANIFEST
 
-    manifest = tree / MANIFEST
+    manifest = run.tree / MANIFEST
     env = os.environ if env is None else env
     return {
         "format": FORMAT,
-        "tests": _files(tests_dir, recursive=True, follow=True),
-        "series": _files(series_dir, recursive=False) if series_dir is not None else {},
+        "tests": _files(run.tests_dir, recursive=True, follow=True),
+        "series": _files(run.series_dir, recursive=False) if run.series_dir else {},
         "manifest": _digest(manifest.read_bytes()) if manifest.is_file() else None,
-        "tree": tree_digest(tree),
+        "tree": tree_digest(run.tree),
         "bakery": machinery(),
         "python": sys.version,
         # the test environment: light (bakery's) or full (vLLM's requirements, its own
         # interpreter; the environment's folder is keyed by its requirements, and what is
         # installed in it is in the key too)
-        "env_mode": env_mode,
-        "interpreter": python,
-        "interpreter_env": interpreter_env(python) if python is not None else None,
+        "env_mode": run.env_mode,
+        "interpreter": run.python,
+        "interpreter_env": interpreter_env(run.python) if run.python is not None else None,
         "packages": {name: _version(name) for name in _PACKAGES},
-        "device": device_name if device_name is not None else device(interpret),
-        "interpret": interpret,
-        "pytest_args": list(pytest_args),
+        "device": run.device_name if run.device_name is not None else device(run.interpret),
+        "interpret": run.interpret,
+        "pytest_args": list(run.pytest_args),
         "env": {k: v for k, v in sorted(env.items()) if _ENV.match(k)},
     }
 

@@ -177,14 +177,16 @@ def _run_verify(plan: VerifyPlan) -> VerifyResult:
         device = reuses.device(plan.interpret)
         static = reuses.static_key(
             reuses.inputs(
-                plan.tests,
-                plan.tree,
-                interpret=plan.interpret,
-                pytest_args=list(plan.pytest_args),
-                series_dir=plan.series_dir,
-                device_name=device,
-                env_mode=plan.env.name,
-                python=plan.env.python,
+                reuses.Run(
+                    plan.tests,
+                    plan.tree,
+                    plan.interpret,
+                    plan.pytest_args,
+                    plan.series_dir,
+                    device_name=device,
+                    env_mode=plan.env.name,
+                    python=plan.env.python,
+                )
             )
         )
         if plan.reuse is Reuse.REUSE and plan.junit is None:
