@@ -271,7 +271,8 @@ def _one(
         return res
     _clear(scratch)
     try:
-        _carry_into(ctx, series, spec, port_dir, record, scratch, res, interpret, write)
+        job = _Job(series, spec, port_dir, record, ctx.home, scratch, interpret, write)
+        _carry_into(ctx, job, res)
     except BakeryError as e:
         res.state, res.why = "cannot", e.message
     return res
@@ -327,53 +328,45 @@ def _untouched(tree: Path) -> bool:
     return True
 
 
-def _carry_into(
-    ctx: Context,
-    series: Series,
-    spec: str,
-    port_dir: Path,
-    record: provenance.Record,
-    scratch: Path,
-    res: Updated,
-    interpret: bool,
-    write: bool,
-) -> None:
-    base = release(str(series.base), ctx.cache)
-    target = release(port_dir.name, ctx.cache)
+@dataclass(frozen=True)
+class _Job:
+    """One port's update: the series, the port and the record it was made from, where the
+    work happens, how it is proven, and whether the port is replaced."""
+
+    series: Series
+    spec: str
+    port_dir: Path
+    record: provenance.Record
+    home: Path
+    scratch: Path
+    interpret: bool
+    write: bool
+
+
+def _carry_into(ctx: Context, job: _Job, res: Updated) -> None:
+    base = release(str(job.series.base), ctx.cache)
+    target = release(job.port_dir.name, ctx.cache)
     try:
-        _carry_sides(
-            series, spec, port_dir, record, ctx.home, scratch, res, interpret, write, base, target
-        )
+        _carry_sides(job, res, base, target)
     finally:
         base.close()
         target.close()
 
 
-def _carry_sides(
-    series: Series,
-    spec: str,
-    port_dir: Path,
-    record: provenance.Record,
-    home: Path,
-    scratch: Path,
-    res: Updated,
-    interpret: bool,
-    write: bool,
-    base: Pristine,
-    target: Pristine,
-) -> None:
-    merged = _merged(series, spec, port_dir, record, home, scratch, base, target)
+def _carry_sides(job: _Job, res: Updated, base: Pristine, target: Pristine) -> None:
+    series, home, scratch = job.series, job.home, job.scratch
+    merged = _merged(series, job.spec, job.port_dir, job.record, home, scratch, base, target)
     if merged.conflicts:
         _leave_conflicts(series, merged.port, target, scratch, merged.names, merged.conflicts, res)
         return
     new_dir = _write_port(series, home, scratch / "port", merged)
-    res.verify = _prove(series, spec, home, new_dir, target, scratch, interpret)
+    res.verify = _prove(series, job.spec, home, new_dir, target, scratch, job.interpret)
     if not res.verify.startswith("passed"):
         res.state = "failed"
         return
     res.state = "carried"
-    if write:
-        _replace(port_dir, new_dir)
+    if job.write:
+        _replace(job.port_dir, new_dir)
         res.state = "written"
 
 
