@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import Version
@@ -45,39 +46,41 @@ def _previous_release(series: Series, target: str, cache: Cache) -> str | None:
     return str(max(older)) if older else None
 
 
-def port(
-    ctx: Context,
-    series_spec: str,
-    *,
-    vllm: str,
-    out_root: Path | None = None,
-    interpret: bool = True,
-    upstream: Path | None = None,
-    previous: str | None = None,
-    write: bool = True,
-    syntax: bool = True,
-) -> PortResult:
+@dataclass(frozen=True)
+class PortOptions:
+    """What ``bakery port`` was asked for: the target (a release; a tree or ``git+URL@REF``
+    that is no release goes to patches/SERIES/next/), where candidates are baked, how they
+    are proven, the upstream checkout for blame, the previous release for the differential
+    check, whether the port is written, and whether the syntax merge is tried."""
+
+    vllm: str
+    out_root: Path | None = None
+    interpret: bool = True
+    upstream: Path | None = None
+    previous: str | None = None
+    write: bool = True
+    syntax: bool = True
+
+
+def port(ctx: Context, series_spec: str, opts: PortOptions) -> PortResult:
     """Propose, prove and write a port (see the module); every syntax merge of it runs
     under one time budget (:func:`bakery.bake.synchild.budget`)."""
     from bakery.bake.synchild import budget
 
     with budget():
-        return _port(ctx, series_spec, vllm, out_root, interpret, upstream, previous, write, syntax)
+        return _port(ctx, series_spec, opts)
 
 
-def _port(
-    ctx: Context,
-    series_spec: str,
-    vllm: str,
-    out_root: Path | None,
-    interpret: bool,
-    upstream: Path | None,
-    previous: str | None,
-    write: bool,
-    syntax: bool,
-) -> PortResult:
+def _port(ctx: Context, series_spec: str, opts: PortOptions) -> PortResult:
+    vllm, interpret, upstream, write, syntax = (
+        opts.vllm,
+        opts.interpret,
+        opts.upstream,
+        opts.write,
+        opts.syntax,
+    )
     home, cache = ctx.home, ctx.cache
-    out_root = out_root if out_root is not None else ctx.home / "build" / "port"
+    out_root = opts.out_root if opts.out_root is not None else home / "build" / "port"
     series = load_series(series_spec, home)
     series.require_diffs()
     if not sources.is_version(vllm):  # a tree that is no release: patches/SERIES/next/
@@ -107,7 +110,7 @@ def _port(
         return result
     prev_record = None
     if (series.path / differential.CASES_FILE).is_file():
-        result.previous = previous or _previous_release(series, version, cache)
+        result.previous = opts.previous or _previous_release(series, version, cache)
         if result.previous:
             prev_record = _record_previous(ctx, series_spec, result.previous, scratch)
     for n, cand in enumerate(c for c in result.candidates if c.failed == 0 and not _plain(c)):

@@ -123,6 +123,7 @@ class Options:
 def port(o: Options) -> None:
     """Propose a port of the series to a release: every start tried, merged by lines
     then by syntax, and written to patches/ only when verify proves it."""
+    from bakery.commands.port import PortOptions
     from bakery.commands.port import port as run_port
 
     json_target(o.json_file)
@@ -134,16 +135,15 @@ def port(o: Options) -> None:
         _promote(o.series, o.promote, o.interpret, o.out, o.json_file)
     if o.vllm is None:
         raise UsageError("bakery port needs --vllm SPEC or --promote VERSION (or --update)")
-    result = run_port(
-        _context(),
-        o.series,
-        vllm=o.vllm,
+    options = PortOptions(
+        o.vllm,
         out_root=o.out,
         interpret=o.interpret,
         upstream=o.upstream,
         write=not o.dry_run,
         syntax=not o.lines_only,
     )
+    result = run_port(_context(), o.series, options)
     port_result(human(), result)
     finish(0 if result.ok else 1, o.json_file, result)
 
