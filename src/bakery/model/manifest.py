@@ -27,6 +27,8 @@ _COMMIT = re.compile(r"[0-9a-f]{40}")
 #: The key of a ``port --update`` tree's manifest that names the series' diffs (name ->
 #: sha256) it carries (bakery.patch.provenance).
 CARRIES = "carries_series"
+#: The key of a ``port --update`` conflict tree's manifest that names the files it left.
+UPDATE_FILES = "update_files"
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,10 @@ class Manifest:
     #: whether its files are the release it claims (None: not recorded, a release)
     identity: str | None = None
     pristine: bool | None = None
+    #: the release a tree that is not one says it is (``vllm.identity.claims``)
+    claims: str | None = None
+    #: a ``port --update`` conflict tree: path -> sha256 of each file update left there
+    update_files: dict[str, str] | None = None
     #: the upstream commit of a git+ source or a local checkout
     commit: str | None = None
 
@@ -183,6 +189,8 @@ def parse(data: object, where: str) -> Manifest:
         carries=_carries(data, where),
         proof=Proof.from_json(_get(data, "proof", dict, where)),
         identity=_str(ident, "version", where),
+        claims=_str(ident, "claims", where),
+        update_files=_sha_map(data, UPDATE_FILES, where),
         pristine=pristine if isinstance(pristine, bool) else None,
         commit=_commit(_get(_dict(data, "vllm", where), "commit", str, where), "commit", where),
     )
@@ -193,6 +201,10 @@ def _status(value: str | None) -> BakeStatus | None:
 
 
 def _carries(data: object, where: str) -> dict[str, str] | None:
-    if _get(data, CARRIES, dict, where) is None:
+    return _sha_map(data, CARRIES, where)
+
+
+def _sha_map(data: object, key: str, where: str) -> dict[str, str] | None:
+    if _get(data, key, dict, where) is None:
         return None
-    return {str(name): str(sha) for name, sha in _dict(data, CARRIES, where).items()}
+    return {str(name): str(sha) for name, sha in _dict(data, key, where).items()}

@@ -36,7 +36,7 @@ from bakery.context import Context
 from bakery.errors import BakeryError, UsageError
 from bakery.git import cmd as gitutil
 from bakery.logs import muted
-from bakery.model.manifest import CARRIES
+from bakery.model.manifest import CARRIES, UPDATE_FILES
 from bakery.model.report import MANIFEST
 from bakery.patch import provenance
 from bakery.patch.series import Series, load_series
@@ -317,8 +317,10 @@ def _untouched(tree: Path) -> bool:
     """A conflict tree as update left it: its files are what the manifest says it wrote."""
     import hashlib
 
-    data = json.loads((tree / MANIFEST).read_text())
-    left = data.get("update_files") or {}
+    from bakery.model import manifest as manifests
+
+    found = manifests.read(tree)
+    left = (found.update_files if found is not None else None) or {}
     for line in gitutil.dirty(tree):
         rel = line[3:]
         f = tree / rel
@@ -547,7 +549,7 @@ def _leave_conflicts(
             res.conflicts.append({"diff": names[k], "path": path, "line": line})
     manifest = json.loads((tree / MANIFEST).read_text())
     manifest[CARRIES] = {d.name: d.sha256 for d in series.load_diffs()}
-    manifest["update_files"] = written
+    manifest[UPDATE_FILES] = written
     (tree / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     res.state = "conflict"
     res.conflict_tree = display_path(tree)

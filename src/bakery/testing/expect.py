@@ -44,7 +44,6 @@ files are read with tomllib; this module checks their shape.
 from __future__ import annotations
 
 import fnmatch
-import json
 import re
 import sys
 from collections.abc import Iterable, Mapping
@@ -122,23 +121,25 @@ class Bake:
 
     @classmethod
     def of(cls, tree: Path, series_dir: Path | None = None) -> Bake:
+        """What the tree's manifest says, read by bakery's one manifest reader
+        (:func:`bakery.model.manifest.read`); a tree without a readable one is no bake."""
+        from bakery.errors import BakeryError
+        from bakery.model import manifest as manifests
+
         try:
-            data = json.loads((tree / MANIFEST).read_text())
-        except (OSError, ValueError):
+            found = manifests.read(tree)
+        except BakeryError:
+            found = None
+        if found is None:
             return cls(None)
-        vllm = data.get("vllm") or {}
-        found = vllm.get("identity")
-        ident: dict[str, Any] = found if isinstance(found, dict) else {}
-        declared = vllm.get("version") or ident.get("claims")
-        declared = str(declared) if declared else None
-        pristine = bool(ident.get("pristine", True))
-        names = tuple(str(d.get("name")) for d in data.get("diffs") or [] if isinstance(d, dict))
+        declared = found.version or found.claims
+        pristine = found.pristine is not False
+        names = tuple(d.name for d in found.diffs)
         release = declared
         if series_dir is not None and not pristine:
             from bakery.testing.probes import pristine_reader
 
-            commit = data.get("pristine_commit")
-            read = pristine_reader(tree, commit if isinstance(commit, str) else None)
+            read = pristine_reader(tree, found.pristine_commit)
             release = rules_for(series_dir, declared, read) or declared
         return cls(release, names, declared, pristine)
 
