@@ -71,10 +71,12 @@ def start(
     stdout: int | IO[bytes] | None = subprocess.PIPE,
     stderr: int | IO[bytes] | None = subprocess.PIPE,
     own_group: bool = False,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
     """A child started in the background, with signals held while it starts. The caller
     owns it: :func:`stop` it on every way out. ``own_group``: in a session of its own, so
-    that a terminal's Ctrl-C reaches bakery alone (:func:`stop_group`)."""
+    that a terminal's Ctrl-C reaches bakery alone (:func:`stop_group`); ``pass_fds``: the
+    descriptors it inherits."""
     with signals_held():
         try:
             return subprocess.Popen(
@@ -85,6 +87,7 @@ def start(
                 stdout=stdout,
                 stderr=stderr,
                 start_new_session=own_group,
+                pass_fds=tuple(pass_fds),
             )
         except FileNotFoundError as exc:
             raise NotStarted(f"cannot start {_shown(cmd)}: {exc.strerror or exc}") from None

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from bakery.testing import nodemeet
 from bakery.verifying import doctor
 
 TOKEN = b"a-token-of-the-doctor-0123456789"
@@ -130,16 +131,16 @@ def test_two_nodes_meet_over_loopback_and_a_missing_one_is_named() -> None:
     worker: dict[str, Any] = {}
     layout = nodes.Layout(2, 1, "127.0.0.1", port)
     thread = threading.Thread(
-        target=lambda: worker.update(found=nodes.meet(layout, TOKEN, {"host": "w"}, timeout=20))
+        target=lambda: worker.update(found=nodemeet.meet(layout, TOKEN, {"host": "w"}, timeout=20))
     )
     thread.start()
-    (peer,) = nodes.meet(nodes.Layout(2, 0, "127.0.0.1", port), TOKEN, {"host": "h"}, timeout=20)
+    (peer,) = nodemeet.meet(nodes.Layout(2, 0, "127.0.0.1", port), TOKEN, {"host": "h"}, timeout=20)
     thread.join(timeout=20)
     assert peer["node"] == 1 and peer["host"] == "w" and abs(peer["offset"]) < 0.5
     assert worker["found"][0]["host"] == "h" and worker["found"][0]["node"] == 0
 
     port = _port()
-    (missing,) = nodes.meet(nodes.Layout(2, 0, "127.0.0.1", port), TOKEN, {}, timeout=1)
+    (missing,) = nodemeet.meet(nodes.Layout(2, 0, "127.0.0.1", port), TOKEN, {}, timeout=1)
     (f,) = doctor.peer_findings({}, [missing])
     assert not f.ok
     assert f.text == f"it did not join 127.0.0.1:{port} in 1 s"

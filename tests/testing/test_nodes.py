@@ -20,6 +20,7 @@ import pytest
 import bakery.testing.dist as dist
 import bakery.testing.nodes as nodes
 from bakery.errors import UsageError, VerifyError
+from bakery.testing import headlink, nodeserver
 
 TOKEN = b"a-token-of-the-two-nodes-0123456789"
 PRINTS = {"tree": "1" * 64, "tests": "2" * 64, "bakery": "3" * 64}
@@ -56,7 +57,9 @@ class Worker(threading.Thread):
     def run(self) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
         try:
-            self.verdict = nodes.run_worker(*self.args, python=None, env=env, timeout=self.timeout)
+            self.verdict = nodeserver.run_worker(
+                *self.args, python=None, env=env, timeout=self.timeout
+            )
         except BaseException as e:  # noqa: BLE001 (the test reads it)
             self.error = e
 
@@ -75,13 +78,13 @@ def head(port: int, *, prints: dict[str, str] = PRINTS, join_timeout: float = 30
 
 
 @pytest.fixture
-def two_nodes(cpu_ranks: None) -> Iterator[tuple[nodes.Head, nodes.HeadLink, Worker]]:
+def two_nodes(cpu_ranks: None) -> Iterator[tuple[nodes.Head, headlink.HeadLink, Worker]]:
     port = free_port()
     worker = Worker(port)
     worker.start()
     h = head(port)
     h.gather()
-    link = nodes.HeadLink.from_env(h.relay())
+    link = headlink.HeadLink.from_env(h.relay())
     assert link is not None
     yield h, link, worker
     link.close()
@@ -90,7 +93,7 @@ def two_nodes(cpu_ranks: None) -> Iterator[tuple[nodes.Head, nodes.HeadLink, Wor
 
 
 def test_a_world_spans_both_nodes_and_the_worker_takes_the_heads_verdict(
-    two_nodes: tuple[nodes.Head, nodes.HeadLink, Worker],
+    two_nodes: tuple[nodes.Head, headlink.HeadLink, Worker],
 ) -> None:
     h, link, worker = two_nodes
     for world, total in ((2, 3.0), (4, 10.0)):
@@ -111,7 +114,7 @@ def test_a_world_spans_both_nodes_and_the_worker_takes_the_heads_verdict(
 
 
 def test_the_transport_a_pools_nccl_ranks_logged_reaches_the_head(
-    two_nodes: tuple[nodes.Head, nodes.HeadLink, Worker], tmp_path: Path
+    two_nodes: tuple[nodes.Head, headlink.HeadLink, Worker], tmp_path: Path
 ) -> None:
     from bakery.testing import transport
 
@@ -136,7 +139,7 @@ def test_the_transport_a_pools_nccl_ranks_logged_reaches_the_head(
 
 
 def test_a_lost_node_fails_the_task_in_bounded_time_and_is_named(
-    two_nodes: tuple[nodes.Head, nodes.HeadLink, Worker], monkeypatch: pytest.MonkeyPatch
+    two_nodes: tuple[nodes.Head, headlink.HeadLink, Worker], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     h, link, worker = two_nodes
     heard: list[str] = []
@@ -160,7 +163,7 @@ def test_a_lost_node_fails_the_task_in_bounded_time_and_is_named(
 
 
 def _rank_server_pid() -> int:
-    """The worker's rank server: the child running ``-m bakery.testing.nodes``."""
+    """The worker's rank server: the child running ``-m bakery.testing.nodeserver``."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -168,7 +171,7 @@ def _rank_server_pid() -> int:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"bakery.testing.nodes" in cmd and os.getpgid(int(pid)) == int(pid):
+        if b"bakery.testing.nodeserver" in cmd and os.getpgid(int(pid)) == int(pid):
             ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
             if ppid == os.getpid():
                 return int(pid)

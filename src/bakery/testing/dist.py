@@ -58,7 +58,7 @@ GRACE = 5.0
 
 
 class Link(Protocol):
-    """The other nodes, as a pool sees them (bakery.testing.nodes.HeadLink)."""
+    """The other nodes, as a pool sees them (bakery.testing.headlink.HeadLink)."""
 
     nnodes: int
     store_host: str

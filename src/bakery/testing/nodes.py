@@ -37,19 +37,15 @@ import os
 import pickle
 import secrets
 import shutil
-import signal
 import socket
 import struct
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import (
-    Client,
     Connection,
     Listener,
     answer_challenge,
@@ -212,7 +208,7 @@ def _timeouts(fd: int, seconds: float) -> None:
         sock.detach()
 
 
-def _authenticated(sock: socket.socket, key: bytes, *, server: bool) -> Connection:
+def authenticated(sock: socket.socket, key: bytes, *, server: bool) -> Connection:
     """``sock`` as a Connection whose peer proved it holds ``key`` (and was shown this
     side holds it too): the HMAC challenge of ``multiprocessing.connection``, each way.
     Raises AuthenticationError, or OSError/EOFError for a peer that went quiet."""
@@ -235,7 +231,7 @@ def _authenticated(sock: socket.socket, key: bytes, *, server: bool) -> Connecti
     return conn
 
 
-def _recv(conn: Connection, seconds: float) -> Any:
+def recv(conn: Connection, seconds: float) -> Any:
     if not conn.poll(seconds):
         raise TimeoutError(f"no answer in {seconds:.0f} s")
     return conn.recv()
@@ -299,7 +295,7 @@ class Head:
         ``join_timeout`` or differs."""
         addr, port = self.layout.master_addr, self.layout.master_port
         try:
-            server = socket.create_server((addr, port), family=_family(addr))
+            server = socket.create_server((addr, port), family=family(addr))
         except OSError as e:
             raise VerifyError(
                 f"--master-addr {addr} --master-port {port}: cannot listen there ({e.strerror}); "
@@ -334,7 +330,7 @@ class Head:
 
     def _admit(self, sock: socket.socket, peer: str, refused: list[str]) -> None:
         try:
-            conn = _authenticated(sock, self.key, server=True)
+            conn = authenticated(sock, self.key, server=True)
         except AuthenticationError:
             refused.append(f"refused {peer}: wrong {TOKEN_ENV}")
             _log.warning(f"refused a node at {peer}: its {TOKEN_ENV} is not the head's")
@@ -343,7 +339,7 @@ class Head:
             sock.close()
             return
         try:
-            hello = _recv(conn, HANDSHAKE)
+            hello = recv(conn, HANDSHAKE)
             node, host, gpus, theirs = _hello_fields(hello, self.layout.nnodes)
         except (OSError, EOFError, TimeoutError, ValueError, pickle.UnpicklingError):
             conn.close()
@@ -367,7 +363,7 @@ class Head:
     def relay(self) -> dict[str, str]:
         """Start relaying: the environment the pytest process needs to reach the
         workers through this process (a 0700 folder's socket, a fresh key)."""
-        self._folder = tempfile.mkdtemp(prefix="bakery-nodes-", dir=_short_tmp())
+        self._folder = tempfile.mkdtemp(prefix="bakery-nodes-", dir=short_tmp())
         path = os.path.join(self._folder, "s")
         key = secrets.token_bytes(32)
         self._listener = Listener(path, family="AF_UNIX", authkey=key)
@@ -471,7 +467,7 @@ class Head:
         for node in self.nodes.values():
             with contextlib.suppress(OSError, EOFError, TimeoutError):
                 while time.monotonic() < ends:
-                    if _recv(node.conn, max(0.0, ends - time.monotonic()))[0] == "bye":
+                    if recv(node.conn, max(0.0, ends - time.monotonic()))[0] == "bye":
                         break
         self.close()
 
@@ -504,19 +500,19 @@ def _hello_fields(hello: Any, nnodes: int) -> tuple[int, str, int, dict[str, Any
     return node, str(data["host"])[:100], int(data["gpus"]), dict(data["prints"])
 
 
-def _family(addr: str) -> socket.AddressFamily:
+def family(addr: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in addr else socket.AF_INET
 
 
 def _address(host: str) -> str:
     """``host`` as an IP address (the store binds to it, the ranks connect to it)."""
     try:
-        return str(socket.getaddrinfo(host, None, _family(host), socket.SOCK_STREAM)[0][4][0])
+        return str(socket.getaddrinfo(host, None, family(host), socket.SOCK_STREAM)[0][4][0])
     except OSError:
         return host
 
 
-def _short_tmp() -> str | None:
+def short_tmp() -> str | None:
     """A folder short enough for an AF_UNIX path (108 bytes) whatever TMPDIR is."""
     tmp = tempfile.gettempdir()
     return tmp if len(tmp) < 60 else ("/tmp" if os.path.isdir("/tmp") else None)
@@ -525,178 +521,7 @@ def _short_tmp() -> str | None:
 # -- the head's pytest process: its pools' way to the other nodes -----------------------
 
 
-class RemoteRank:
-    """A rank on another node, as :class:`~bakery.testing.dist.RankPool` sees a process."""
-
-    def __init__(self, link: HeadLink, node: int, world: int, gen: int) -> None:
-        self.link, self.node, self.world, self.gen = link, node, world, gen
-        self.exitcode: int | None = None
-        self.dead = False
-
-    def start(self) -> None:
-        pass
-
-    def is_alive(self) -> bool:
-        return not self.dead and self.node not in self.link.lost_nodes
-
-    def kill(self) -> None:
-        self.link.send(self.node, ("kill", self.world, self.gen))
-
-    def join(self, timeout: float | None = None) -> None:
-        pass
-
-
-class RemoteInbox:
-    """A remote rank's inbox: what is put here is sent to its node."""
-
-    def __init__(self, link: HeadLink, node: int, world: int, gen: int, rank: int) -> None:
-        self.link, self.node, self.world, self.gen, self.rank = link, node, world, gen, rank
-
-    def put(self, message: Any) -> None:
-        self.link.send(self.node, ("put", self.world, self.gen, self.rank, message))
-
-    def close(self) -> None:
-        pass
-
-    def cancel_join_thread(self) -> None:
-        pass
-
-
-class HeadLink:
-    """The head's pytest process's connection to its relay (:class:`Head`): pools start
-    ranks on the workers, send them tasks, and hear their answers and losses."""
-
-    def __init__(self, info: Mapping[str, Any], key: bytes) -> None:
-        self.nnodes = int(info["nnodes"])
-        self.store_host = str(info["store_host"])
-        self.nodes: list[dict[str, Any]] = list(info["nodes"])
-        self.conn = Client(str(info["relay"]), family="AF_UNIX", authkey=key)
-        self._lock = threading.Lock()
-        #: (world, gen) -> the pool's outbox, and its remote ranks
-        self._outboxes: dict[tuple[int, int], Any] = {}
-        self._remote: dict[tuple[int, int], dict[int, RemoteRank]] = {}
-        self.lost: str | None = None
-        self.lost_nodes: set[int] = set()
-        #: the worlds whose ranks ran, for the summary
-        self.worlds: set[int] = set()
-        #: world -> the transport NCCL chose (bakery.testing.transport)
-        self.transports: dict[int, dict[str, str | None]] = {}
-        self._on_lost: list[Callable[[str], None]] = []
-        threading.Thread(target=self._receive, name="bakery-node-link", daemon=True).start()
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> HeadLink | None:
-        env = os.environ if environ is None else environ
-        raw = env.get(LINK_ENV)
-        if not raw:
-            return None
-        return cls(json.loads(raw), bytes.fromhex(env[LINK_KEY_ENV]))
-
-    def gpus_by_node(self) -> list[int]:
-        return [int(n["gpus"]) for n in sorted(self.nodes, key=lambda n: int(n["node"]))]
-
-    def on_lost(self, callback: Callable[[str], None]) -> None:
-        """Call ``callback(line)`` when a node is lost (at once if one was already)."""
-        self._on_lost.append(callback)
-        if self.lost is not None:
-            callback(self.lost)
-
-    def send(self, node: int, message: Any) -> None:
-        with self._lock, contextlib.suppress(OSError):
-            self.conn.send((node, message))
-
-    def start_ranks(
-        self,
-        world: int,
-        gen: int,
-        store_at: tuple[str, int],
-        backend: str,
-        devices: Sequence[str],
-        timeout: float,
-        modules: Sequence[tuple[str, str | None]],
-        outbox: Any,
-    ) -> dict[int, tuple[RemoteRank, RemoteInbox]]:
-        """Ask every worker to start its ranks of this world; their stand-ins here."""
-        from bakery.testing.dist import node_of
-
-        self.worlds.add(world)
-        self._outboxes = {k: v for k, v in self._outboxes.items() if k[0] != world}
-        self._outboxes[(world, gen)] = outbox
-        out: dict[int, tuple[RemoteRank, RemoteInbox]] = {}
-        for node in range(1, self.nnodes):
-            ranks = [r for r in range(world) if node_of(r, world, self.nnodes) == node]
-            if not ranks:
-                continue
-            self.send(
-                node,
-                (
-                    "start",
-                    world,
-                    gen,
-                    ranks,
-                    store_at,
-                    backend,
-                    list(devices),
-                    timeout,
-                    list(modules),
-                ),
-            )
-            for r in ranks:
-                out[r] = (
-                    RemoteRank(self, node, world, gen),
-                    RemoteInbox(self, node, world, gen, r),
-                )
-        self._remote[(world, gen)] = {r: proc for r, (proc, _) in out.items()}
-        return out
-
-    def _receive(self) -> None:
-        while True:
-            try:
-                node, message = self.conn.recv()
-            except (OSError, EOFError):
-                return
-            kind = message[0]
-            if kind == "answer":
-                outbox = self._outboxes.get((message[1], message[2]))
-                if outbox is not None:
-                    outbox.put(message[3])
-            elif kind == "died":
-                proc = self._remote.get((message[1], message[2]), {}).get(message[3])
-                if proc is not None:
-                    proc.exitcode, proc.dead = message[4], True
-            elif kind == "lost":
-                self.lost = str(message[2])
-                self.lost_nodes.add(int(message[1]) if message[1] >= 0 else -1)
-                if message[1] < 0:
-                    self.lost_nodes.update(range(1, self.nnodes))
-                for callback in self._on_lost:
-                    callback(self.lost)
-
-    def report_transport(self, world: int, found: dict[str, str | None]) -> None:
-        self.transports[world] = dict(found)
-        self.send(0, ("transport", world, dict(found)))
-
-    def summary(self) -> list[str]:
-        """One line per node: its host and the ranks it ran of each world."""
-        lines = []
-        for entry in sorted(self.nodes, key=lambda n: int(n["node"])):
-            n = int(entry["node"])
-            worlds = (
-                "; ".join(
-                    f"world {w} ranks {_ranks(n, w, self.nnodes)}" for w in sorted(self.worlds)
-                )
-                or "no multi-rank test ran"
-            )
-            role = " (head)" if n == 0 else ""
-            lines.append(f"node {n}{role} {entry['host']}: {worlds}")
-        return lines
-
-    def close(self) -> None:
-        with self._lock:
-            self.conn.close()
-
-
-def _ranks(node: int, world: int, nnodes: int) -> list[int]:
+def ranks_on(node: int, world: int, nnodes: int) -> list[int]:
     from bakery.testing.dist import node_of
 
     return [r for r in range(world) if node_of(r, world, nnodes) == node]
@@ -705,7 +530,7 @@ def _ranks(node: int, world: int, nnodes: int) -> list[int]:
 # -- a worker ---------------------------------------------------------------------------
 
 
-def _connect(where: Layout, key: bytes, timeout: float) -> Connection:
+def connect(where: Layout, key: bytes, timeout: float) -> Connection:
     """An authenticated connection to the head, tried again until ``timeout`` (the head
     may start later). One line (VerifyError) when the head refuses the token or never
     answers."""
@@ -726,7 +551,7 @@ def _connect(where: Layout, key: bytes, timeout: float) -> Connection:
             time.sleep(min(0.5, max(0.0, left)))
             continue
         try:
-            return _authenticated(sock, key, server=False)
+            return authenticated(sock, key, server=False)
         except AuthenticationError:
             raise VerifyError(
                 f"{me}: the head at {head} refused this node's {TOKEN_ENV} (not the head's)"
@@ -744,15 +569,15 @@ def join(
     gpus: int = 0,
     timeout: float = JOIN_TIMEOUT,
 ) -> tuple[Connection, dict[str, Any]]:
-    """Connect to the head (:func:`_connect`), say hello: (the connection, the head's
+    """Connect to the head (:func:`connect`), say hello: (the connection, the head's
     welcome). One line (VerifyError) when the head refuses the token or the inputs, or
     never answers."""
     head = f"{where.master_addr}:{where.master_port}"
-    conn = _connect(where, key, timeout)
+    conn = connect(where, key, timeout)
     hello = {"node": where.node_rank, "host": socket.gethostname(), "gpus": gpus}
     try:
         conn.send(("hello", dict(hello, prints=dict(prints))))
-        answer = _recv(conn, HANDSHAKE)
+        answer = recv(conn, HANDSHAKE)
     except (OSError, EOFError, TimeoutError) as e:
         conn.close()
         raise VerifyError(
@@ -762,353 +587,3 @@ def join(
         conn.close()
         raise VerifyError(str(answer[1]))
     return conn, dict(answer[1])
-
-
-def meet(
-    where: Layout, key: bytes, info: Mapping[str, Any], *, timeout: float = 30.0
-) -> list[dict[str, Any]]:
-    """``bakery doctor`` across nodes: each node's ``info`` (versions), with how long a
-    round trip took (``rtt``) and how far its clock is from this node's (``offset``,
-    seconds: theirs minus mine, halfway through the round trip, as NTP reckons). On the
-    head: every worker's, and ``{"node": n, "missing": why}`` for one that never came;
-    on a worker: the head's. Connections authenticated as verify's are."""
-    if not where.head:
-        conn = _connect(where, key, timeout)
-        try:
-            sent = time.time()
-            conn.send(("doctor", where.node_rank, dict(info)))
-            _, theirs, at = _recv(conn, HANDSHAKE)
-            back = time.time()
-            offset, rtt = float(at) - (sent + back) / 2, back - sent
-            conn.send(("result", -offset, rtt))
-        except (OSError, EOFError, TimeoutError, ValueError) as e:
-            raise VerifyError(f"node {where.node_rank}: the head stopped answering ({e})") from None
-        finally:
-            conn.close()
-        return [dict(theirs, node=0, offset=offset, rtt=rtt)]
-    found: dict[int, dict[str, Any]] = {}
-    refused: list[str] = []
-    server = socket.create_server(
-        (where.master_addr, where.master_port), family=_family(where.master_addr)
-    )
-    server.settimeout(0.5)
-    deadline = time.monotonic() + timeout
-    try:
-        while len(found) < where.nnodes - 1 and time.monotonic() < deadline:
-            try:
-                sock, peer = server.accept()
-            except TimeoutError:
-                continue
-            try:
-                conn = _authenticated(sock, key, server=True)
-            except AuthenticationError:
-                refused.append(f"refused {peer[0]}: wrong {TOKEN_ENV}")
-                continue
-            except (OSError, EOFError):
-                continue
-            try:
-                _, node, theirs = _recv(conn, HANDSHAKE)
-                conn.send(("doctor", dict(info), time.time()))
-                _, offset, rtt = _recv(conn, HANDSHAKE)
-                found[int(node)] = dict(
-                    theirs,
-                    node=int(node),
-                    offset=float(offset),
-                    rtt=float(rtt),
-                    address=str(peer[0]),
-                )
-            except (OSError, EOFError, TimeoutError, ValueError):
-                pass
-            finally:
-                conn.close()
-    finally:
-        server.close()
-    why = f"it did not join {where.master_addr}:{where.master_port} in {timeout:.0f} s"
-    if refused:
-        why += f" ({refused[-1]})"
-    missing = [{"node": n, "missing": why} for n in range(1, where.nnodes) if n not in found]
-    return [found[n] for n in sorted(found)] + missing
-
-
-def run_worker(
-    where: Layout,
-    key: bytes,
-    prints: Mapping[str, str],
-    roots: Mapping[str, str],
-    *,
-    python: str | None,
-    env: Mapping[str, str],
-    gpus: int = 0,
-    timeout: float = JOIN_TIMEOUT,
-) -> dict[str, Any]:
-    """A worker's whole part: join the head, then serve ranks in a child (the test
-    environment's Python and environment, in a process group of its own, killed whole
-    when it ends) until the head's verdict: the verdict (the head's result in a dict,
-    ``exit_code`` among it). One line (VerifyError) when it cannot join, or the head is
-    lost."""
-    conn, welcome = join(where, key, prints, gpus=gpus, timeout=timeout)
-    head_roots = dict(welcome.get("roots", {}))
-    config = {
-        "node": where.node_rank,
-        "head": f"{where.master_addr}:{where.master_port}",
-        "roots": {k: [head_roots[k], v] for k, v in roots.items() if k in head_roots},
-    }
-    with tempfile.TemporaryDirectory(prefix="bakery-node-", dir=_short_tmp()) as tmp:
-        answer = Path(tmp) / "verdict.json"
-        fd = conn.fileno()
-        os.set_inheritable(fd, True)
-        command = [
-            python or sys.executable,
-            "-m",
-            __name__,
-            str(fd),
-            str(answer),
-            json.dumps(config),
-        ]
-        try:
-            child = subprocess.Popen(command, env=dict(env), pass_fds=(fd,), start_new_session=True)
-        except OSError as e:
-            conn.close()
-            raise VerifyError(
-                f"node {where.node_rank}: cannot start its rank server: {e}"
-            ) from None
-        conn.close()  # the child's now: its end closes the head's side
-        try:
-            code = child.wait()
-        finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child.pid, signal.SIGKILL)  # its fork server and ranks
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-        try:
-            verdict = json.loads(answer.read_text())
-        except (OSError, ValueError):
-            raise VerifyError(
-                f"node {where.node_rank}: its rank server ended with code {code} and no verdict"
-            ) from None
-    if not isinstance(verdict, dict):
-        raise VerifyError(f"node {where.node_rank}: its rank server wrote no verdict")
-    if verdict.get("error"):
-        raise VerifyError(str(verdict["error"]))
-    return verdict
-
-
-class _Ranks:
-    """A worker's ranks of one world (one start of the head's pool)."""
-
-    def __init__(
-        self,
-        world: int,
-        gen: int,
-        ranks: Sequence[int],
-        store_at: tuple[str, int],
-        backend: str,
-        devices: Sequence[str],
-        timeout: float,
-        modules: Sequence[tuple[str, str | None]],
-        send: Callable[[Any], None],
-    ) -> None:
-        from bakery.testing import dist
-
-        self.world, self.gen, self.send = world, gen, send
-        ctx = dist.rank_context()
-        self.outbox = ctx.Queue()
-        self.inboxes = {r: ctx.Queue() for r in ranks}
-        self.procs = {
-            r: ctx.Process(
-                target=dist._rank_main,
-                args=(
-                    r,
-                    world,
-                    store_at,
-                    backend,
-                    devices[r],
-                    self.inboxes[r],
-                    self.outbox,
-                    timeout,
-                    modules,
-                ),
-                name=f"bakery-rank{r}",
-                daemon=True,
-            )
-            for r in ranks
-        }
-        self.reported: set[int] = set()
-        self.stopped = threading.Event()
-        for proc in self.procs.values():
-            proc.start()
-        threading.Thread(target=self._forward, daemon=True).start()
-
-    def _forward(self) -> None:
-        import queue
-
-        while not self.stopped.is_set():
-            try:
-                answer = self.outbox.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            except (OSError, EOFError, ValueError):
-                return
-            with contextlib.suppress(OSError):
-                self.send(("answer", self.world, self.gen, answer))
-
-    def put(self, rank: int, message: Any) -> None:
-        inbox = self.inboxes.get(rank)
-        if inbox is not None:
-            inbox.put(message)
-
-    def check(self) -> None:
-        for rank, proc in self.procs.items():
-            if rank not in self.reported and not proc.is_alive():
-                self.reported.add(rank)
-                self.send(("died", self.world, self.gen, rank, proc.exitcode))
-
-    def kill(self) -> None:
-        self.stopped.set()
-        for proc in self.procs.values():
-            if proc.is_alive():
-                proc.kill()
-        for proc in self.procs.values():
-            proc.join(timeout=5)
-        for q in [*self.inboxes.values(), self.outbox]:
-            with contextlib.suppress(Exception):
-                q.close()
-                q.cancel_join_thread()
-
-
-def _mapper(roots: Mapping[str, Sequence[str]]) -> Callable[[str | None], str | None]:
-    """A head's path (a test module's file) as the same file on this node."""
-    pairs = sorted(
-        ((h.rstrip("/") + "/", m.rstrip("/") + "/") for h, m in roots.values()),
-        key=lambda pair: -len(pair[0]),
-    )
-
-    def mapped(path: str | None) -> str | None:
-        if path is None:
-            return None
-        for head, mine in pairs:
-            if path.startswith(head):
-                return mine + path[len(head) :]
-        return path
-
-    return mapped
-
-
-class _Server:
-    """A worker's rank server: start, feed and kill its ranks as the head says."""
-
-    def __init__(self, conn: Connection, config: Mapping[str, Any]) -> None:
-        self.conn = conn
-        self.me, self.head = f"node {config['node']}", str(config["head"])
-        self.mapped = _mapper(config.get("roots", {}))
-        self.pools: dict[int, _Ranks] = {}
-        self._lock = threading.Lock()
-
-    def send(self, message: Any) -> None:
-        with self._lock:
-            self.conn.send(message)
-
-    def ping(self, stop: threading.Event) -> None:
-        while not stop.wait(HEARTBEAT):
-            with contextlib.suppress(OSError):
-                self.send(("ping",))
-
-    def next_message(self, last: float) -> Any:
-        """The head's next message; None when it has none yet; raises _HeadLost."""
-        for pool in self.pools.values():
-            pool.check()
-        try:
-            if not self.conn.poll(HEARTBEAT):
-                if time.monotonic() - last > LOST_AFTER:
-                    raise _HeadLost(f"no word from it for {LOST_AFTER:.0f} s")
-                return None
-            return self.conn.recv()
-        except (OSError, EOFError):
-            raise _HeadLost("its connection closed") from None
-
-    def handle(self, message: Any) -> dict[str, Any] | None:
-        """Act on one message; the verdict when it is one."""
-        kind = message[0]
-        if kind == "start":
-            _, world, gen, ranks, store_at, backend, devices, timeout, modules = message
-            self.kill(world)
-            modules = [(name, self.mapped(path)) for name, path in modules]
-            self.pools[world] = _Ranks(
-                world, gen, ranks, tuple(store_at), backend, devices, timeout, modules, self.send
-            )
-        elif kind == "put":
-            _, world, gen, rank, task = message
-            pool = self.pools.get(world)
-            if pool is not None and pool.gen == gen:
-                if task is not None:
-                    task_id, (modname, qualname, path), payload = task
-                    task = (task_id, (modname, qualname, self.mapped(path)), payload)
-                pool.put(rank, task)
-        elif kind == "kill":
-            self.kill(message[1], message[2])
-        elif kind == "verdict":
-            with contextlib.suppress(OSError):
-                self.send(("bye",))
-            return dict(message[1])
-        return None
-
-    def kill(self, world: int, gen: int | None = None) -> None:
-        pool = self.pools.get(world)
-        if pool is not None and gen in (None, pool.gen):
-            self.pools.pop(world).kill()
-
-
-class _HeadLost(Exception):
-    pass
-
-
-def serve(conn: Connection, config: Mapping[str, Any]) -> dict[str, Any]:
-    """A worker's rank server (:class:`_Server`) until the head's verdict (returned) or
-    its loss (``{"error": line}``)."""
-    from bakery.testing import dist
-
-    server = _Server(conn, config)
-    stop = threading.Event()
-    threading.Thread(target=server.ping, args=(stop,), name="bakery-node-ping", daemon=True).start()
-    dist.start_rank_server()
-    last = time.monotonic()
-    try:
-        while True:
-            try:
-                message = server.next_message(last)
-            except _HeadLost as e:
-                return {"error": f"{server.me}: the head at {server.head} was lost: {e}"}
-            if message is None:
-                continue
-            last = time.monotonic()
-            verdict = server.handle(message)
-            if verdict is not None:
-                return verdict
-    finally:
-        stop.set()
-        for world in list(server.pools):
-            server.kill(world)
-        dist.stop_rank_server()
-
-
-def _main(argv: Sequence[str]) -> None:
-    """``python -m bakery.testing.nodes FD VERDICT CONFIG``: a worker's rank server on
-    the joined connection ``FD`` (:func:`run_worker` starts it); the verdict, or the
-    line that ended it, is written to ``VERDICT``."""
-    fd, answer, config = int(argv[1]), Path(argv[2]), json.loads(argv[3])
-    tests = config.get("roots", {}).get("tests")
-    if tests:  # the tests' own helper modules, as pytest's rootdir gives them on the head
-        sys.path.insert(0, tests[1])
-    try:
-        verdict = serve(Connection(fd), config)
-    except KeyboardInterrupt:
-        verdict = {"error": f"node {config['node']}: interrupted"}
-    answer.write_text(json.dumps(verdict))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    _main(sys.argv)

@@ -110,7 +110,7 @@ class _SessionState:
         self.series = series
         self.worker = worker
         self.counts = dict.fromkeys(_COUNTS, 0)
-        from bakery.testing.nodes import HeadLink
+        from bakery.testing.headlink import HeadLink
 
         #: the other nodes of a multi-node verify (bakery verify --nnodes), or None
         self.link = None if worker else HeadLink.from_env()
@@ -658,7 +658,7 @@ class RankPools:
     on its next task."""
 
     def __init__(self, link: Any = None) -> None:
-        #: the other nodes (bakery.testing.nodes.HeadLink): some ranks run there
+        #: the other nodes (bakery.testing.headlink.HeadLink): some ranks run there
         self.link = link
         self._pools: dict[int, Any] = {}
         #: world size -> the thread starting (and warming up) its ranks

@@ -8,7 +8,7 @@ runs: one line per finding, each problem with its fix.
   toolkit's ptxas does not);
 - the NCCL version and the interface it would use, and the InfiniBand/RoCE devices;
 - with ``--nnodes`` (verify's layout flags): whether the nodes reach each other, how far
-  apart their clocks are, and whether their versions agree (:func:`bakery.testing.nodes.meet`,
+  apart their clocks are, and whether their versions agree (:func:`bakery.testing.nodemeet.meet`,
   authenticated as verify's connections are).
 
 Nothing here prints: :func:`examine` returns :class:`Finding` values.
@@ -29,6 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bakery import process
+from bakery.testing import nodemeet
 
 #: Clocks further apart than this (seconds) are a problem: logs and results of the
 #: nodes stop lining up, and TLS or a token's lifetime may be refused.
@@ -60,10 +63,8 @@ def examine(where: Any = None, key: bytes | None = None, *, timeout: float = 30.
         facts, where.master_addr if where is not None else None, where is not None
     )
     if where is not None and key is not None:
-        from bakery.testing import nodes
-
         public = {k: v for k, v in facts.items() if k in _COMPARED or k == "host"}
-        found += peer_findings(public, nodes.meet(where, key, public, timeout=timeout))
+        found += peer_findings(public, nodemeet.meet(where, key, public, timeout=timeout))
     return found
 
 
@@ -186,13 +187,9 @@ def _triton_bin() -> Path | None:
 def ptxas_facts(path: str) -> tuple[str | None, set[str]]:
     """(the CUDA release of a ptxas, the architectures its ``--help`` lists)."""
     try:
-        version = subprocess.run(
-            [path, "--version"], capture_output=True, text=True, timeout=20, check=False
-        ).stdout
-        helptext = subprocess.run(
-            [path, "--help"], capture_output=True, text=True, timeout=20, check=False
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
+        version = process.run([path, "--version"], timeout=20).stdout.decode(errors="replace")
+        helptext = process.run([path, "--help"], timeout=20).stdout.decode(errors="replace")
+    except (process.ProcessFailed, subprocess.TimeoutExpired):
         return None, set()
     release = re.search(r"release (\d+\.\d+)", version)
     return (release.group(1) if release else None), set(re.findall(r"\bsm_\d+[af]?\b", helptext))

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from bakery.errors import BakeryError, VerifyError
-from bakery.testing import nodes
+from bakery.testing import nodes, nodeserver
 from bakery.verifying.plan import Reuse, VerifyPlan
 from bakery.verifying.runner import VerifyResult, run_verify, verify_environment
 
@@ -55,7 +55,7 @@ def verify_on_nodes(
     if plan.series_dir is not None:
         roots["series"] = str(plan.series_dir)
     if not where.head:
-        verdict = nodes.run_worker(
+        verdict = nodeserver.run_worker(
             where,
             key,
             prints,
