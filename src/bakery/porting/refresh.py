@@ -42,7 +42,7 @@ from bakery.model.manifest import BakedDiff, Manifest
 from bakery.model.manifest import read as read_checked
 from bakery.model.report import MANIFEST
 from bakery.patch import provenance
-from bakery.patch.parse import Diff
+from bakery.patch.diffs import Diff
 from bakery.patch.series import Series, load_series, ordered_diffs
 from bakery.safety import paths
 from bakery.sources import versions

@@ -26,7 +26,8 @@ from pathlib import Path
 from bakery.context import Context
 from bakery.errors import UsageError
 from bakery.git import cmd as gitutil
-from bakery.patch.parse import Hunk, read_diff
+from bakery.patch.diffs import Hunk
+from bakery.patch.parse import read_diff
 from bakery.patch.series import load_series, ordered_diffs
 
 
