@@ -636,6 +636,7 @@ def test_a_series_without_tests_is_not_published_unless_unverified(
     assert sdist.exit_code == 1 and not (tmp_path / "dist").exists()
     written = wheel_cli(cli, "demo", "--platform", "x86_64", "--out", "dist")
     assert written.exit_code == 0, written.output
+    assert ", unverified: published with --unverified (unverified: " in written.output
     (path,) = (tmp_path / "dist").iterdir()
     proof = _proof_of(path)
     assert proof["state"] == "unverified" and proof["reason"].startswith(

@@ -197,7 +197,7 @@ def _proof(report: BakeReport) -> str:
     proof = report.proof
     if proof is None:
         return ""
-    if proof.state == "unverified":
+    if proof.state == "unverified" and proof.reason[:1].isdigit():  # a bake's own words
         merged = proof.reason.partition(";")[0]
         carried = f"; {report.carried}" if report.carried else ""
         line = f"unverified: {merged}{carried}; run `bakery verify {report.series_name}`"
