@@ -1,4 +1,4 @@
-"""Which rank pools start when collection ends (plugin.prestart_worlds): every world size
+"""Which rank pools start when collection ends (rankpools.prestart_worlds): every world size
 the rank tests use when their processes fit the cores, else the smallest alone; none
 without rank tests. Whether the session's helpers start with it instead (plugin.starts_early:
 the ranks' fork server, the CUDA context's thread, dcp2's TTIR probe): on a GPU, in the
@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from bakery.testing.plugin import EARLY_SERVER_CORES, prestart_worlds, starts_early
+from bakery.testing.plugin import EARLY_SERVER_CORES, starts_early
+from bakery.testing.rankpools import prestart_worlds
 
 
 def item(world: int | None = None, *, ranks: bool = True) -> Any:

@@ -1,9 +1,9 @@
-"""A rank's warm-up (dist.warm_rank, plugin.rank_modules): every rank imports the modules
+"""A rank's warm-up (dist.warm_rank, rankpools.rank_modules): every rank imports the modules
 of the session's multi-rank tests before it says it is ready, so its first task does not;
 a module that fails to import there does not keep the pool from starting, and the task
 that needs it raises the module's own error, with its traceback.
 
-The series' warm-up tasks (``bakery_rank_warmup``, plugin.rank_warmups, RankPool.warm_up):
+The series' warm-up tasks (``bakery_rank_warmup``, rankpools.rank_warmups, RankPool.warm_up):
 a world started early runs them on every rank before its first test gets the pool; one
 that raises or hangs is reported in one line, and the tests get fresh ranks."""
 
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from bakery.testing.dist import RankError, RankPool
-from bakery.testing.plugin import RankPools, rank_modules, rank_warmups
+from bakery.testing.rankpools import RankPools, rank_modules, rank_warmups
 
 
 def write_module(tmp_path: Path, name: str, body: str) -> tuple[ModuleType, Path]:
