@@ -21,6 +21,7 @@ from tests.support.dsa import (
     dsa_series,
     dsa_tree,
 )
+from tests.support.index import Index
 from tests.support.trees import cache_release
 
 #: each port proves its candidates with the series' tests: long
@@ -206,3 +207,42 @@ def test_refresh_of_a_tree_of_main_writes_next_never_a_release(
     assert made == {"commit": good, "identity": f"0.34.0+g{good[:12]}", "made_by": "refresh"}
     assert "+# a fix made on main" in "".join(p.read_text() for p in nxt.glob("*.diff"))
     assert sorted(p.name for p in ports.iterdir()) == ["0.31.0", "0.33.0", "0.34.0", "next"]
+
+
+K = "vllm/k.py"
+K_BASE = "def pick(xs, k):\n    ys = sorted(xs)\n    return ys[:k]\n"
+
+
+def test_a_ref_that_conflicts_leaves_its_conflicts_in_gits_index(
+    cli, tmp_path: Path, home: Path, index: Index
+) -> None:
+    """Issue 45: main changes the very line the series changes: no merge keeps both. The
+    port to that ref leaves the attempt as apply --keep-failed does (the file unmerged in
+    git's index, with diff3 markers), says so in one headline, and writes no next/."""
+    from tests.support.archives import sdist
+    from tests.support.repos import git, git_repo
+    from tests.support.series import make_series, udiff
+
+    index.add("vllm-1.0.0.tar.gz", sdist("1.0.0", files=0, modules={K: K_BASE}))
+    up = git_repo(tmp_path / "up", {"setup.py": "", "vllm/__init__.py": "", K: K_BASE})
+    git(up, "tag", "v1.0.0")
+    (up / K).write_text(K_BASE.replace("sorted(xs)", "sorted(set(xs))"))
+    git(up, "commit", "-qam", "main: distinct items")
+    series = make_series(
+        home,
+        "s",
+        {"01-rev.diff": udiff(K, K_BASE, K_BASE.replace("sorted(xs)", "sorted(xs, reverse=True)"))},
+        'base = "1.0.0"\nroot = ""\nstrip = 1\n',
+    )
+    (series / "tests").mkdir()
+    (series / "tests" / "test_k.py").write_text("def test_nothing():\n    pass\n")
+    r = cli("port", "s", "--vllm", f"git+file://{up}@main", "--json", "p.json")
+    assert r.exit_code == 1, r.output
+    rep = json.loads(Path("p.json").read_text())
+    assert rep["port"] is None and not (home / "patches" / "s" / "next").exists()
+    attempt = tmp_path / str(rep["failed_out"])
+    assert attempt.name == "attempt.failed"
+    assert git(attempt, "status", "--porcelain", "--", K) == f"UU {K}\n"
+    assert "<<<<<<< release" in (attempt / K).read_text()
+    assert f"no proposal proven; best attempt in {rep['failed_out']}" in r.output
+    assert "ported to" not in r.output
