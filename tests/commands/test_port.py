@@ -220,3 +220,23 @@ def test_port_text_is_plain_diff_u(project: tuple[Path, Index]) -> None:
     text = (home / "patches" / "s" / "1.1.0" / "01-rev.diff").read_text()
     assert text.startswith(f"--- a/{MOD}\n+++ b/{MOD}\n@@ ")
     assert textwrap.dedent(text) == text
+
+
+def test_a_port_not_proven_prints_the_steps_that_finish_its_attempt(
+    project: tuple[Path, Index],
+) -> None:
+    home, idx = project
+    idx.add("vllm-1.2.0.tar.gz", _sdist("1.2.0", BASE.replace("sorted(xs)", "sorted(set(xs))")))
+    diff = home / "launcher" / "s" / "diffs" / "01-rev.diff"
+    diff.write_text(_udiff(BASE, BASE.replace("sorted(xs)", "sorted(xs, reverse=True)")))
+    res = CliRunner().invoke(
+        app,
+        ["port", "s", "--vllm", "1.2.0", "--json", "port.json"],
+        env={"COLUMNS": "200"},
+        catch_exceptions=False,
+    )
+    assert res.exit_code == 1
+    failed = json.loads(Path("port.json").read_text())["failed_out"]
+    steps = [ln.strip() for ln in res.output.split("next:", 1)[1].splitlines() if ln.strip()]
+    assert f"git -C {failed} status" in steps[0]
+    assert steps[1:3] == [f"bakery verify s --tree {failed}", f"bakery refresh s --tree {failed}"]

@@ -77,9 +77,15 @@ def run_bake(fn: Callable[[], BakeReport], json_file: Path | None) -> BakeReport
     return report
 
 
-def show_report(report: BakeReport, next_steps: list[str]) -> None:
+def show_report(report: BakeReport, next_steps: list[str], series: str | None = None) -> None:
+    """series: the SERIES argument as given, for the commands the report suggests."""
     render.bake_report(
-        human(), report, quiet=_Invocation.quiet, verbose=_Invocation.verbose, next_steps=next_steps
+        human(),
+        report,
+        quiet=_Invocation.quiet,
+        verbose=_Invocation.verbose,
+        next_steps=next_steps,
+        series=series,
     )
 
 

@@ -57,10 +57,36 @@ def after_bake(report: BakeReport, asked: Asked) -> list[str]:
         extra += ["--fuzz", str(asked.fuzz)]
     if asked.out is not None:
         extra += ["--out", str(asked.out)]
-    return [
+    steps = [
         "write the attempt, with the conflicts to resolve, to a .failed tree:",
         command("bakery", "apply", asked.series, *_vllm(report, asked), *extra, "--keep-failed"),
     ]
+    # another release than the series' base: port merges what it can and proves it
+    if asked.vllm and not asked.no_port:
+        steps += [
+            "or let bakery port merge and prove a port to it:",
+            command("bakery", "port", asked.series, "--vllm", asked.vllm),
+        ]
+    return steps
+
+
+def after_port(series: str, failed_out: str | None) -> list[str]:
+    """After a port that proved no proposal: resolve its best attempt, verify it, write it
+    (the README's steps, with the attempt's path)."""
+    if not failed_out:
+        return []
+    return [
+        f"resolve the conflicts in {failed_out} (`git -C {shlex.quote(failed_out)} status` "
+        "lists them), then:",
+        command("bakery", "verify", series, "--tree", failed_out),
+        command("bakery", "refresh", series, "--tree", failed_out),
+    ]
+
+
+def after_stale(series: str, vllm: str | None) -> list[str]:
+    """After check --up-to-date found a port out of step: the command that carries the
+    series' changes into it."""
+    return [command("bakery", "port", series, "--update", *(["--vllm", vllm] if vllm else []))]
 
 
 def after_refresh(done: Refreshed, series: str, tree: Path | None = None) -> list[str]:

@@ -3,6 +3,7 @@ tables); a command's own output sits in its module (bakery.cli.commands)."""
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from typing import Any
@@ -67,14 +68,16 @@ def bake_report(
     quiet: bool = False,
     verbose: bool = False,
     next_steps: list[str] | None = None,
+    series: str | None = None,
 ) -> None:
     """One table per diff and file, a row per hunk, then every problem on its own line, the
     verdict, and the next steps (whole commands). quiet: no tables; verbose: the source's
-    hash and each diff's commit too."""
+    hash and each diff's commit too. series: the SERIES as the user gave it (a path, for a
+    series outside launcher/), which the verdict's next command names."""
     if not quiet:
         _hunk_tables(console, report, verbose)
     _problems(console, report, quiet)
-    _verdict(console, report)
+    _verdict(console, report, series or report.series_name)
     if next_steps:
         console.print("next:", soft_wrap=True)
         for step in next_steps:
@@ -167,7 +170,7 @@ def _problems(console: Console, report: BakeReport, quiet: bool = False) -> None
                 console.print(f"  {_t(a)}", soft_wrap=True)
 
 
-def _verdict(console: Console, report: BakeReport) -> None:
+def _verdict(console: Console, report: BakeReport, series: str) -> None:
     counts: dict[str, int] = {}
     for d in report.diffs:
         for f in d.files:
@@ -176,11 +179,11 @@ def _verdict(console: Console, report: BakeReport) -> None:
     summary = ", ".join(f"{n} {s}" for s, n in counts.items())
     if report.status == "baked":
         console.print(
-            f"[bold green]baked[/] {_t(str(report.out))} ({summary}){_proof(report)}",
+            f"[bold green]baked[/] {_t(str(report.out))} ({summary}){_proof(report, series)}",
             soft_wrap=True,
         )
     elif report.status == "checked":
-        console.print(f"[bold green]applies[/] ({summary}){_proof(report)}", soft_wrap=True)
+        console.print(f"[bold green]applies[/] ({summary}){_proof(report, series)}", soft_wrap=True)
     else:
         stop = next((d.name for d in report.diffs if not d.ok), None)
         where = (
@@ -191,7 +194,7 @@ def _verdict(console: Console, report: BakeReport) -> None:
         console.print(f"[bold red]does not apply[/] ({summary}){where}", soft_wrap=True)
 
 
-def _proof(report: BakeReport) -> str:
+def _proof(report: BakeReport, series: str) -> str:
     """The tree's proof state (issue 45), ending the verdict: ``, unverified: N hunks
     merged; run `bakery verify S```."""
     proof = report.proof
@@ -200,7 +203,7 @@ def _proof(report: BakeReport) -> str:
     if proof.state == "unverified" and proof.reason[:1].isdigit():  # a bake's own words
         merged = proof.reason.partition(";")[0]
         carried = f"; {report.carried}" if report.carried else ""
-        line = f"unverified: {merged}{carried}; run `bakery verify {report.series_name}`"
+        line = f"unverified: {merged}{carried}; run `bakery verify {shlex.quote(series)}`"
     else:
         line = f"{proof.state}: {proof.reason}"
     color = {"verified": "green", "failed": "red"}.get(proof.state, "yellow")

@@ -98,7 +98,7 @@ def apply(o: Options) -> None:
     asked = hints.Asked(
         o.series, o.vllm, no_port=o.no_port, out=o.out, fuzz=o.fuzz, no_merge=o.no_merge
     )
-    show_report(report, hints.after_bake(report, asked))
+    show_report(report, hints.after_bake(report, asked), o.series)
     code = 0 if report.status == "baked" else 1
     code = code or strict_exit(o.strict, report.diffs, report)
     finish(code or strict_port_exit(o.strict, report))

@@ -75,7 +75,7 @@ def check(o: Options) -> None:
         o.json_file,
     )
     asked = hints.Asked(o.series, o.vllm, no_port=o.no_port, fuzz=o.fuzz, no_merge=o.no_merge)
-    show_report(report, hints.after_bake(report, asked))
+    show_report(report, hints.after_bake(report, asked), o.series)
     code = 0 if report.ok else 1
     code = code or strict_exit(o.strict, report.diffs, report)
     code = code or strict_port_exit(o.strict, report)
@@ -83,5 +83,9 @@ def check(o: Options) -> None:
         stale = commands.up_to_date(_context(), o.series, vllm=o.vllm)
         for line in stale:
             err_console.print(f"[red]not up to date:[/] {_safe(line)}", markup=True)
+        if stale:
+            err_console.print("next:", soft_wrap=True)
+            for step in hints.after_stale(o.series, o.vllm):
+                err_console.print(f"  {_safe(step)}", soft_wrap=True)
         code = 1 if stale else 0
     finish(code)

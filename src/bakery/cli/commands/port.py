@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from bakery.cli import hints
 from bakery.cli.common import finish, json_target
 from bakery.cli.console import context as _context
 from bakery.cli.console import human
@@ -37,7 +38,7 @@ def _port_update(
     result = run_update(
         _context(), series, vllm=vllm, out_root=out, interpret=interpret, write=not dry_run
     )
-    port_update(human(), result)
+    port_update(human(), result, series)
     finish(0 if result.ok else 1, json_file, result)
 
 
@@ -144,11 +145,12 @@ def port(o: Options) -> None:
         syntax=not o.lines_only,
     )
     result = run_port(_context(), o.series, options)
-    port_result(human(), result)
+    port_result(human(), result, o.series)
     finish(0 if result.ok else 1, o.json_file, result)
 
 
-def port_result(console: Console, result: PortResult) -> None:
+def port_result(console: Console, result: PortResult, series: str | None = None) -> None:
+    """series: the SERIES argument as given, for the next steps."""
     table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
     for col in ("start", "merge base", "conflicts", "hunks", "lines from previous port"):
         table.add_column(col)
@@ -173,6 +175,11 @@ def port_result(console: Console, result: PortResult) -> None:
         )
         for line in h.get("upstream") or []:  # type: ignore[attr-defined]
             console.print(f"  upstream {_safe(str(line))}", soft_wrap=True)
+    _port_verdict(console, result, series)
+
+
+def _port_verdict(console: Console, result: PortResult, series: str | None) -> None:
+    """What came of the port, and the steps that finish an attempt not proven."""
     if result.no_port_needed:
         console.print(
             f"[bold green]no port needed:[/] the series' own diffs bake and verify on "
@@ -184,10 +191,16 @@ def port_result(console: Console, result: PortResult) -> None:
     else:
         where = f"; best attempt in {result.failed_out}" if result.failed_out else ""
         console.print(f"[bold red]no proposal proven[/]{_safe(where)}")
+        steps = hints.after_port(series or result.series, result.failed_out)
+        if steps:
+            console.print("next:", soft_wrap=True)
+            for step in steps:
+                console.print(f"  {_safe(step)}", soft_wrap=True)
 
 
-def port_update(console: Console, result: PortUpdate) -> None:
-    """bakery port --update: each port's state, and what is left to a person."""
+def port_update(console: Console, result: PortUpdate, series: str | None = None) -> None:
+    """bakery port --update: each port's state, and what is left to a person (series: the
+    SERIES argument as given, for the next step)."""
     for p in result.ports:
         console.print(f"[bold]{_safe(p.port)}[/]: {_UPDATE_STATE.get(p.state, _safe(p.state))}")
         for line in p.stale:
@@ -209,6 +222,9 @@ def port_update(console: Console, result: PortUpdate) -> None:
                 ),
                 soft_wrap=True,
             )
+        elif p.state in ("cannot", "failed"):  # nothing to resolve: propose the port anew
+            step = hints.command("bakery", "port", series or result.series, "--vllm", p.release)
+            console.print(f"  next: {_safe(step)}", soft_wrap=True)
 
 
 _UPDATE_STATE = {
