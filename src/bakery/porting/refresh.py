@@ -104,7 +104,13 @@ def render_diff(
 ) -> bytes:
     """Plain `diff -u` text (no timestamps) for the changes, in the order given; a file
     that ``moves`` (new path -> old path) renames, where the changes still delete the old
-    and create the new, as a git rename (``rename from``/``rename to``, then its hunks)."""
+    and create the new, as a git rename (``rename from``/``rename to``, then its hunks).
+
+    A diff with a rename is a git diff throughout: every file patch gets its
+    ``diff --git`` line (and ``new file mode``/``deleted file mode`` where it creates or
+    deletes), as ``git diff`` writes it. Mixed with plain ``---``/``+++`` patches, a
+    rename without hunks would take the next file's ``---`` line into its git header,
+    which bakery's parser and ``git apply`` refuse (a new team's trial, finding 1)."""
     out = []
     by_path = {p: (b, a) for p, b, a in changes}
     renamed = {
@@ -126,6 +132,16 @@ def render_diff(
                     f"diff --git {la} {lb}\nrename from {_label('', old, root)}\n"
                     f"rename to {_label('', path, root)}\n".encode()
                 )
+            elif renamed and before != after:
+                ga, gb = _label(prefixes[0], path, root), _label(prefixes[1], path, root)
+                mode = (
+                    "new file mode 100644\n"
+                    if before is None
+                    else "deleted file mode 100644\n"
+                    if after is None
+                    else ""
+                )
+                out.append(f"diff --git {ga} {gb}\n{mode}".encode())
             if before == after:
                 continue
             a.write_bytes(before or b"")
@@ -251,15 +267,28 @@ def _work(tree: Path, path: str) -> bytes | None:
     return p.read_bytes()
 
 
+_HUNK = re.compile(rb"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
 def _stat(text: bytes) -> str:
-    files = plus = minus = 0
-    for line in text.splitlines():
-        if line.startswith(b"+++ "):
-            files += 1
-        elif line.startswith(b"+"):
-            plus += 1
-        elif line.startswith(b"-") and not line.startswith(b"--- "):
-            minus += 1
+    """ "N files, +A -D" of a diff's text: files by their ``diff --git`` lines (a rename
+    without hunks is a file), else by ``+++`` lines; lines counted inside hunks only (a
+    mail's ``---`` separator and diffstat are no deletions)."""
+    lines = text[len(_head_text(text)) :].splitlines()
+    git = sum(1 for line in lines if line.startswith(b"diff --git "))
+    files = git or sum(1 for line in lines if line.startswith(b"+++ "))
+    plus = minus = old = new = 0
+    for line in lines:
+        if old > 0 or new > 0:
+            if line.startswith(b"+"):
+                plus, new = plus + 1, new - 1
+            elif line.startswith(b"-"):
+                minus, old = minus + 1, old - 1
+            elif not line.startswith(b"\\"):
+                old, new = old - 1, new - 1
+        elif m := _HUNK.match(line):
+            old = int(m.group(1)) if m.group(1) is not None else 1
+            new = int(m.group(2)) if m.group(2) is not None else 1
     return f"{files} file{'s' if files != 1 else ''}, +{plus} -{minus}"
 
 

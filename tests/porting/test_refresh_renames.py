@@ -1,0 +1,159 @@
+"""A refreshed diff that renames is a well-formed git diff (a new team's trial, findings 1,
+2 and 4), built from nothing with the real tools:
+
+- ``git format-patch`` of a pure rename (100% similarity, no hunks) and an edit of another
+  file after it; baked, the other file edited in the baked tree, refreshed: every file
+  patch of the rewritten diff has its ``diff --git`` header (as ``git diff`` writes it), so
+  bakery bakes it again and ``git apply --check`` takes it (no ``---`` line read as part of
+  the rename's header);
+- the stale-port carry (``check`` of a port whose series changed) writes that form too,
+  and ``port --update`` carries it;
+- a port refresh wrote (its rename diff kept as it is, the tree stopped before it) is up
+  to date at once;
+- ``refresh --new-diff NAME`` of an edit to a file a diff already touches makes that new
+  diff, never silently folds the change into the old one.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+
+from tests.support.repos import git
+from tests.support.series import make_series
+from tests.support.trees import cache_release, write_files
+
+Cli = Callable[..., Result]
+
+INSPECT = "".join(f"def view{i}():\n    return {i}\n\n\n" for i in range(1, 9))
+WORKER = (
+    '"""The worker."""\nfrom vllm.model_inspection import view1\n'
+    "\n\ndef run():\n    return view1()\n"
+)
+RELEASE = {
+    "vllm/__init__.py": "",
+    "vllm/model_inspection.py": INSPECT,
+    "vllm/worker.py": WORKER,
+    "vllm/tasks.py": "".join(f"T{i} = {i}\n" for i in range(1, 12)),
+}
+#: 0.33.0 moves the worker's lines (the rename diff applies there with an offset)
+RELEASE_33 = {**RELEASE, "vllm/worker.py": "# 0.33\n\n" + WORKER}
+TOML = 'base = "0.32.0"\n'
+SERIES_TEST = """
+def test_the_rename_is_baked_in(baked_tree):
+    assert not (baked_tree / "vllm/model_inspection.py").exists()
+    assert "model_inspect import" in (baked_tree / "vllm/worker.py").read_text()
+"""
+
+
+def _format_patch(tmp_path: Path) -> bytes:
+    """git format-patch --stdout of one commit: a pure rename, then an edit of worker.py."""
+    repo = write_files(tmp_path / "repo", RELEASE)
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=A", "-c", "user.email=a@x", "commit", "-qm", "pristine")
+    git(repo, "mv", "vllm/model_inspection.py", "vllm/model_inspect.py")
+    worker = repo / "vllm/worker.py"
+    worker.write_text(WORKER.replace("vllm.model_inspection", "vllm.model_inspect"))
+    git(repo, "-c", "user.name=A", "-c", "user.email=a@x", "commit", "-qam", "rename")
+    proc = subprocess.run(
+        ["git", "format-patch", "--stdout", "-1"], cwd=repo, capture_output=True, check=True
+    )
+    text = proc.stdout
+    assert b"similarity index 100%\nrename from vllm/model_inspection.py\n" in text
+    assert text.index(b"rename to vllm/model_inspect.py") < text.index(b"+++ b/vllm/worker.py")
+    return text
+
+
+def _git_apply_check(diff: Path, files: dict[str, str], where: Path) -> None:
+    """``git apply --check`` of the diff on a checkout of ``files``."""
+    if shutil.which("git") is None:
+        return
+    tree = write_files(where, files)
+    proc = subprocess.run(
+        ["git", "apply", "--check", str(diff)], cwd=tree, capture_output=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+
+
+@pytest.fixture
+def series(cli: Cli, home: Path, tmp_path: Path) -> Path:
+    cache_release("0.32.0", RELEASE)
+    make_series(home, "t", {"01-rename.diff": _format_patch(tmp_path)}, toml=TOML)
+    return home / "launcher/t/diffs/01-rename.diff"
+
+
+def test_a_refreshed_pure_rename_and_a_later_file_is_a_diff_bakery_and_git_apply_take(
+    cli: Cli, home: Path, tmp_path: Path, series: Path
+) -> None:
+    out = home / "build/t"
+    r = cli("apply", "t", "--out", out)
+    assert r.exit_code == 0, r.output
+    worker = out / "vllm/worker.py"
+    worker.write_text(worker.read_text().replace("The worker.", "The worker (t)."))
+    r = cli("refresh", "t", "--tree", out)
+    assert r.exit_code == 0, r.output
+    assert "01-rename.diff  2 files, +2 -2" in r.output  # the rename and worker.py
+    text = series.read_bytes()
+    assert b"diff --git a/vllm/worker.py b/vllm/worker.py\n--- a/vllm/worker.py\n" in text
+    assert b"rename to vllm/model_inspect.py\ndiff --git a/vllm/worker.py" in text
+    r = cli("check", "t")
+    assert r.exit_code == 0, r.output
+    r = cli("apply", "t", "--out", home / "again")
+    assert r.exit_code == 0, r.output
+    assert (home / "again/vllm/worker.py").read_bytes() == worker.read_bytes()
+    assert not (home / "again/vllm/model_inspection.py").exists()
+    assert (home / "again/vllm/model_inspect.py").read_text() == INSPECT
+    _git_apply_check(series, RELEASE, tmp_path / "checkout")
+
+
+def _project(home: Path) -> None:
+    git(home, "init", "-q")
+    git(home, "add", "-A")
+    git(home, "-c", "user.name=A", "-c", "user.email=a@x", "commit", "-qm", "series")
+
+
+def test_the_stale_port_carry_of_a_rename_diff_bakes_and_updates(
+    cli: Cli, home: Path, tmp_path: Path, series: Path
+) -> None:
+    cache_release("0.33.0", RELEASE_33)
+    tasks = "".join(f"T{i} = {i}\n" for i in range(1, 12))
+    diff02 = home / "launcher/t/diffs/02-tasks.diff"
+    diff02.write_text(_udiff("vllm/tasks.py", tasks, tasks.replace("T3 = 3", "T3 = 30")))
+    write_files(home / "launcher/t/tests", {"test_t.py": SERIES_TEST})
+    out = home / "build/t-33"
+    r = cli("apply", "t", "--vllm", "0.33.0", "--out", out)
+    assert r.exit_code == 0, r.output
+    (out / "vllm/tasks.py").write_text(
+        tasks.replace("T3 = 3", "T3 = 30").replace("T9 = 9", "T9 = 90")
+    )
+    r = cli("refresh", "t", "--tree", out)
+    assert r.exit_code == 0, r.output
+    port = home / "patches/t/0.33.0"
+    assert (port / "01-rename.diff").is_file()
+    _project(home)
+    r = cli("check", "t", "--vllm", "0.33.0", "--up-to-date")
+    assert r.exit_code == 0, r.output
+    # the series changes 02: the port is stale, and its carry must bake
+    diff02.write_text(_udiff("vllm/tasks.py", tasks, tasks.replace("T3 = 3", "T3 = 31")))
+    git(home, "-c", "user.name=A", "-c", "user.email=a@x", "commit", "-qam", "02: 31")
+    r = cli("check", "t", "--vllm", "0.33.0")
+    assert r.exit_code == 0, r.output
+    r = cli("port", "t", "--update", "--vllm", "0.33.0", "--interpret")
+    assert r.exit_code == 0, r.output
+    _git_apply_check(port / "01-rename.diff", RELEASE_33, tmp_path / "checkout")
+
+
+def _udiff(path: str, before: str, after: str) -> str:
+    import difflib
+
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(True), after.splitlines(True), f"a/{path}", f"b/{path}", n=3
+        )
+    )
