@@ -193,6 +193,22 @@ class BakeryCommand(TyperCommand):
             for p in super().collect_usage_pieces(ctx)
         ]
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        _one_of_each_pair(self, ctx, args)
+        return super().parse_args(ctx, args)
+
+
+def _one_of_each_pair(command: click.Command, ctx: click.Context, args: list[str]) -> None:
+    """Both sides of an on/off flag (``--interpret --gpu``) are a usage error: click would
+    keep the last one silently."""
+    words = set(args[: args.index("--")] if "--" in args else args)
+    for p in command.get_params(ctx):
+        if isinstance(p, TyperOption) and p.is_flag and p.secondary_opts:
+            on = [o for o in p.opts if o in words]
+            off = [o for o in p.secondary_opts if o in words]
+            if on and off:
+                raise click.UsageError(f"{on[0]} and {off[0]}: give one of them, not both", ctx)
+
 
 class ManyVllmCommand(BakeryCommand):
     """A command whose ``--vllm`` takes several values (matrix)."""

@@ -101,7 +101,8 @@ def matrix(o: Options) -> None:
     if not versions:
         raise BakeryError("matrix needs --vllm VERSION... or --since VERSION")
     if not _Invocation.quiet:
-        err_console.print(_safe(f"baking {s.name} on {', '.join(versions)} with {o.jobs} workers"))
+        workers = f"{o.jobs} worker{'' if o.jobs == 1 else 's'}"
+        err_console.print(_safe(f"baking {s.name} on {', '.join(versions)} with {workers}"))
     interpret = o.interpret
     if o.do_verify:
         from bakery.verifying.plan import choose_device

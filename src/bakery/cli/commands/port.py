@@ -15,7 +15,7 @@ from bakery.cli.common import finish, json_target
 from bakery.cli.console import context as _context
 from bakery.cli.console import human
 from bakery.cli.console import safe as _safe
-from bakery.cli.options import JsonOpt, SeriesArg, command
+from bakery.cli.options import InterpretOpt, JsonOpt, SeriesArg, command
 from bakery.errors import UsageError
 
 if TYPE_CHECKING:
@@ -98,10 +98,7 @@ class Options:
             "failed hunk.",
         ),
     ] = None
-    interpret: Annotated[
-        bool,
-        typer.Option("--interpret/--gpu", help="Prove on the CPU (Triton interpreter) or a GPU."),
-    ] = True
+    interpret: InterpretOpt = None
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Prove the proposal but write no port.")
     ] = False
@@ -126,20 +123,23 @@ def port(o: Options) -> None:
     then by syntax, and written to patches/ only when verify proves it."""
     from bakery.commands.port import PortOptions
     from bakery.commands.port import port as run_port
+    from bakery.verifying.plan import choose_device
 
     json_target(o.json_file)
+    # as verify and matrix: a GPU when torch sees one, else the CPU (trial, finding 8)
+    interpret, _ = choose_device(o.interpret)
     if o.update:
-        _port_update(o.series, o.vllm, o.out, o.interpret, o.dry_run, o.json_file)
+        _port_update(o.series, o.vllm, o.out, interpret, o.dry_run, o.json_file)
     if o.promote is not None:
         if o.vllm is not None:
             raise UsageError("bakery port: --vllm SPEC or --promote VERSION, not both")
-        _promote(o.series, o.promote, o.interpret, o.out, o.json_file)
+        _promote(o.series, o.promote, interpret, o.out, o.json_file)
     if o.vllm is None:
         raise UsageError("bakery port needs --vllm SPEC or --promote VERSION (or --update)")
     options = PortOptions(
         o.vllm,
         out_root=o.out,
-        interpret=o.interpret,
+        interpret=interpret,
         upstream=o.upstream,
         write=not o.dry_run,
         syntax=not o.lines_only,

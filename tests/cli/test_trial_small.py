@@ -1,0 +1,38 @@
+"""The smaller things a new team's trial found in what the CLI says (finding 8): flags that
+contradict each other, words, plurals and defaults in help."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from click.testing import Result
+
+from tests.support.trees import Tiny
+
+Cli = Callable[..., Result]
+
+
+@pytest.mark.parametrize("command", ["verify", "matrix", "port"])
+def test_both_sides_of_interpret_gpu_are_a_usage_error(cli: Cli, tiny: Tiny, command: str) -> None:
+    r = cli(command, "demo", "--vllm", tiny.src, "--interpret", "--gpu")
+    assert r.exit_code == 2
+    assert "--interpret and --gpu: give one of them, not both" in r.stderr
+    assert "CUDA" not in r.output and len(r.stderr.splitlines()) == 1
+    r = cli(command, "demo", "--vllm", tiny.src, "--gpu", "--interpret", "--no-such-option")
+    assert r.exit_code == 2 and "not both" in r.stderr
+
+
+def test_port_help_gives_the_device_default_every_command_gives(cli: Cli) -> None:
+    helps = {c: " ".join(cli(c, "--help").stdout.split()) for c in ("port", "verify", "matrix")}
+    default = "Default: a GPU when torch sees one, else the CPU."
+    assert all(default in h for h in helps.values()), helps["port"]
+    assert "[default: interpret]" not in helps["port"]
+
+
+@pytest.mark.parametrize(("jobs", "said"), [("1", "with 1 worker\n"), ("2", "with 2 workers\n")])
+def test_matrix_says_worker_in_the_singular_for_one(
+    cli: Cli, tiny: Tiny, jobs: str, said: str
+) -> None:
+    r = cli("matrix", "demo", "--vllm", tiny.src, "--jobs", jobs)
+    assert said in r.stderr, r.stderr
