@@ -36,3 +36,19 @@ def test_matrix_says_worker_in_the_singular_for_one(
 ) -> None:
     r = cli("matrix", "demo", "--vllm", tiny.src, "--jobs", jobs)
     assert said in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(
+    ("seconds", "said"),
+    [
+        (5, "just now"),
+        (60 * 7 + 3, "7 min ago"),
+        (3600 * 2 + 5, "2 h ago"),
+        (86400 + 10, "1 day ago"),
+        (86400 * 10, "10 days ago"),
+    ],
+)
+def test_cache_list_says_minutes_not_zero_hours(seconds: int, said: str) -> None:
+    from bakery.cli.cache import _ago
+
+    assert _ago(1_000_000.0 - seconds, now=1_000_000.0) == said

@@ -36,11 +36,14 @@ def _entries(n: int) -> str:
     return f"{n} entry" if n == 1 else f"{n} entries"
 
 
-def _ago(when: float) -> str:
-    days = (time.time() - when) / 86400
-    if days < 1:
-        return f"{days * 24:.0f} h ago"
-    return f"{days:.0f} days ago"
+def _ago(when: float, now: float | None = None) -> str:
+    """How long ago, in the largest unit that is at least 1 (never "0 h ago")."""
+    seconds = max(0.0, (time.time() if now is None else now) - when)
+    for unit, length in (("day", 86400), ("h", 3600), ("min", 60)):
+        n = int(seconds // length)
+        if n >= 1:
+            return f"{n} {unit}{'s' if unit == 'day' and n > 1 else ''} ago"
+    return "just now"
 
 
 @cache_app.command("dir")
@@ -65,9 +68,10 @@ def list_(
         }
         out_console.print_json(json.dumps(data))
         return
+    w = max([38, *(len(r.key) for r in rows)])  # a long wheel key widens the column
     if rows:
         out_console.print(
-            escape(f"{'KEY (used last first)':<38} {'KIND':<8} {'SIZE':>9}  {'USED':<13} WHAT"),
+            escape(f"{'KEY (used last first)':<{w}} {'KIND':<8} {'SIZE':>9}  {'USED':<13} WHAT"),
             soft_wrap=True,
         )
     for r in rows:
@@ -80,7 +84,7 @@ def list_(
             what += " (incomplete)"
         out_console.print(
             escape(
-                printable(f"{r.key:<38} {r.kind:<8} {size(r.size):>9}  {_ago(r.used):<13} {what}")
+                printable(f"{r.key:<{w}} {r.kind:<8} {size(r.size):>9}  {_ago(r.used):<13} {what}")
             ),
             soft_wrap=True,
         )
