@@ -297,3 +297,9 @@ def test_a_release_and_a_tree_without_a_claim_are_named(cli, tmp_path, upstream)
     ident = _json("n.json")["vllm"]["identity"]
     assert re.fullmatch(r"0\+local\.[0-9a-f]{12}", ident["version"]), ident
     assert ident["pristine"] is False and ident["claims"] is None
+    assert ident["note"] == "the tree declares no version (no PKG-INFO, no release tag)"
+    # a claim that is no release: said so, nothing compared
+    dev = write_files(tmp_path / "c", dsa_tree(dsa_file("0.31.0"), "0.31.0.dev3"))
+    r = cli("check", "dsa", "--vllm", dev, "--json", "d.json")
+    ident = _json("d.json")["vllm"]["identity"]
+    assert ident["note"] == "0.31.0.dev3 is not a release: nothing to compare with", ident
