@@ -13,16 +13,23 @@ upstream commits that touched its lines (``--upstream``).
 from __future__ import annotations
 
 import logging
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import Version
 
-from bakery.bake.merge import Fallback
 from bakery.bake.staging import display_path
-from bakery.bake.tree import bake, refuse_to_discard_attempts
-from bakery.commands.proving import PortResult, Tried, attention, prove, verify_line, verify_tree
+from bakery.bake.tree import bake
+from bakery.commands.proving import (
+    PortResult,
+    Tried,
+    attention,
+    clear_scratch,
+    leave_best,
+    prove,
+    verify_line,
+    verify_tree,
+)
 from bakery.context import Context
 from bakery.errors import BakeryError, UsageError
 from bakery.logs import muted
@@ -105,7 +112,7 @@ def _port(ctx: Context, series_spec: str, opts: PortOptions) -> PortResult:
         candidates(ctx, series_spec, target, syntax=syntax),
     )
     scratch = (out_root / f"{series.name}-{version}").absolute()
-    _clear_scratch(scratch)
+    clear_scratch(scratch)
     if _no_port_needed(series, result, target, scratch, interpret):
         return result
     prev_record = None
@@ -131,7 +138,7 @@ def _port(ctx: Context, series_spec: str, opts: PortOptions) -> PortResult:
         result.written, result.dry_run = display_path(dest), not write
         result.hunks = attention(cand, result.target, upstream)
         return result
-    _leave_best(ctx, series_spec, result, target, scratch, syntax=syntax)
+    leave_best(ctx, series_spec, result, target, scratch, syntax=syntax)
     if result.candidates:
         result.hunks = attention(result.candidates[0], result.target, upstream)
     return result
@@ -141,14 +148,6 @@ def _why_no_differential(result: PortResult) -> str:
     if result.previous is None:
         return "no earlier release to compare with"
     return "the series records no differential cases"
-
-
-def _clear_scratch(scratch: Path) -> None:
-    """The scratch folder of an earlier run, unless the attempt it left was edited since
-    (the same rule as ``apply --keep-failed``: the user's work is never removed)."""
-    refuse_to_discard_attempts(scratch, "bakery port:")
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
 
 
 def _plain(cand: Candidate) -> bool:
@@ -219,24 +218,3 @@ def _record_previous(ctx: Context, spec: str, release: str, scratch: Path) -> Pa
     # recorded inputs are CPU tensors: both sides run under Triton's interpreter
     differential.record(tree, series.path / differential.CASES_FILE, out, interpret=True)
     return out
-
-
-def _leave_best(
-    ctx: Context, spec: str, result: PortResult, target: Pristine, scratch: Path, *, syntax: bool
-) -> None:
-    """The best attempt as a conflict tree, for a person to finish (merged by lines only
-    with --lines-only)."""
-    from bakery.porting.propose import _series_for
-    from bakery.sources.resolve import release
-
-    if not result.candidates:
-        return
-    best = result.candidates[0]
-    s = _series_for(spec, best.start, ctx.home)
-    start = _series_for(spec, best.start, ctx.home)
-    base = release(best.start.release, ctx.cache)
-    fallback = Fallback(s, target, base, True, syntax=syntax, start=start)
-    with muted():
-        report = bake(s, target, scratch / "attempt", keep_failed=True, fallback=fallback)
-    # its conflicts unmerged in git's index; or, where it bakes (verify failed), the tree
-    result.failed_out = report.failed_out or report.out

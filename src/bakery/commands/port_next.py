@@ -27,7 +27,14 @@ from pathlib import Path
 
 from bakery.bake.staging import display_path
 from bakery.bake.tree import bake
-from bakery.commands.proving import PortResult, attention, prove, verify_line
+from bakery.commands.proving import (
+    PortResult,
+    attention,
+    clear_scratch,
+    leave_best,
+    prove,
+    verify_line,
+)
 from bakery.context import Context
 from bakery.errors import BakeryError, UsageError
 from bakery.logs import muted
@@ -103,9 +110,7 @@ def port_next(
         candidates(ctx, series_spec, target, syntax=syntax),
     )
     scratch = (out_root / f"{series.name}-{NEXT}").absolute()
-    from bakery.commands.port import _clear_scratch
-
-    _clear_scratch(scratch)  # an attempt the user edited is never removed
+    clear_scratch(scratch)  # an attempt the user edited is never removed
     for n, cand in enumerate(c for c in result.candidates if c.failed == 0):
         tried = prove(series, cand, target, scratch / f"candidate-{n + 1}", interpret)
         result.tried.append(tried)
@@ -122,9 +127,7 @@ def port_next(
         result.written, result.dry_run = display_path(dest), not write
         result.hunks = attention(cand, target.commit or label, upstream)
         return result
-    from bakery.commands.port import _leave_best
-
-    _leave_best(ctx, series_spec, result, target, scratch, syntax=syntax)
+    leave_best(ctx, series_spec, result, target, scratch, syntax=syntax)
     if result.candidates:
         result.hunks = attention(result.candidates[0], target.commit or label, upstream)
     return result

@@ -8,11 +8,14 @@ the result both commands return (``PortResult``).
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bakery.bake.tree import bake
+from bakery.bake.merge import Fallback
+from bakery.bake.tree import bake, refuse_to_discard_attempts
+from bakery.context import Context
 from bakery.errors import BakeryError
 from bakery.logs import muted
 from bakery.patch.series import Series, load_series
@@ -150,3 +153,32 @@ def blame(upstream: Path, since: str, until: str, path: str, res: Any, hunk: Any
     except gitutil.GitError as e:  # the file is gone at the target (moved): said, not fatal
         return [f"no blame: {e.message}"]
     return [history.line(c) for c in found]
+
+
+def clear_scratch(scratch: Path) -> None:
+    """The scratch folder of an earlier run, unless the attempt it left was edited since
+    (the same rule as ``apply --keep-failed``: the user's work is never removed)."""
+    refuse_to_discard_attempts(scratch, "bakery port:")
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+
+
+def leave_best(
+    ctx: Context, spec: str, result: PortResult, target: Pristine, scratch: Path, *, syntax: bool
+) -> None:
+    """The best attempt as a conflict tree, for a person to finish (merged by lines only
+    with --lines-only)."""
+    from bakery.porting.propose import _series_for
+    from bakery.sources.resolve import release
+
+    if not result.candidates:
+        return
+    best = result.candidates[0]
+    s = _series_for(spec, best.start, ctx.home)
+    start = _series_for(spec, best.start, ctx.home)
+    base = release(best.start.release, ctx.cache)
+    fallback = Fallback(s, target, base, True, syntax=syntax, start=start)
+    with muted():
+        report = bake(s, target, scratch / "attempt", keep_failed=True, fallback=fallback)
+    # its conflicts unmerged in git's index; or, where it bakes (verify failed), the tree
+    result.failed_out = report.failed_out or report.out
