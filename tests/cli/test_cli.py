@@ -365,9 +365,10 @@ def test_list(cli: Cli, tiny: Tiny, home: Path) -> None:
         "ports: 0.31.0",
         "01-kernel.diff",
         "(2 hunks)",
-        "baked/model_executor/k.py",
-        "b/model_executor/new.py",
-        "a/old.py",
+        "strip 1",
+        "    vllm/model_executor/k.py\n",  # as bakery reads them: strip off, root on
+        "    vllm/model_executor/new.py\n",
+        "    vllm/old.py\n",
         "10-again.diff",
     ]:
         assert words in out, words

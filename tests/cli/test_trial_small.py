@@ -3,11 +3,14 @@ contradict each other, words, plurals and defaults in help."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from click.testing import Result
 
+from tests.support.series import make_series, udiff
 from tests.support.trees import Tiny
 
 Cli = Callable[..., Result]
@@ -52,3 +55,25 @@ def test_cache_list_says_minutes_not_zero_hours(seconds: int, said: str) -> None
     from bakery.cli.cache import _ago
 
     assert _ago(1_000_000.0 - seconds, now=1_000_000.0) == said
+
+
+def test_list_shows_the_files_as_bakery_reads_them_and_the_strip(cli: Cli, home: Path) -> None:
+    make_series(
+        home,
+        "t",
+        {
+            "01-ab.diff": udiff("vllm/sampling_params.py", "x\n", "y\n", "a", "b"),
+            "02-hand.diff": "--- vllm/tasks.py.orig\n+++ vllm/tasks.py\n@@ -1 +1 @@\n-a\n+b\n",
+            "03-git.diff": "diff --git a/vllm/m.py b/vllm/n.py\nsimilarity index 100%\n"
+            "rename from vllm/m.py\nrename to vllm/n.py\n",
+        },
+        toml="",
+    )
+    r = cli("list", "t")
+    assert r.exit_code == 0, r.output
+    assert "strip (detected)" in r.stdout
+    files = [ln.strip() for ln in r.stdout.splitlines() if ln.startswith("    ")]
+    assert files == ["vllm/sampling_params.py", "vllm/tasks.py", "vllm/n.py"]
+    # --json keeps the names as the headers write them
+    (row,) = json.loads(cli("list", "t", "--json").stdout)
+    assert row["diffs"][0]["files"] == ["b/vllm/sampling_params.py"]

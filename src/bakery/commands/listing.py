@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bakery.context import Context
+from bakery.patch.diffs import FilePatch, agreeing_strip
 from bakery.patch.series import load_series
 
 # --- list --------------------------------------------------------------------------------------
@@ -17,6 +18,9 @@ class ListedDiff:
     #: the paths it touches (a deleted file by its old name)
     files: list[str]
     hunks: int
+    #: the same files as bakery reads them: the strip taken off, the root put on where
+    #: series.toml sets them (what ``bakery list`` prints; --json keeps the header names)
+    shown: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "sha256": self.sha256, "files": self.files, "hunks": self.hunks}
@@ -74,6 +78,7 @@ def list_series(ctx: Context, spec: str | None) -> list[SeriesRow]:
                 d.sha256,
                 [fp.new_name if not fp.is_delete else fp.old_name for fp in d.files],
                 sum(len(fp.hunks) for fp in d.files),
+                [_shown(fp, s.strip, s.root) for fp in d.files],
             )
             for d in s.load_diffs()
         ]
@@ -81,6 +86,19 @@ def list_series(ctx: Context, spec: str | None) -> list[SeriesRow]:
             SeriesRow(s.name, str(s.path), s.base, s.root, s.strip, s.description, ports, diffs)
         )
     return rows
+
+
+def _shown(fp: FilePatch, strip: int | None, root: str | None) -> str:
+    """A file's name with the series' strip taken off; without one in series.toml, git's
+    (1) for a git diff, else the strip under which both header names are one file; the
+    name as written where none fits (the bake detects it against the tree)."""
+    name = fp.old_name if fp.is_delete else fp.new_name
+    if strip is None:
+        strip = 1 if fp.git else agreeing_strip(fp)
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if strip is None or len(parts) <= strip:
+        return name
+    return "/".join([*([root.strip("/")] if root and root.strip("/") else []), *parts[strip:]])
 
 
 # --- verify -------------------------------------------------------------------------------------

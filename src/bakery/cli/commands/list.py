@@ -44,7 +44,8 @@ def series_list(console: Console, rows: list[SeriesRow]) -> None:
     for row in rows:
         console.print(
             _safe(
-                f"{row.name}  base {row.base or '-'}  root {row.root or '(detected)'}  {row.path}"
+                f"{row.name}  base {row.base or '-'}  root {row.root or '(detected)'}  "
+                f"strip {'(detected)' if row.strip is None else row.strip}  {row.path}"
             )
         )
         if row.description:
@@ -54,5 +55,5 @@ def series_list(console: Console, rows: list[SeriesRow]) -> None:
         for d in row.diffs:
             n = d.hunks
             console.print(_safe(f"  {d.name}  ({n} hunk{'' if n == 1 else 's'})"))
-            for f in d.files:
+            for f in d.shown or d.files:
                 console.print(_safe(f"    {f}"))
