@@ -1,4 +1,4 @@
-"""A rank's warm-up (dist.warm_rank, rankpools.rank_modules): every rank imports the modules
+"""A rank's warm-up (rank.warm_rank, rankpools.rank_modules): every rank imports the modules
 of the session's multi-rank tests before it says it is ready, so its first task does not;
 a module that fails to import there does not keep the pool from starting, and the task
 that needs it raises the module's own error, with its traceback.

@@ -23,6 +23,7 @@ from typing import Any
 from bakery import process
 from bakery.errors import VerifyError
 from bakery.testing.nodes import HEARTBEAT, JOIN_TIMEOUT, LOST_AFTER, Layout, join, short_tmp
+from bakery.testing.rank import RankSpec
 
 
 def run_worker(
@@ -94,42 +95,23 @@ def run_worker(
 class _Ranks:
     """A worker's ranks of one world (one start of the head's pool)."""
 
-    def __init__(
-        self,
-        world: int,
-        gen: int,
-        ranks: Sequence[int],
-        store_at: tuple[str, int],
-        backend: str,
-        devices: Sequence[str],
-        timeout: float,
-        modules: Sequence[tuple[str, str | None]],
-        send: Callable[[Any], None],
-    ) -> None:
-        from bakery.testing import dist
+    def __init__(self, gen: int, specs: Sequence[RankSpec], send: Callable[[Any], None]) -> None:
+        """Start this node's ranks of one world (``specs``: one a rank, all of one world),
+        the ``gen``-th start of the head's pool; ``send`` carries their answers to it."""
+        from bakery.testing import dist, rank
 
-        self.world, self.gen, self.send = world, gen, send
+        self.world, self.gen, self.send = specs[0].world_size, gen, send
         ctx = dist.rank_context()
         self.outbox = ctx.Queue()
-        self.inboxes = {r: ctx.Queue() for r in ranks}
+        self.inboxes = {spec.rank: ctx.Queue() for spec in specs}
         self.procs = {
-            r: ctx.Process(
-                target=dist._rank_main,
-                args=(
-                    r,
-                    world,
-                    store_at,
-                    backend,
-                    devices[r],
-                    self.inboxes[r],
-                    self.outbox,
-                    timeout,
-                    modules,
-                ),
-                name=f"bakery-rank{r}",
+            spec.rank: ctx.Process(
+                target=rank.rank_main,
+                args=(spec, self.inboxes[spec.rank], self.outbox),
+                name=f"bakery-rank{spec.rank}",
                 daemon=True,
             )
-            for r in ranks
+            for spec in specs
         }
         self.reported: set[int] = set()
         self.stopped = threading.Event()
@@ -231,9 +213,11 @@ class _Server:
             _, world, gen, ranks, store_at, backend, devices, timeout, modules = message
             self.kill(world)
             modules = [(name, self.mapped(path)) for name, path in modules]
-            self.pools[world] = _Ranks(
-                world, gen, ranks, tuple(store_at), backend, devices, timeout, modules, self.send
-            )
+            specs = [
+                RankSpec(r, world, tuple(store_at), backend, devices[r], timeout, tuple(modules))
+                for r in ranks
+            ]
+            self.pools[world] = _Ranks(gen, specs, self.send)
         elif kind == "put":
             _, world, gen, rank, task = message
             pool = self.pools.get(world)

@@ -157,7 +157,7 @@ def pytest_configure(config: pytest.Config) -> None:
             # one package's circular imports at once can deadlock.
             import triton  # noqa: F401
 
-            from bakery.testing.dist import warm_device
+            from bakery.testing.rank import warm_device
 
             threading.Thread(
                 target=warm_device,

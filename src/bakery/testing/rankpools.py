@@ -31,7 +31,7 @@ def ranks_last(items: Sequence[Any]) -> list[Any]:
 
 def rank_modules(items: Sequence[Any]) -> list[tuple[str, str | None]]:
     """The modules of the collected multi-rank tests, in order, each once: every rank
-    imports them while it starts (dist.warm_rank), not in its first task."""
+    imports them while it starts (rank.warm_rank), not in its first task."""
     found: dict[str, str | None] = {}
     for item in items:
         module = getattr(item, "module", None)
@@ -94,7 +94,7 @@ class RankPools:
         waits for the fork server's imports (seconds of torch), which the tests need not
         wait for, and a world's first test waits only for its own. Every rank of the
         session, these and any started later, imports ``modules`` before its first task
-        (dist.warm_rank); these run ``warmups`` too (:func:`rank_warmups`)."""
+        (rank.warm_rank); these run ``warmups`` too (:func:`rank_warmups`)."""
         self._modules = tuple(modules)
         if not worlds:
             return
