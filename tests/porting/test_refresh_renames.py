@@ -157,3 +157,66 @@ def _udiff(path: str, before: str, after: str) -> str:
             before.splitlines(True), after.splitlines(True), f"a/{path}", f"b/{path}", n=3
         )
     )
+
+
+TASKS = "".join(f"T{i} = {i}\n" for i in range(1, 12))
+
+
+def test_a_port_refresh_wrote_with_a_rename_diff_kept_as_is_is_up_to_date(
+    cli: Cli, home: Path, tmp_path: Path
+) -> None:
+    cache_release("0.32.0", RELEASE)
+    # 0.34.0 changes the line 01 changes: 01 conflicts there, the rename diff after it waits
+    cache_release("0.34.0", {**RELEASE, "vllm/tasks.py": TASKS.replace("T3 = 3", "T3 = 33")})
+    ours = TASKS.replace("T3 = 3", "T3 = 30")
+    make_series(
+        home,
+        "t",
+        {
+            "01-tasks.diff": _udiff("vllm/tasks.py", TASKS, ours),
+            "02-rename.diff": _format_patch(tmp_path),
+        },
+        toml=TOML,
+    )
+    out = home / "build/t-34"
+    r = cli("apply", "t", "--vllm", "0.34.0", "--out", out, "--keep-failed")
+    assert r.exit_code == 1, r.output
+    failed = home / "build/t-34.failed"
+    (failed / "vllm/tasks.py").write_text(ours)  # resolved: ours wins
+    r = cli("refresh", "t", "--tree", failed)
+    assert r.exit_code == 0, r.output
+    assert "02-rename.diff" in r.output and "not applied in the tree" in r.output
+    port = home / "patches/t/0.34.0"
+    assert (port / "02-rename.diff").is_file()
+    r = cli("check", "t", "--vllm", "0.34.0", "--up-to-date")
+    assert r.exit_code == 0, r.output
+    r = cli("apply", "t", "--vllm", "0.34.0", "--out", home / "again")
+    assert r.exit_code == 0, r.output
+    assert not (home / "again/vllm/model_inspection.py").exists()
+    assert (home / "again/vllm/tasks.py").read_text() == ours
+
+
+def test_a_diff_bakery_made_and_cannot_read_back_is_a_bakery_bug_not_bad_input(
+    cli: Cli, home: Path, series: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Isolated with a stand-in writer that makes the old mixed form (a hunk-less rename,
+    then a plain ``---`` patch): refresh writes nothing and does not say exit 2."""
+    from bakery.porting import refresh
+
+    mixed = (
+        b"diff --git a/vllm/model_inspection.py b/vllm/model_inspect.py\n"
+        b"rename from vllm/model_inspection.py\nrename to vllm/model_inspect.py\n"
+        b"--- a/vllm/worker.py\n+++ b/vllm/worker.py\n@@ -1 +1 @@\n-a\n+b\n"
+    )
+    monkeypatch.setattr(refresh, "render_diff", lambda *a, **k: mixed)
+    out = home / "build/t"
+    r = cli("apply", "t", "--out", out)
+    assert r.exit_code == 0, r.output
+    worker = out / "vllm/worker.py"
+    worker.write_text(worker.read_text().replace("The worker.", "The worker (t)."))
+    before = series.read_bytes()
+    r = cli("refresh", "t", "--tree", out)
+    assert r.exit_code == 1, r.output
+    assert "01-rename.diff in a form it cannot read back" in r.output
+    assert "bakery bug" in r.output
+    assert series.read_bytes() == before

@@ -35,7 +35,7 @@ from bakery import process
 from bakery.bake.plan import Plan, plan
 from bakery.bake.staging import umask
 from bakery.context import Context
-from bakery.errors import UsageError
+from bakery.errors import BakeryError, DiffError, UsageError
 from bakery.git import cmd as gitutil
 from bakery.logs import muted
 from bakery.model.manifest import BakedDiff, Manifest
@@ -43,6 +43,7 @@ from bakery.model.manifest import read as read_checked
 from bakery.model.report import MANIFEST
 from bakery.patch import provenance
 from bakery.patch.diffs import Diff
+from bakery.patch.parse import read_diff
 from bakery.patch.series import Series, load_series, ordered_diffs
 from bakery.safety import paths
 from bakery.sources import versions
@@ -151,6 +152,26 @@ def render_diff(
     return b"".join(out)
 
 
+class UnreadableDiff(BakeryError):
+    """A diff bakery made that its own parser refuses: bakery's fault, never reported as
+    the user's bad input (exit 2), and never written into the series or a port."""
+
+    exit_code = 1
+
+
+def read_back(name: str, text: bytes) -> bytes:
+    """The text, once bakery's parser reads it as a diff (an empty text is no diff)."""
+    if text:
+        try:
+            read_diff(Path(name), text)
+        except DiffError as e:
+            raise UnreadableDiff(
+                f"bakery made {name} in a form it cannot read back ({e.problem}); "
+                "nothing was written from it: this is a bakery bug, please report it"
+            ) from None
+    return text
+
+
 def _ordered(diff: Diff | None, paths: list[str]) -> list[str]:
     """Files in the order the original diff lists them, then new ones sorted."""
     first = [fp.path for fp in diff.files] if diff is not None else []
@@ -198,14 +219,13 @@ def render_port(
     texts = []
     for d, changes in zip(series.load_diffs(), per_diff, strict=True):
         ordered = {p: (p, b, a) for p, b, a in changes}
-        texts.append(
-            render_diff(
-                [ordered[p] for p in _ordered(d, list(ordered))],
-                labels.get(d.name) or _labels(d, strip, root),
-                root,
-                _moves(d),
-            )
+        text = render_diff(
+            [ordered[p] for p in _ordered(d, list(ordered))],
+            labels.get(d.name) or _labels(d, strip, root),
+            root,
+            _moves(d),
         )
+        texts.append(read_back(d.name, text))
     return texts
 
 
@@ -452,15 +472,54 @@ def refresh(
         )
         if body and not is_port and own is not None:
             body = _head_text(own.path.read_bytes()) + body
-        texts[name] = body
+        texts[name] = read_back(name, body)
     done = _write(folder, is_port, version, diffs, names, texts, notes, tree, record)
     if folder.name == NEXT and manifest.pristine is False:
         _made_on(folder, manifest)
+    settled = set()
+    if is_port and pending and manifest.pristine is not False:
+        settled = _settle_kept(ctx, series_spec, folder, version, pending)
     done.diffstat = [
-        (name, "kept as it is (not applied in the tree)" if name in pending else stat)
+        (
+            name,
+            (
+                "not applied in the tree; written as its bake on the release gives it"
+                if name in settled
+                else "kept as it is (not applied in the tree)"
+            )
+            if name in pending
+            else stat,
+        )
         for name, stat in done.diffstat
     ]
     return done
+
+
+def _settle_kept(
+    ctx: Context, series_spec: str, folder: Path, version: str, kept: set[str]
+) -> set[str]:
+    """Rewrite a port's diffs that were kept as they are (the tree stopped before them) in
+    the form refresh writes for the port's own bake, the form ``check --up-to-date``
+    compares with (a new team's trial, finding 2: a kept format-patch rename was "not up
+    to date" at once). Where the port does not bake on its release, they stay as they are
+    (``check`` then says it does not apply). The names rewritten."""
+    port = load_series(series_spec, ctx.home)
+    port.use_port(folder)
+    pristine = release(version, ctx.cache)
+    try:
+        with muted():
+            pl = plan(port, pristine)
+        if not pl.report.ok:
+            return set()
+        texts = port_texts(port, pl, pristine, ctx.home)
+    finally:
+        pristine.close()
+    settled = set()
+    for d, text in zip(port.load_diffs(), texts, strict=True):
+        if d.name in kept and text and text != d.path.read_bytes():
+            _replace_file(d.path, text)
+            settled.add(d.name)
+    return settled
 
 
 def _made_on(folder: Path, manifest: Manifest) -> None:
