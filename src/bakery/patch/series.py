@@ -311,6 +311,8 @@ def _all_found(d: Diff, strip: int, root: str, tree: Path) -> bool:
 def _own_strip(d: Diff, strip: int, root: str, tree: Path) -> int | None:
     """The strip of one diff, where the series' does not fit it: its names agree (old and
     new name the same file) and more of them exist in the tree; None: the series' fits."""
+    if all(fp.is_new or fp.move is not None for fp in d.files):
+        return None  # nothing it reads to find in the tree (new files only): the series'
     both = [fp for fp in d.files if not fp.is_new and not fp.is_delete]
     need = max((agreeing_strip(fp) or 0 for fp in both), default=0)
     names = _layout_names(d)
