@@ -417,6 +417,10 @@ jobs:
       python: "{python}"
       bakery: "{install}"
       gpu-runs-on: ${{{{ vars.BAKERY_GPU_RUNS_ON || '' }}}}
+    secrets:
+      # 64 hex digits (python -c "import secrets; print(secrets.token_hex(32))"): the
+      # cached full test environment is reused only under the key that sealed it
+      BAKERY_SEAL_KEY: ${{{{ secrets.BAKERY_SEAL_KEY }}}}
 
   port:
     needs: rebake
