@@ -189,6 +189,8 @@ def test_on_a_history_with_merges_the_culprit_is_on_the_first_parent_line(
 ) -> None:
     code, rep, out = _on_trunk(cli, tmp_path, "v0.34.0")
     assert code == 0 and rep is not None, out
+    assert (rep["series"], rep["mode"], rep["bad"]) == ("dsa", "apply", merged["t3"])
+    assert rep["vllm"] == f"git+file://{tmp_path}/up" and len(rep["good"]) == 40
     # the merge brought the move in: it is the culprit, never the side branch's commit
     assert rep["culprit"]["commit"] == merged["merge"], rep["steps"]
     assert rep["commits"] == 4  # t1, t2, the merge, t3: the side's commits are not steps
@@ -200,7 +202,8 @@ def test_on_a_history_with_merges_the_culprit_is_on_the_first_parent_line(
     ("good", "said"),
     [
         ("other", "is not an ancestor of --bad trunk"),  # a branch never merged
-        ("side: move", "only through a merged side branch"),  # an ancestor, off the line
+        # an ancestor, off the line
+        ("side: move", "only through a merged side branch: bisect follows --bad's first-parent"),
         ("trunk", "not a first-parent descendant"),  # --good is --bad
     ],
 )
@@ -251,3 +254,14 @@ def test_a_commit_whose_tests_error_at_collection_is_bad(
     assert culprit["verdict"] == "bad" and "(twice)" in culprit["why"]
     if tests is COLLECTION:
         assert "1 errors" in culprit["why"], culprit
+
+
+def test_a_good_that_is_not_good_is_refused_naming_it(cli, tmp_path, merged) -> None:
+    # the merge brought the move in: as --good it does not bake
+    r = cli(
+        "bisect", "dsa", "--vllm", f"git+file://{tmp_path}/up", "--good", merged["merge"],
+        "--bad", "trunk",
+    )  # fmt: skip
+    assert r.exit_code == 2, r.output
+    said = f"--good {merged['merge']} ({merged['merge'][:12]}) is not good: apply: "
+    assert said in r.output, r.output
