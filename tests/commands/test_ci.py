@@ -294,6 +294,7 @@ def test_env_key_is_the_full_environments_and_empty_for_light(
     team: Path, cli: Cli, home: Path
 ) -> None:
     from bakery.verifying import fullenv
+    from bakery.verifying import requirements as reqfiles
 
     tree = home / "build" / "myteam-1.0.0"
     (tree / "requirements").mkdir(parents=True)
@@ -302,7 +303,7 @@ def test_env_key_is_the_full_environments_and_empty_for_light(
     toml = home / "launcher" / "myteam" / "series.toml"
     toml.write_text(toml.read_text().replace('env = "light"', 'env = "full"'))
     key = cli("ci", "env-key", "myteam", "--vllm", "1.0.0").stdout.strip()
-    reqs = fullenv.requirements(tree, cpu=True)
+    reqs = reqfiles.requirements(tree, cpu=True)
     assert key == fullenv.env_key(reqs, fullenv.pins()) and key.startswith("py")
     # another requirement: another key (the CI cache is keyed by the requirements)
     (tree / "requirements" / "common.txt").write_text("msgspec\npydantic\n")

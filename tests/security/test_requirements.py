@@ -18,6 +18,7 @@ from click.testing import Result
 from bakery.errors import VerifyError
 from bakery.sources.cache import Cache
 from bakery.verifying import fullenv
+from bakery.verifying import requirements as reqfiles
 from tests.support.index import Server, serve
 from tests.support.series import make_series, udiff
 from tests.support.trees import cache_release, write_files
@@ -115,7 +116,7 @@ def test_lines_bakery_does_not_install_are_left_out_with_why(tmp_path: Path) -> 
             )
         },
     )
-    reqs = fullenv.requirements(tree, cpu=False)
+    reqs = reqfiles.requirements(tree, cpu=False)
     assert reqs.kept == ["regex"]
     assert reqs.dropped["pkg @ https://example.invalid/p.whl"].startswith("a direct URL")
     assert reqs.dropped["not a requirement!"].startswith("not a requirement bakery reads")

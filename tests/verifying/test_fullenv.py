@@ -22,6 +22,7 @@ from click.testing import Result
 from bakery.errors import VerifyError
 from bakery.sources.cache import Cache
 from bakery.verifying import fullenv
+from bakery.verifying import requirements as reqfiles
 from tests.support.archives import pure_wheel
 from tests.support.index import serve
 from tests.support.series import make_series, udiff
@@ -45,7 +46,7 @@ intel-openmp==2024.2.1
 
 def test_requirements_keep_vllms_and_leave_out_bakerys(tmp_path: Path) -> None:
     write_files(tmp_path, {"requirements/common.txt": COMMON, "requirements/cpu.txt": CPU})
-    gpu = fullenv.requirements(tmp_path, cpu=False)
+    gpu = reqfiles.requirements(tmp_path, cpu=False)
     assert gpu.kept == ["regex", "msgspec"]
     assert gpu.files == ["requirements/common.txt"]
     assert gpu.dropped == {
@@ -53,7 +54,7 @@ def test_requirements_keep_vllms_and_leave_out_bakerys(tmp_path: Path) -> None:
         "triton @ https://example.invalid/triton.whl": "bakery's own Triton serves the tests",
         'protobuf == 7.36.1; platform_machine == "s390x"': "not for this host (its marker)",
     }
-    cpu = fullenv.requirements(tmp_path, cpu=True)
+    cpu = reqfiles.requirements(tmp_path, cpu=True)
     assert cpu.kept == ["regex", "msgspec", "numba == 0.65.0"]
     assert "torchvision" in next(k for k in cpu.dropped if k.startswith("torchvision"))
     assert cpu.dropped["intel-openmp==2024.2.1"] == "the CPU torch wheel's own runtime, not vLLM's"
@@ -61,24 +62,24 @@ def test_requirements_keep_vllms_and_leave_out_bakerys(tmp_path: Path) -> None:
 
 def test_the_key_follows_the_requirements(tmp_path: Path) -> None:
     write_files(tmp_path, {"requirements/common.txt": "regex\n"})
-    one = fullenv.requirements(tmp_path, cpu=False)
+    one = reqfiles.requirements(tmp_path, cpu=False)
     pins = {"torch": "2.13.0+cpu"}
     assert fullenv.env_key(one, pins) == fullenv.env_key(one, dict(pins))
     (tmp_path / "requirements/common.txt").write_text("regex\nmsgspec\n")
-    two = fullenv.requirements(tmp_path, cpu=False)
+    two = reqfiles.requirements(tmp_path, cpu=False)
     assert fullenv.env_key(two, pins) != fullenv.env_key(one, pins)
     assert fullenv.env_key(one, {"torch": "2.14.0"}) != fullenv.env_key(one, pins)
 
 
 def test_a_tree_without_requirements_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(VerifyError, match="no requirements/common.txt.*--env light"):
-        fullenv.requirements(tmp_path, cpu=True)
+        reqfiles.requirements(tmp_path, cpu=True)
 
 
 def test_a_requirements_file_may_not_leave_its_folder(tmp_path: Path) -> None:
     write_files(tmp_path, {"requirements/common.txt": "-r ../../etc/reqs.txt\n"})
     with pytest.raises(VerifyError, match="leaves the requirements folder"):
-        fullenv.requirements(tmp_path, cpu=False)
+        reqfiles.requirements(tmp_path, cpu=False)
 
 
 def test_an_environment_is_built_once_and_layered_on_bakerys(

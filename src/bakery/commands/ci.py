@@ -193,6 +193,7 @@ def env_key(ctx: Context, job: Job, *, gpu: bool = False) -> str:
     """The full environment's key for the baked tree's requirements (the CI cache's key),
     or "" when the series' tests run in the light environment."""
     from bakery.verifying import fullenv
+    from bakery.verifying import requirements as reqfiles
 
     series = load_series(job.series, ctx.home)
     if (series.env or ("full" if gpu else "light")) != "full":
@@ -200,7 +201,7 @@ def env_key(ctx: Context, job: Job, *, gpu: bool = False) -> str:
     tree = tree_of(ctx, job)
     if not tree.is_dir():
         return ""  # the bake failed: no verify, nothing to restore
-    return fullenv.env_key(fullenv.requirements(tree, cpu=not gpu), fullenv.pins())
+    return fullenv.env_key(reqfiles.requirements(tree, cpu=not gpu), fullenv.pins())
 
 
 def verify(
