@@ -193,7 +193,7 @@ def _apply(
     if report.status == "baked":
         from bakery.commands import proof
 
-        report.proof = proof.recorded(ctx.cache.root, out) or report.proof
+        report.proof = proof.of_tree(ctx.cache.root, out, report.proof)
     if report.status == "baked" and opts.remember:
         ctx.cache.path(".")  # the cache folder and its README
         project.remember(ctx.cache.root / project.LAST_BAKES, series.name, out)
@@ -211,14 +211,19 @@ def _refuse_in_cache(out: Path, cache: Cache) -> None:
 
 def check(ctx: Context, series_spec: str, opts: BakeOptions) -> BakeReport:
     """The same run as apply, planned in memory: no tree is written."""
+    from bakery.commands import proof
+
     series, pristine = _prepare(ctx, series_spec, opts)
     try:
-        return plan(
+        planned = plan(
             series,
             pristine,
             fuzz=opts.fuzz,
             fallback=_fallback(ctx, series, pristine, opts.merge),
-        ).report
+        )
+        # the proof of the tree apply would write, as apply and matrix give it (issue 45)
+        planned.report.proof = proof.of_plan(ctx.cache.root, pristine, planned)
+        return planned.report
     except BakeryError as e:
         raise ReportedError(
             e, BakeReport(series.name, display_path(series.path), error=e.message)

@@ -1,108 +1,86 @@
-"""What is known of a tree's content (issue 45): a verify's verdict, kept in bakery's cache
-by the digest of the tree's files, and read back by whatever would publish the tree.
+"""A tree's proof (issue 45), the one answer every command gives: ``apply``, ``check``,
+``matrix``, ``summarize``, ``wheel`` and ``sdist`` ask here, and nowhere else.
 
-A verdict is never written into the tree: the tree's files are what the verdict is about
-(a file written there would change them), and a tree baked again from the same inputs, or
-copied elsewhere, has the same content and so the same proof. The digest is the one verify's
-reuse records take (``reuse.tree_digest``: every file but ``.git`` and byte code, about
-0.4 s of CPU for a vLLM tree). Layout: ``CACHE/proofs/DIGEST.json``, plain JSON
-(``{"format", "state", "reason", "date", "tree"}``); a record that does not parse is
-ignored (the tree is then as unproven as one without a record). Hand-written: a few lines
-of JSON keyed by a digest the project already computes.
+A verify's verdict is kept in bakery's cache by the tree's content (the key and the store:
+``bakery.verifying.verdict``; the runner writes it, whichever command ran the tests). A
+tree's proof is that verdict where one is recorded for its content, else what the bake
+knew (``unverified``, or ``stale``). A verdict is never written into the tree: the tree's
+files are what it is about, and a tree baked again from the same inputs, into another
+folder, or only planned in memory (``check``) has the same content and so the same proof.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bakery.model.report import Proof
+from bakery.verifying import verdict
+from bakery.verifying.verdict import digest, of_result, record, record_result
 
 if TYPE_CHECKING:
-    from bakery.verifying.runner import VerifyResult
+    from bakery.bake.plan import Plan
+    from bakery.sources.pristine import Pristine
 
-FOLDER = "proofs"
-FORMAT = 1
-
-
-def digest(tree: Path) -> str:
-    from bakery.testing.reuse import tree_digest
-
-    return tree_digest(tree)
-
-
-def record(cache_root: Path, tree: Path, proof: Proof, content: str | None = None) -> None:
-    """Keep ``proof`` (a verify's verdict) for the tree's present content. A read-only cache
-    only forgets: the verdict stands for this run."""
-    key = content or digest(tree)
-    data = {
-        "format": FORMAT,
-        **proof.to_json(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "tree": str(tree),
-    }
-    with contextlib.suppress(OSError):
-        folder = cache_root / FOLDER
-        folder.mkdir(parents=True, exist_ok=True)
-        final = folder / f"{key}.json"
-        tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, final)
+__all__ = [
+    "digest",
+    "of_plan",
+    "of_result",
+    "of_tree",
+    "record",
+    "record_result",
+    "recorded",
+]
 
 
 def recorded(cache_root: Path, tree: Path, content: str | None = None) -> Proof | None:
     """The verdict recorded for the tree's present content, or None."""
-    folder = cache_root / FOLDER
-    if not folder.is_dir():
+    if not verdict.any_recorded(cache_root):
         return None  # nothing was ever verified: no digest to pay for
-    path = folder / f"{content or digest(tree)}.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        return None
-    found = Proof.from_json(data)
-    if found is None or found.state not in ("verified", "failed"):
-        return None
-    date = data.get("date")
-    return Proof(found.state, f"{found.reason} ({date})" if isinstance(date, str) else found.reason)
+    return verdict.recorded(cache_root, content or digest(tree))
 
 
-def of_tree(cache_root: Path, tree: Path) -> Proof:
-    """The tree's proof: a recorded verdict for its content, else what its manifest says
-    (``unverified``, or ``stale``), else ``unverified``."""
-    from bakery.model import manifest as manifests
-
-    found = recorded(cache_root, tree)
+def _settle(found: Proof | None, baked: Proof | None) -> Proof:
+    """The one rule: a verdict on the content, else what the bake knew (``unverified`` or
+    ``stale``), else ``unverified``."""
     if found is not None:
         return found
-    m = manifests.read(tree)
-    if m is not None and m.proof is not None and m.proof.state in ("unverified", "stale"):
-        return m.proof
+    if baked is not None and baked.state in ("unverified", "stale"):
+        return baked
     return Proof("unverified", "no verify recorded for this content")
 
 
-def of_result(result: VerifyResult, device: str) -> Proof | None:
-    """A verify's verdict as a proof: ``verified`` (exit 0), ``failed`` (tests ran and one
-    failed or errored); None for a verify that could not run or ran no test (it proves
-    nothing either way)."""
-    counts = f"{result.passed} passed, {result.failed} failed, {result.skipped} skipped"
-    if result.exit_code == 0 and result.passed:
-        oracle = "; pristine oracle not run" if result.pristine_not_run else ""
-        return Proof("verified", f"the series' tests passed {device} ({counts}{oracle})")
-    if result.failed or result.errors:
-        return Proof("failed", f"the series' tests failed {device} ({counts})")
-    return None
+def of_tree(cache_root: Path, tree: Path, baked: Proof | None = None) -> Proof:
+    """A tree on disk's proof; ``baked``: what its bake knew (default: its manifest's)."""
+    if baked is None:
+        from bakery.model import manifest as manifests
+
+        m = manifests.read(tree)
+        baked = m.proof if m is not None else None
+    return _settle(recorded(cache_root, tree), baked)
 
 
-def record_result(cache_root: Path, tree: Path, result: VerifyResult, device: str) -> Proof | None:
-    """Record what a verify of ``tree`` proved (``of_result``); the proof, or None."""
-    found = of_result(result, device)
-    if found is not None:
-        record(cache_root, tree, found)
-    return found
+def of_plan(cache_root: Path, pristine: Pristine, plan: Plan) -> Proof | None:
+    """The proof of the tree a plan would bake (``check``), without writing it: the same
+    answer ``of_tree`` gives for the tree ``apply`` writes. None for a plan that does not
+    apply (it makes no tree)."""
+    baked = plan.report.proof
+    if baked is None:
+        return None
+    found = None
+    if verdict.any_recorded(cache_root):
+        content = _planned(pristine, plan)
+        found = verdict.recorded(cache_root, content) if content is not None else None
+    return _settle(found, baked)
+
+
+def _planned(pristine: Pristine, plan: Plan) -> str | None:
+    """The content key of the tree ``bake`` would write from ``pristine`` (its copy as
+    ``bake.tree._populate`` lays it out); None for a git checkout that is not a cached
+    repository (the bake copies only the files git lists: the plan cannot name them
+    without git)."""
+    if pristine.package_dir is not None:
+        return verdict.planned(pristine.package_dir, "vllm/", plan.writes)
+    if not pristine.repo and (pristine.tree / ".git").exists():
+        return None
+    return verdict.planned(pristine.tree, "", plan.writes)

@@ -100,7 +100,7 @@ def _verify(ctx: Context, series_spec: str, tree: Path, publish: Publish) -> Pro
             f"{shown} is unverified and verify cannot run ({e.message}): nothing unverified "
             "is published (make verify run, or pass --unverified)"
         ) from None
-    found = proofs.record_result(ctx.cache.root, tree, result, plan.device)
+    found = proofs.of_result(result, plan.device)  # the runner recorded it
     if found is None or not found.verified:
         why = found.reason if found is not None else "no test ran"
         raise NotVerified(

@@ -28,6 +28,7 @@ from typing import Any
 from bakery import process
 from bakery.errors import VerifyError
 from bakery.testing.loader import ENV_MODE, TREE_ENV
+from bakery.verifying import verdict
 from bakery.verifying.plan import Reuse, VerifyPlan
 
 PLUGIN = "bakery.testing.plugin"
@@ -150,10 +151,14 @@ def verify_environment(plan: VerifyPlan, base: Mapping[str, str] | None = None) 
 
 def run_verify(plan: VerifyPlan) -> VerifyResult:
     """:func:`_run_verify`, and why the pristine oracle's tests did not run, where they
-    did not (issue 45: ``verified, pristine oracle not run``)."""
+    did not (issue 45: ``verified, pristine oracle not run``). A run of the whole suite
+    with the cache on records its verdict for the tree's content (:mod:`.verdict`)."""
     result = _run_verify(plan)
     if plan.pristine_missing is not None:
         result = replace(result, pristine_not_run=plan.pristine_missing)
+    if plan.cache_root is not None and verdict.whole_suite(plan.pytest_args):
+        # the whole suite's verdict is the content's, whichever command ran it (issue 45)
+        verdict.record_result(plan.cache_root, plan.tree, result, plan.device)
     return result
 
 
