@@ -114,6 +114,8 @@ def test_defects_apply_by_release_and_fix(tmp_path: Path) -> None:
     defects = expect.load_defects(make_series(tmp_path / "s"))
     defect = defects["demo-off-by-one"]
     assert defect.releases == ("0.30.0", "0.31.0") and defect.fix_name == "90-off-by-one.diff"
+    assert (defect.summary, defect.input) == ("adds one too many", "add(1, 1)")
+    assert (defect.raises, defect.probe) == ("AssertionError", "demo_probe:off_by_one")
     assert expect.active(defect, expect.Bake("0.30.0", ("01-x.diff",)))
     assert not expect.active(defect, expect.Bake("0.32.0", ("01-x.diff",)))
     assert not expect.active(defect, expect.Bake("0.30.0", ("01-x.diff", "90-off-by-one.diff")))
