@@ -176,3 +176,24 @@ def test_a_bad_test_environment_is_one_line(cli: Cli, home: Path, release: str) 
     r = cli("list", "myteam")
     assert r.exit_code == 2, r.output
     assert 'env must be "light" or "full", not \'heavy\'' in r.output
+
+
+def test_init_ignores_bakerys_outputs_where_the_project_has_no_gitignore(
+    cli: Cli, home: Path, release: str
+) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    git(home, "init", "-q")
+    r = cli("init", "myteam", "--vllm", release, "--no-tree")
+    assert r.exit_code == 0, r.output
+    assert "wrote" in r.output and ".gitignore" in r.output
+    for rel in ("build/myteam-0.32.0/vllm/x.py", "dist/vllm-0.32.0+x.whl", "reports/j.xml"):
+        (home / rel).parent.mkdir(parents=True, exist_ok=True)
+        (home / rel).write_text("x\n")
+    untracked = git(home, "status", "--porcelain", "--untracked-files=all")
+    assert "launcher/myteam/series.toml" in untracked
+    assert not [w for w in ("build/", "dist/", "reports/") if w in untracked], untracked
+    # a project's own .gitignore is the team's: never changed, nothing said
+    (home / ".gitignore").write_text("*.pyc\n")
+    r = cli("init", "other", "--vllm", release, "--no-tree")
+    assert r.exit_code == 0 and ".gitignore" not in r.output
+    assert (home / ".gitignore").read_text() == "*.pyc\n"

@@ -13,7 +13,8 @@ Nothing existing is replaced (the series folder, the tree: one line, exit 2), an
 is written outside the project (``--tree`` must lie inside it, and ``launcher/`` or
 ``work/`` that is a link out of it is refused), nor inside bakery's cache (which ``bakery
 cache clean`` empties). The default ``work/`` gets a ``.gitignore`` of ``*``, so the
-checkouts it holds are never committed to the project. Nothing here prints.
+checkouts it holds are never committed to the project; a project without a ``.gitignore``
+gets one for bakery's outputs (``build/``, ``dist/``, ``reports/``). Nothing here prints.
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ class Initialized:
     tree: Path | None
     #: what to do next, in order (the CLI prints them)
     next_steps: list[str]
+    #: the project's .gitignore, where init wrote one (the project had none)
+    gitignore: Path | None = None
 
 
 def init(
@@ -148,7 +151,8 @@ def init(
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)  # made just now: no half series stays
         raise
-    return Initialized(folder, base, work, _next_steps(name, base, work, home))
+    ignore = _ignore_outputs(home)
+    return Initialized(folder, base, work, _next_steps(name, base, work, home), ignore)
 
 
 def _release(vllm: str) -> str:
@@ -205,6 +209,26 @@ def _ignore_all(folder: Path) -> None:
             folder / ".gitignore",
             b"# bakery init's working trees: git checkouts of vLLM, never part of the project\n*\n",
         )
+
+
+#: What bakery writes into the project that is never part of it: baked trees (nested git
+#: checkouts), wheels and sdists, CI reports.
+OUTPUTS_IGNORE = (
+    b"# bakery's outputs: baked trees (git checkouts of vLLM), packages, CI reports\n"
+    b"/build/\n/dist/\n/reports/\n"
+)
+
+
+def _ignore_outputs(home: Path) -> Path | None:
+    """The project's .gitignore for build/, dist/ and reports/, where it has none (one it
+    has is the team's: never changed). The written file, or None."""
+    from bakery.outputs import replace_bytes
+
+    target = home / ".gitignore"
+    if target.exists() or target.is_symlink():
+        return None
+    replace_bytes(target, OUTPUTS_IGNORE)
+    return target
 
 
 def _launcher(home: Path) -> Path:

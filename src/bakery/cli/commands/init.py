@@ -54,6 +54,10 @@ def init(
     console.print(f"series {_safe(series)} (base vLLM {done.base}) in {_safe(str(done.series))}")
     if done.tree is not None:
         console.print(f"pristine working tree: {_safe(str(done.tree))}")
+    if done.gitignore is not None:
+        console.print(
+            f"wrote {_safe(str(done.gitignore))} (build/, dist/, reports/: not committed)"
+        )
     if not _Invocation.quiet:
         console.print("next:")
         for step in done.next_steps:
