@@ -11,7 +11,7 @@ import pytest
 from click.testing import Result
 
 from tests.support.series import make_series, udiff
-from tests.support.trees import Tiny
+from tests.support.trees import Tiny, cache_release
 
 Cli = Callable[..., Result]
 
@@ -77,3 +77,23 @@ def test_list_shows_the_files_as_bakery_reads_them_and_the_strip(cli: Cli, home:
     # --json keeps the names as the headers write them
     (row,) = json.loads(cli("list", "t", "--json").stdout)
     assert row["diffs"][0]["files"] == ["b/vllm/sampling_params.py"]
+
+
+def test_refresh_from_inits_tree_says_it_ignored_an_orig_file(cli: Cli, home: Path) -> None:
+    y = "".join(f"line {i}\n" for i in range(20))
+    cache_release("1.0.0", {"vllm/__init__.py": "", "vllm/y.py": y})
+    assert cli("init", "t", "--vllm", "1.0.0").exit_code == 0
+    work = home / "work" / "t"
+    (work / "vllm/y.py").write_text(y.replace("line 3\n", "line 3 (t)\n"))
+    r = cli("refresh", "t", "--tree", work, "--new-diff", "one")
+    assert r.exit_code == 0, r.output
+    # the README's hand-made diff: cp x x.orig; edit x; the .orig stays in the tree
+    (work / "vllm/y.py.orig").write_text((work / "vllm/y.py").read_text())
+    (work / "vllm/y.py").write_text(y.replace("line 3\n", "line 3 (t)\n").replace("9\n", "9!\n"))
+    r = cli("refresh", "t", "--tree", work)
+    assert r.exit_code == 0, r.output
+    assert "ignored vllm/y.py.orig (a *.orig or *.rej file" in " ".join(r.stderr.split())
+    assert "y.py.orig" not in (home / "launcher/t/diffs/01-one.diff").read_text()
+    (work / "vllm/y.py.orig").unlink()  # without a leftover: no such note
+    r = cli("refresh", "t", "--tree", work)
+    assert r.exit_code == 0 and "ignored" not in r.stderr

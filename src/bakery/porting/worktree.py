@@ -35,6 +35,7 @@ from bakery.sources.resolve import release
 
 #: Files a refresh never carries (patch's leftovers).
 _SKIP = (".rej", ".orig")
+_LEFTOVER = "a *.orig or *.rej file: a patch leftover, never part of a diff"
 
 
 def refresh(
@@ -65,14 +66,17 @@ def refresh(
                     f"--tree {tree}: the series no longer bakes on vLLM {version} "
                     f"(bakery apply {series.name} --vllm {version} says where)"
                 )
-            _take_files(tree, manifest, scratch)
+            skipped = _take_files(tree, manifest, scratch)
             try:
-                return refreshing.refresh(
+                done = refreshing.refresh(
                     ctx, series_spec, scratch, release_version, into=into, new_diff=new_diff
                 )
             except BakeryError as e:  # said of the tree the user named, not the scratch
                 e.message = e.message.replace(str(scratch), str(tree))
                 raise
+            # said, not silent: the README's hand-made diff recipe leaves x.orig in the tree
+            done.notes += [f"ignored {rel} ({_LEFTOVER})" for rel in skipped]
+            return done
     finally:
         pristine.close()
 
@@ -92,8 +96,9 @@ def _behind(ctx: Context, series_spec: str, manifest: Manifest) -> bool:
     return len(baked) < len(names) and names[: len(baked)] == baked
 
 
-def _changed(tree: Path, since: str) -> list[str]:
-    """Files of tree that differ from commit ``since`` (untracked ones included)."""
+def _changed(tree: Path, since: str, skipped: list[str] | None = None) -> list[str]:
+    """Files of tree that differ from commit ``since`` (untracked ones included); the
+    patch leftovers (``*.orig``, ``*.rej``) left out go to ``skipped``."""
     changed = gitutil.git(
         tree, "diff", "--no-ext-diff", "--no-textconv", "--name-only", "-z", "--no-renames", since
     )
@@ -101,19 +106,22 @@ def _changed(tree: Path, since: str) -> list[str]:
     found = []
     for path in dict.fromkeys(filter(None, (changed + "\0" + untracked).split("\0"))):
         paths.rel_path(path, f"--tree {tree}: git")
-        if not path.startswith(".bakery/") and not path.endswith(_SKIP):
+        if path.endswith(_SKIP) and skipped is not None:
+            skipped.append(path)
+        elif not path.startswith(".bakery/") and not path.endswith(_SKIP):
             found.append(path)
     return found
 
 
-def _take_files(tree: Path, manifest: Manifest, scratch: Path) -> None:
+def _take_files(tree: Path, manifest: Manifest, scratch: Path) -> list[str]:
     """Give scratch the tree's content (or absence) for each file the tree changed since
-    its pristine commit or the series changes."""
+    its pristine commit or the series changes; the tree's patch leftovers, not taken."""
     ours = read_checked(scratch)
     if not manifest.pristine_commit or ours is None or not ours.pristine_commit:
         raise UsageError(f"--tree {tree}: no pristine commit to compare with")
+    skipped: list[str] = []
     wanted = dict.fromkeys(
-        _changed(tree, manifest.pristine_commit) + _changed(scratch, ours.pristine_commit)
+        _changed(tree, manifest.pristine_commit, skipped) + _changed(scratch, ours.pristine_commit)
     )
     for rel in wanted:
         source = paths.inside(tree, rel, f"--tree {tree}")
@@ -128,3 +136,4 @@ def _take_files(tree: Path, manifest: Manifest, scratch: Path) -> None:
             target.unlink()
         shutil.copyfile(source, target)
         target.chmod(source.stat().st_mode & 0o777)
+    return skipped
