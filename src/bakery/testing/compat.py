@@ -10,12 +10,37 @@ from __future__ import annotations
 import ast
 import inspect
 import os
+import sys
 import textwrap
 import warnings
 from typing import Any
 
 #: Names of the fixes applied in this process.
 APPLIED: list[str] = []
+
+
+def reported() -> list[str]:
+    """The fixes applied in this process, where something here could use them: a Triton
+    kernel (a ``@triton.jit`` function) defined at module level outside Triton, torch and
+    bakery (the tree's modules, the tests'). A series with no kernels still gets the fixes
+    (loading any tree module applies them) but no line about them: they fixed nothing it
+    ran. Read once, at the session's end; never on the kernels' path."""
+    if not APPLIED:
+        return []
+    jit = sys.modules.get("triton.runtime.jit")
+    kernel = getattr(jit, "KernelInterface", None)
+    if not isinstance(kernel, type):
+        return []
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] in ("triton", "torch", "bakery") or module is None:
+            continue
+        try:
+            values = list(vars(module).values())
+        except TypeError:  # a module stand-in without a __dict__
+            continue
+        if any(isinstance(v, kernel) for v in values):
+            return list(APPLIED)
+    return []
 
 
 def interpret_mode() -> bool:

@@ -282,9 +282,9 @@ class SessionState:
         if self.worker:
             output = session.config.workeroutput  # type: ignore[attr-defined]
             output["bakery_modules"] = self.module_entries()
-            output["bakery_tool_fixes"] = list(compat.APPLIED)
+            output["bakery_tool_fixes"] = compat.reported()
             return
-        for fix in compat.APPLIED:
+        for fix in compat.reported():
             if fix not in self.tool_fixes:
                 self.tool_fixes.append(fix)
         if self.report is None:
