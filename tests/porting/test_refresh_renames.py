@@ -220,3 +220,39 @@ def test_a_diff_bakery_made_and_cannot_read_back_is_a_bakery_bug_not_bad_input(
     assert "01-rename.diff in a form it cannot read back" in r.output
     assert "bakery bug" in r.output
     assert series.read_bytes() == before
+
+
+@pytest.mark.parametrize("where", ["init's work tree", "a baked tree"])
+def test_new_diff_of_an_edit_to_a_file_a_diff_touches_makes_that_new_diff(
+    cli: Cli, home: Path, where: str
+) -> None:
+    cache_release("0.32.0", RELEASE)
+    assert cli("init", "t", "--vllm", "0.32.0").exit_code == 0
+    work = home / "work/t"
+    tasks = work / "vllm/tasks.py"
+    tasks.write_text(TASKS.replace("T3 = 3", "T3 = 30"))
+    r = cli("refresh", "t", "--tree", work, "--new-diff", "first")
+    assert r.exit_code == 0, r.output
+    diffs = home / "launcher/t/diffs"
+    first = (diffs / "01-first.diff").read_bytes()
+    tree = work
+    if where == "a baked tree":
+        tree = home / "build/t"
+        assert cli("apply", "t", "--out", tree).exit_code == 0
+    (tree / "vllm/tasks.py").write_text(
+        TASKS.replace("T3 = 3", "T3 = 30").replace("T9 = 9", "T9 = 90")
+    )
+    r = cli("refresh", "t", "--tree", tree, "--new-diff", "second")
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in diffs.iterdir()) == ["01-first.diff", "02-second.diff"]
+    assert (diffs / "01-first.diff").read_bytes() == first  # the change went to 02, not 01
+    second = (diffs / "02-second.diff").read_text()
+    assert "-T9 = 9\n+T9 = 90\n" in second and "+T3 = 30" not in second
+    r = cli("apply", "t", "--out", home / "again")
+    assert r.exit_code == 0, r.output
+    assert (home / "again/vllm/tasks.py").read_bytes() == (tree / "vllm/tasks.py").read_bytes()
+    # --new-diff with nothing new to put in it: one line, never silently ignored
+    r = cli("refresh", "t", "--tree", home / "again", "--new-diff", "third")
+    assert r.exit_code == 2, r.output
+    assert "--new-diff third:" in r.output and "no change since its bake" in r.output
+    assert sorted(p.name for p in diffs.iterdir()) == ["01-first.diff", "02-second.diff"]

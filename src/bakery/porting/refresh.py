@@ -420,40 +420,15 @@ def refresh(
     stopped = manifest.stopped_at
     last = names.index(stopped) if stopped in names else len(names) - 1
 
-    touched: dict[str, list[int]] = {}
-    for k, entry in enumerate(manifest.diffs[: last + 1]):
-        for path in entry.files:
-            touched.setdefault(path, []).append(k)
-    for k, d in enumerate(diffs[: last + 1]):  # a rename's old path: the manifest names the new
-        for old in _moves(d).values():
-            if k not in touched.setdefault(old, []):
-                touched[old] = sorted([*touched[old], k])
+    touched = _touched(manifest, diffs, last)
     notes: list[str] = []
     extra = _unclaimed(tree, pristine_commit, touched, notes)
-    new_name: str | None = None
-    if extra:
-        if new_diff:
-            new_name = _new_diff_name(names, new_diff)
-            names.append(new_name)
-            where = len(names) - 1
-        elif into:
-            if into not in names[: last + 1]:
-                raise UsageError(
-                    f"--into {into}: not a diff of the tree up to {names[last]} "
-                    f"({', '.join(names[: last + 1])})"
-                )
-            where = names.index(into)
-        else:
-            shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
-            raise UsageError(
-                f"--tree {tree}: {shown} changed, but no diff touches "
-                f"{'them' if len(extra) > 1 else 'it'}; say where the change goes: "
-                "--into NN-name.diff or --new-diff NAME"
-            )
-        for path in extra:
-            touched[path] = [*touched.get(path, []), where]
-
     commits = _commits(tree, pristine_commit, manifest.diffs, names)
+    # --new-diff takes the edits made since the bake too, never folds them into the
+    # diffs that touched those files (a new team's trial, finding 4)
+    later = _edited_since_bake(tree, touched, names, commits) if new_diff else []
+    new_name = _place(tree, names, last, touched, [*extra, *later], into=into, new_diff=new_diff)
+
     per_diff, edited = _changes(tree, pristine_commit, touched, names, commits)
     texts: dict[str, bytes | None] = {}  # None: keep the diff as it is
     pending = {name for k, name in enumerate(names) if k > last and name != new_name}
@@ -479,20 +454,72 @@ def refresh(
     settled = set()
     if is_port and pending and manifest.pristine is not False:
         settled = _settle_kept(ctx, series_spec, folder, version, pending)
-    done.diffstat = [
-        (
-            name,
-            (
-                "not applied in the tree; written as its bake on the release gives it"
-                if name in settled
-                else "kept as it is (not applied in the tree)"
-            )
-            if name in pending
-            else stat,
-        )
-        for name, stat in done.diffstat
-    ]
+    kept = {
+        name: "not applied in the tree; written as its bake on the release gives it"
+        if name in settled
+        else "kept as it is (not applied in the tree)"
+        for name in pending
+    }
+    done.diffstat = [(name, kept.get(name, stat)) for name, stat in done.diffstat]
     return done
+
+
+def _touched(manifest: Manifest, diffs: list[Diff], last: int) -> dict[str, list[int]]:
+    """Per file, the diffs (up to the one the tree stopped at) that touch it, in order."""
+    touched: dict[str, list[int]] = {}
+    for k, entry in enumerate(manifest.diffs[: last + 1]):
+        for path in entry.files:
+            touched.setdefault(path, []).append(k)
+    for k, d in enumerate(diffs[: last + 1]):  # a rename's old path: the manifest names the new
+        for old in _moves(d).values():
+            if k not in touched.setdefault(old, []):
+                touched[old] = sorted([*touched[old], k])
+    return touched
+
+
+def _place(
+    tree: Path,
+    names: list[str],
+    last: int,
+    touched: dict[str, list[int]],
+    moved: list[str],
+    *,
+    into: str | None,
+    new_diff: str | None,
+) -> str | None:
+    """Give ``moved`` (files no diff touches, and with --new-diff the edits since the
+    bake) to the diff the user named: the new diff (appended to ``names``; its name
+    returned) or --into's; refused where the user named none. --new-diff with nothing
+    to put in it is refused too, never silently ignored."""
+    if not moved:
+        if new_diff:
+            raise UsageError(
+                f"--new-diff {new_diff}: --tree {tree} has no change since its bake to put "
+                "in a new diff (edit the tree, then refresh)"
+            )
+        return None
+    new_name = None
+    if new_diff:
+        new_name = _new_diff_name(names, new_diff)
+        names.append(new_name)
+        where = len(names) - 1
+    elif into:
+        if into not in names[: last + 1]:
+            raise UsageError(
+                f"--into {into}: not a diff of the tree up to {names[last]} "
+                f"({', '.join(names[: last + 1])})"
+            )
+        where = names.index(into)
+    else:
+        shown = ", ".join(moved[:5]) + (f" and {len(moved) - 5} more" if len(moved) > 5 else "")
+        raise UsageError(
+            f"--tree {tree}: {shown} changed, but no diff touches "
+            f"{'them' if len(moved) > 1 else 'it'}; say where the change goes: "
+            "--into NN-name.diff or --new-diff NAME"
+        )
+    for path in moved:
+        touched[path] = [*touched.get(path, []), where]
+    return new_name
 
 
 def _settle_kept(
@@ -574,6 +601,19 @@ def _unclaimed(
             continue  # a file staged in a stopped tree, not changed
         extra.append(path)
     return sorted(extra)
+
+
+def _edited_since_bake(
+    tree: Path, touched: dict[str, list[int]], names: list[str], commits: dict[str, str]
+) -> list[str]:
+    """Files a diff touches whose content in the tree differs from that last diff's commit
+    (HEAD where the tree has no commit of it): edited after the bake."""
+    later = []
+    for path, ks in sorted(touched.items()):
+        rev = commits.get(names[ks[-1]], "HEAD")
+        if _show(tree, rev, path) != _work(tree, path):
+            later.append(path)
+    return later
 
 
 def _commits(
