@@ -49,8 +49,8 @@ def refresh(
         typer.Option(
             "--new-diff",
             metavar="NAME",
-            help="Put edits to files no diff touches into a new diff at the end "
-            "(NAME.diff, numbered after the last).",
+            help="Put the edits made since the bake (and edits to files no diff "
+            "touches) into a new diff at the end (NAME.diff, numbered after the last).",
         ),
     ] = None,
 ) -> None:
