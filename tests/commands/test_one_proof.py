@@ -2,14 +2,14 @@
 this content, by whichever path ran it, makes that content ``verified`` for every later
 command that reports a tree's proof, and they all say the same.
 
-Each case verifies a tiny series one way (``bakery verify``, ``matrix --verify``,
-``wheel``'s own verify, ``port --update``'s proof of the carried port), then asks ``apply``,
-``check`` and ``matrix`` (without ``--verify``) in JSON. Before the one proof: ``check``
-planned in memory and never read a verdict, ``matrix`` baked into its own folder (another
-manifest, so another digest), ``matrix --verify`` ran ``-q`` and recorded nothing, and
-``port --update`` verified a tree whose manifest named the scratch port, then recorded
-nothing. The releases are real sdists from a local index; the tests run under the
-interpreter in bakery's own environment.
+Each case verifies a tiny series one way (``bakery verify``, ``matrix --verify``, ``ci
+verify``, ``wheel``'s own verify, ``port --update``'s proof of the carried port), then asks
+``apply``, ``check`` and ``matrix`` (without ``--verify``) in JSON. Before the one proof:
+``check`` planned in memory and never read a verdict, ``matrix`` baked into its own folder
+(another manifest, so another digest), ``matrix --verify`` ran ``-q`` and recorded nothing,
+and ``port --update`` verified a tree whose manifest named the scratch port, then recorded
+nothing. The releases are real sdists and wheels from a local index; the tests run under
+the interpreter in bakery's own environment.
 """
 
 from __future__ import annotations
@@ -156,6 +156,15 @@ def by_matrix_verify(home: Path) -> str:
     return "1.0.0"
 
 
+def by_ci_verify(home: Path) -> str:
+    _ok("ci", "bake", "s", "--vllm", "1.0.0")
+    res = _ok("ci", "verify", "s", "--vllm", "1.0.0")
+    # its last line is the check step's: the verdict the verify step just recorded
+    last = res.output.strip().splitlines()[-1]
+    assert "verified" in last and "unverified" not in last, res.output
+    return "1.0.0"
+
+
 def by_wheel(home: Path) -> str:
     res = _ok("wheel", "s", "--vllm", "1.0.0", "--interpret", "--out", "dist")
     assert list(Path("dist").glob("*.whl")), res.output
@@ -177,6 +186,7 @@ def by_port_update(home: Path) -> str:
 WAYS: dict[str, Callable[[Path], str]] = {
     "verify": by_verify,
     "matrix --verify": by_matrix_verify,
+    "ci verify": by_ci_verify,
     "wheel": by_wheel,
     "port --update": by_port_update,
 }
