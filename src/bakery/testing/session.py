@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from bakery.testing import compat, expect
-from bakery.testing.loader import provenance
+from bakery.testing.loader import LIGHT_HINT, provenance
 from bakery.testing.rankpools import (
     RankPools,
     prestart_worlds,
@@ -75,6 +76,9 @@ class SessionState:
         #: module provenance and tool fixes, this process's and the xdist workers'
         self.modules: dict[str, dict[str, str]] = {}
         self.tool_fixes: list[str] = []
+        #: light runs: "MODULE (imported by TREE_MODULE)" for each test module that could
+        #: not be collected because the light environment lacks a module
+        self.light_missing: list[str] = []
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # Spawn the ranks now, so that they start up while single-rank tests run
@@ -247,6 +251,7 @@ class SessionState:
                 self.counts["failed"] += 1
             else:
                 self.counts["failed" if report.when == "call" else "error"] += 1
+                self._light_missing(report)
         elif report.skipped:
             self.counts["skipped"] += 1
         elif report.when == "call":
@@ -255,6 +260,14 @@ class SessionState:
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self.counts["error"] += 1
+            self._light_missing(report)
+
+    def _light_missing(self, report: pytest.CollectReport | pytest.TestReport) -> None:
+        """A failure from a module the light environment lacks (the loader's message)."""
+        found = _LIGHT_MISSING.search(str(report.longrepr))
+        said = f"{found[1]} (imported by {found[2]})" if found else None
+        if said and said not in self.light_missing:
+            self.light_missing.append(said)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
@@ -302,12 +315,19 @@ class SessionState:
             "expectations": self.expected.release if self.expected else None,
             "modules": self.module_entries(),
             "tool_fixes": self.tool_fixes,
+            "light_missing": self.light_missing,
             "device": _device_words(self.interpret),
             "nodes": self.link.summary() if self.link is not None else [],
         }
         from bakery.outputs import replace_bytes
 
         replace_bytes(self.report, (json.dumps(data, indent=2) + "\n").encode())
+
+
+#: The loader's error for a module the light environment lacks (loader.LIGHT_HINT).
+_LIGHT_MISSING = re.compile(
+    rf"No module named '([\w.]+)' \(imported by ([\w.]+); {re.escape(LIGHT_HINT[:40])}"
+)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -64,6 +64,9 @@ class VerifyResult:
     modules: tuple[ModuleOrigin, ...] = ()
     #: Fixes bakery applied to the test tools (not the tree), e.g. Triton's interpreter.
     tool_fixes: tuple[str, ...] = ()
+    #: --env light: the modules the light environment lacked, that test modules needed
+    #: ("msgspec (imported by vllm.sampling_params)"); --env full would have them.
+    light_missing: tuple[str, ...] = ()
     #: Registered defects of the series that this bake has: id -> tests that hit it
     #: (strict expected failures; neither passed nor failed).
     known_defects: dict[str, int] = field(default_factory=dict)
@@ -327,6 +330,7 @@ def _run(plan: VerifyPlan, env: dict[str, str]) -> VerifyResult:
         xpassed=counts.get("xpassed", 0),
         modules=tuple(ModuleOrigin(**m) for m in (data or {}).get("modules", [])),
         tool_fixes=tuple((data or {}).get("tool_fixes", [])),
+        light_missing=tuple((data or {}).get("light_missing", [])),
         known_defects=dict((data or {}).get("known_defects", {})),
         unexpected_skips=int((data or {}).get("unexpected_skips", 0)),
         expectations=(data or {}).get("expectations"),

@@ -246,13 +246,28 @@ def verify_summary(
         for n, label in (
             (r.passed, "passed"),
             (r.failed, "failed"),
-            (r.errors, "errors"),
+            (r.errors, "error" if r.errors == 1 else "errors"),
             (r.skipped, "skipped"),
             (sum(r.known_defects.values()), "known defect"),
         )
         if n
     ]
     console.print(f"{_verify_verdict(r)}: {', '.join(parts) or 'no tests ran'} {_verify_took(r)}")
+    _light_hint(console, r)
+
+
+def _light_hint(console: Console, r: VerifyResult) -> None:
+    """The way out of a light run's missing module, as the last line: pytest shows it
+    inside a collection traceback, after its own hint about test module names."""
+    if r.light_missing:
+        console.print(
+            _safe(
+                f"hint: the light test environment lacks {', '.join(r.light_missing)}: "
+                '`bakery verify --env full` (or env = "full" in series.toml) installs '
+                "vLLM's requirements"
+            ),
+            soft_wrap=True,
+        )
 
 
 def _verify_verdict(r: VerifyResult) -> str:
