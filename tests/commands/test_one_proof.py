@@ -219,3 +219,21 @@ def test_a_failed_verify_makes_the_content_failed_for_every_command(home: Path) 
     failed = proofs("1.0.0")
     # apply keeps a failed verdict; check and matrix say the same for the same content
     assert failed == dict.fromkeys(("apply", "check", "matrix"), "failed")
+
+
+def test_check_names_the_content_of_a_local_tree_it_plans_as_apply_writes_it(
+    home: Path, tmp_path: Path
+) -> None:
+    """A local tree (no git) is copied whole by the bake: check's planned content is it."""
+    local = tmp_path / "vllm-src"
+    write_files(
+        local,
+        {"vllm/__init__.py": '__version__ = "1.0.0"\n', K: K_BASE, A: "A = 1\n", "setup.py": ""},
+    )
+    _ok("apply", "s", "--vllm", str(local))
+    assert proofs(str(local)) == dict.fromkeys(("apply", "check", "matrix"), "unverified")
+    _ok("verify", "s", "--interpret")
+    assert proofs(str(local)) == dict.fromkeys(("apply", "check", "matrix"), "verified")
+    # a file the series does not touch is content too
+    (local / "setup.py").write_text("# changed\n")
+    assert proofs(str(local)) == dict.fromkeys(("apply", "check", "matrix"), "unverified")

@@ -79,8 +79,15 @@ def _planned(pristine: Pristine, plan: Plan) -> str | None:
     ``bake.tree._populate`` lays it out); None for a git checkout that is not a cached
     repository (the bake copies only the files git lists: the plan cannot name them
     without git)."""
+    report, ident = plan.report, plan.report.identity
+    facts = verdict.bake_facts(
+        report.version,
+        ident.claims if ident is not None else None,
+        ident.pristine if ident is not None else None,
+        (d.name for d in report.diffs),
+    )
     if pristine.package_dir is not None:
-        return verdict.planned(pristine.package_dir, "vllm/", plan.writes)
+        return verdict.planned(pristine.package_dir, "vllm/", plan.writes, facts)
     if not pristine.repo and (pristine.tree / ".git").exists():
         return None
-    return verdict.planned(pristine.tree, "", plan.writes)
+    return verdict.planned(pristine.tree, "", plan.writes, facts)

@@ -6,12 +6,14 @@ that content's proof.
 
 The key is the content a bake writes and the tests read: every entry of the tree (its
 relative path and the sha256 of a file's bytes, a link's target: ``reuse``'s walk) but
-``.git``, byte code and ``.bakery/``. ``.bakery/manifest.json`` is bakery's account of the
-bake (the folder it was written to, the port it took, the diffs' commits), not content: a
-tree baked from a port that ``port --update`` proved, or baked into another folder by
-``matrix``, has other words there and the same files. Leaving it out also lets ``check``
-name the content it plans without writing a tree (:func:`planned`): the pristine release's
-entries laid out as a bake copies them, with the planned writes over them.
+``.git``, byte code and ``.bakery/``, and of ``.bakery/manifest.json`` only what the tests
+read (:func:`bake_facts`: the release, the diffs' names). The rest of the manifest is
+bakery's account of the bake (the folder it was written to, the port it took, the diffs'
+commits), not content: a tree baked from a port that ``port --update`` proved, or baked
+into another folder by ``matrix``, has other words there and the same files. Leaving it
+out also lets ``check`` name the content it plans without writing a tree
+(:func:`planned`): the pristine release's entries laid out as a bake copies them, with the
+planned writes over them.
 
 Layout: ``CACHE/proofs/DIGEST.json``, plain JSON (``{"format", "state", "reason", "date",
 "tree"}``); a record that does not parse is ignored. Hand-written: a few lines of JSON keyed
@@ -74,18 +76,49 @@ def _entries(folder: Path, prefix: str = "") -> dict[str, str]:
     }
 
 
+def bake_facts(
+    version: str | None, claims: str | None, pristine: bool | None, diffs: Iterable[str]
+) -> tuple[str, str]:
+    """What the series' tests read of the manifest (``testing.expect.Bake.of``: the release
+    it declares, whether it is that release, the diffs applied), as one entry of the key:
+    the same files under another release's expectations are other content."""
+    return "\0bake", json.dumps([version or claims, pristine is not False, list(diffs)])
+
+
+def _manifest_facts(tree: Path) -> tuple[str, str] | None:
+    from bakery.errors import BakeryError
+    from bakery.model import manifest as manifests
+
+    try:
+        m = manifests.read(tree)
+    except BakeryError:
+        return "\0bake", "unreadable"
+    if m is None:
+        return None
+    return bake_facts(m.version, m.claims, m.pristine, (d.name for d in m.diffs))
+
+
 def digest(tree: Path) -> str:
     """The content key of a tree on disk."""
-    return _hash(_entries(tree).items())
+    entries = _entries(tree)
+    facts = _manifest_facts(tree)
+    if facts is not None:
+        entries[facts[0]] = facts[1]
+    return _hash(entries.items())
 
 
 def planned(
-    base: Path, prefix: str, writes: Iterable[Mapping[str, tuple[bytes | None, object]]]
+    base: Path,
+    prefix: str,
+    writes: Iterable[Mapping[str, tuple[bytes | None, object]]],
+    facts: tuple[str, str],
 ) -> str:
     """The content key of the tree a bake would write: ``base``'s entries under ``prefix``
     (as the bake copies the pristine release), then each diff's writes (path -> content,
-    None for a deleted file) in order. Equal to :func:`digest` of the written tree."""
+    None for a deleted file) in order, and the ``facts`` its manifest will state
+    (:func:`bake_facts`). Equal to :func:`digest` of the written tree."""
     entries = _entries(base, prefix)
+    entries[facts[0]] = facts[1]
     for diff in writes:
         for rel, (content, _) in diff.items():
             if content is None:
