@@ -256,3 +256,36 @@ def test_new_diff_of_an_edit_to_a_file_a_diff_touches_makes_that_new_diff(
     assert r.exit_code == 2, r.output
     assert "--new-diff third:" in r.output and "no change since its bake" in r.output
     assert sorted(p.name for p in diffs.iterdir()) == ["01-first.diff", "02-second.diff"]
+
+
+def test_refresh_from_inits_tree_the_series_moved_past_is_refused_not_a_silent_revert(
+    cli: Cli, home: Path
+) -> None:
+    cache_release("0.32.0", RELEASE)
+    assert cli("init", "t", "--vllm", "0.32.0").exit_code == 0
+    work = home / "work/t"
+    (work / "vllm/tasks.py").write_text(TASKS.replace("T3 = 3", "T3 = 32"))
+    assert cli("refresh", "t", "--tree", work, "--new-diff", "first").exit_code == 0
+    diff = home / "launcher/t/diffs/01-first.diff"
+    # a further change made through a bake
+    assert cli("apply", "t").exit_code == 0
+    baked = home / "build/t-0.32.0/vllm/tasks.py"
+    baked.write_text(TASKS.replace("T3 = 3", "T3 = 64"))
+    assert cli("refresh", "t", "--tree", home / "build/t-0.32.0").exit_code == 0
+    moved = diff.read_bytes()
+    assert b"+T3 = 64" in moved
+    # init's tree changes that line too: refreshing it would undo the 64 change
+    (work / "vllm/tasks.py").write_text(TASKS.replace("T3 = 3", "T3 = 40"))
+    r = cli("refresh", "t", "--tree", work)
+    assert r.exit_code == 2, r.output
+    assert "the series changed vllm/tasks.py since this tree was last refreshed" in r.output
+    assert diff.read_bytes() == moved
+    # init's tree still holds 32 there, and changes another line: the 64 change is kept
+    (work / "vllm/tasks.py").write_text(
+        TASKS.replace("T3 = 3", "T3 = 32").replace("T9 = 9", "T9 = 90")
+    )
+    r = cli("refresh", "t", "--tree", work)
+    assert r.exit_code == 0, r.output
+    assert "vllm/tasks.py: this tree lacks the series' change" in " ".join(r.output.split())
+    text = diff.read_bytes()
+    assert b"+T3 = 64" in text and b"+T9 = 90" in text and b"T3 = 32" not in text

@@ -13,10 +13,20 @@ tree beside it, which gets the tree's content for every file that either the tre
 changed or the series changes, and that scratch tree is refreshed as usual (each diff
 keeps its own part, the last diff touching a file takes the edits, a file no diff
 touches needs ``--into`` or ``--new-diff``). The user's tree is only read.
+
+A tree the series has moved past in a file (a change made through a bake, ``refresh
+--tree build/S-X``, after this tree's last refresh) would undo that change silently (a new
+team's trial, finding 3): the series' change is merged with the tree's edits (git
+merge-file, the file as the tree held it at its last refresh the base) and said in a note;
+where the two conflict, the refresh is refused, naming the file. What each file held at
+the tree's last refresh is recorded in ``build/refresh/S.json`` (bakery's own place; a
+missing record checks nothing, as before).
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -50,9 +60,12 @@ def refresh(
     """:func:`bakery.porting.refresh.refresh`, also from a tree the series has moved past."""
     manifest = read_checked(tree) if tree.is_dir() else None
     if manifest is None or not _behind(ctx, series_spec, manifest):
-        return refreshing.refresh(
+        done = refreshing.refresh(
             ctx, series_spec, tree, release_version, into=into, new_diff=new_diff
         )
+        if manifest is not None and _inits(manifest):
+            _remember(ctx, series_spec, tree, manifest)
+        return done
     series = load_series(series_spec, ctx.home)
     version = manifest.version or ""
     pristine = release(version, ctx.cache)
@@ -66,7 +79,10 @@ def refresh(
                     f"--tree {tree}: the series no longer bakes on vLLM {version} "
                     f"(bakery apply {series.name} --vllm {version} says where)"
                 )
+            merged = _moved_past(ctx, series_spec, tree, manifest, scratch)
             skipped = _take_files(tree, manifest, scratch)
+            for rel, text in merged.items():  # the series' change kept, with the tree's edits
+                paths.inside(scratch, rel, "the scratch tree").write_bytes(text)
             try:
                 done = refreshing.refresh(
                     ctx, series_spec, scratch, release_version, into=into, new_diff=new_diff
@@ -76,6 +92,13 @@ def refresh(
                 raise
             # said, not silent: the README's hand-made diff recipe leaves x.orig in the tree
             done.notes += [f"ignored {rel} ({_LEFTOVER})" for rel in skipped]
+            done.notes += [
+                f"{rel}: this tree lacks the series' change to it made through another tree "
+                "since its last refresh; kept in the diffs, merged with this tree's edits"
+                for rel in merged
+            ]
+            if _inits(manifest):
+                _remember(ctx, series_spec, tree, manifest)
             return done
     finally:
         pristine.close()
@@ -137,3 +160,92 @@ def _take_files(tree: Path, manifest: Manifest, scratch: Path) -> list[str]:
         shutil.copyfile(source, target)
         target.chmod(source.stat().st_mode & 0o777)
     return skipped
+
+
+# --- a tree the series has moved past in a file (trial finding 3) ----------------------------
+
+
+def _inits(manifest: Manifest) -> bool:
+    """``bakery init``'s tree: baked from no diff, of a release's own files, no port."""
+    return not manifest.diffs and not manifest.port and manifest.pristine is not False
+
+
+def _record(ctx: Context, series_spec: str) -> Path:
+    return ctx.home / "build" / "refresh" / f"{load_series(series_spec, ctx.home).name}.json"
+
+
+def _content(root: Path, rel: str) -> bytes | None:
+    p = paths.inside(root, rel, f"--tree {root}")
+    if p.is_symlink() or not p.is_file():
+        return None
+    paths.regular_file(p, f"--tree {root}")
+    return p.read_bytes()
+
+
+def _read(record: Path) -> dict[str, dict[str, str | None]]:
+    try:
+        data = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _remember(ctx: Context, series_spec: str, tree: Path, manifest: Manifest) -> None:
+    """Record what the tree's changed files hold now (what the series was made from)."""
+    if not manifest.pristine_commit:
+        return
+    record = _record(ctx, series_spec)
+    trees = _read(record)
+    held = {rel: _content(tree, rel) for rel in _changed(tree, manifest.pristine_commit)}
+    trees[str(tree.resolve())] = {
+        rel: None if b is None else base64.b64encode(b).decode() for rel, b in held.items()
+    }
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps(trees, indent=1, sort_keys=True) + "\n")
+
+
+def _moved_past(
+    ctx: Context, series_spec: str, tree: Path, manifest: Manifest, scratch: Path
+) -> dict[str, bytes]:
+    """Files the series changed since the tree's last refresh that the tree does not
+    hold: the tree's edits merged with that change (path -> content), or, where the two
+    conflict, a refusal; refreshing the tree's content alone would undo the change."""
+    last = _read(_record(ctx, series_spec)).get(str(tree.resolve()))
+    ours = read_checked(scratch)
+    if not _inits(manifest) or not isinstance(last, dict) or ours is None:
+        return {}
+    merged: dict[str, bytes] = {}
+    lost = []
+    for rel in dict.fromkeys([*_changed(scratch, ours.pristine_commit or "HEAD"), *last]):
+        now, held = _content(scratch, rel), _content(tree, rel)  # the series', the tree's
+        then = _then(last, rel, scratch, ours.pristine_commit)
+        if now == then or held == now:
+            continue
+        if now is None or then is None or held is None:
+            lost.append(rel)
+            continue
+        text, conflicts = gitutil.merge_file(held, then, now, ("tree", "then", "series"))
+        if conflicts:
+            lost.append(rel)
+        elif text != held:
+            merged[rel] = text
+    if lost:
+        shown = ", ".join(lost[:3]) + (f" and {len(lost) - 3} more" if len(lost) > 3 else "")
+        name, version = load_series(series_spec, ctx.home).name, manifest.version or ""
+        raise UsageError(
+            f"--tree {tree}: the series changed {shown} since this tree was last refreshed "
+            "(through another tree), where this tree changed it too; refreshing from it would "
+            f"undo that: edit a bake of the series instead (bakery apply {name} --vllm "
+            f"{version}, then bakery refresh {name} --tree build/{name}-{version})"
+        )
+    return merged
+
+
+def _then(last: dict[str, str | None], rel: str, scratch: Path, commit: str | None) -> bytes | None:
+    """What the file held at the tree's last refresh (the release's where unchanged)."""
+    if rel in last:
+        b = last[rel]
+        return None if b is None else base64.b64decode(b)
+    if not commit:
+        return None
+    return gitutil.stdout_of(gitutil.git(scratch, "cat-file", "blob", f"{commit}:{rel}", raw=True))
