@@ -10,7 +10,8 @@ library caller hears nothing unless it adds a handler of its own.
 Work done on behalf of another step (a port's candidate bakes, a matrix row's bake, the
 plans behind a staleness check) runs :func:`muted`, as it ran without a callback before:
 a contextvar, so that the mute holds for that work only (pypa/build's logger is a
-contextvar for the same reason).
+contextvar for the same reason). A step of minutes is still said inside it
+(``extra={"loud": True}``, see :class:`Unmuted`).
 """
 
 from __future__ import annotations
@@ -34,10 +35,16 @@ def muted() -> Iterator[None]:
 
 
 class Unmuted(logging.Filter):
-    """Drops the progress (below WARNING) logged inside :func:`muted`."""
+    """Drops the progress (below WARNING) logged inside :func:`muted`, except a step
+    logged with ``extra={"loud": True}``: one that takes minutes (a full test environment
+    built for a matrix row), which a person would otherwise wait through in silence."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.WARNING or not _MUTED.get()
+        return (
+            record.levelno >= logging.WARNING
+            or not _MUTED.get()
+            or getattr(record, "loud", False) is True
+        )
 
 
 def event(record: logging.LogRecord) -> str:

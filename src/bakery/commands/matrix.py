@@ -3,6 +3,8 @@ worker processes, and report for people (a grid, Markdown) and machines (JSON, J
 
 from __future__ import annotations
 
+import logging
+import logging.handlers
 import multiprocessing
 import os
 import re
@@ -67,12 +69,20 @@ def _check_spec(spec: str) -> None:
 _busy: Any = None  # in a worker: the count of bakes in progress, shared by the workers
 
 
-def _worker_init(busy: Any) -> None:
-    """A worker's start: tree copies share the cores with the bakes in progress."""
+def _worker_init(busy: Any, log_queue: Any = None, level: int = logging.INFO) -> None:
+    """A worker's start: tree copies share the cores with the bakes in progress; the
+    steps of minutes its muted work still says (``loud``: a full test environment's
+    build) go to the parent's handlers through log_queue, as they do with one job."""
     global _busy
     _busy = busy
     cores = os.cpu_count() or 1
     treecopy.set_jobs(lambda: max(cores // max(busy.value, 1), 1))
+    if log_queue is not None:
+        handler = logging.handlers.QueueHandler(log_queue)
+        handler.addFilter(lambda record: getattr(record, "loud", False) is True)
+        logger = logging.getLogger("bakery")
+        logger.addHandler(handler)
+        logger.setLevel(level)
 
 
 def _bake_release_in_worker(
@@ -234,11 +244,24 @@ def run(ctx: Context, series: str, versions: list[str], opts: MatrixOptions) -> 
         # environment (Python 3.14's default, forkserver, would keep the environment of
         # its first use), and the initializer shares the count of bakes in progress
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(
-            max_workers=jobs,
-            mp_context=context,
-            initializer=_worker_init,
-            initargs=(context.Value("i", 0),),
-        ) as pool:
-            results = list(pool.map(_bake_release_in_worker, *zip(*args, strict=True)))
+        logger = logging.getLogger("bakery")
+        queue = context.Queue() if logger.handlers else None  # none: a library caller
+        listener = (
+            logging.handlers.QueueListener(queue, *logger.handlers, respect_handler_level=True)
+            if queue is not None
+            else None
+        )
+        if listener is not None:
+            listener.start()
+        try:
+            with ProcessPoolExecutor(
+                max_workers=jobs,
+                mp_context=context,
+                initializer=_worker_init,
+                initargs=(context.Value("i", 0), queue, logger.getEffectiveLevel()),
+            ) as pool:
+                results = list(pool.map(_bake_release_in_worker, *zip(*args, strict=True)))
+        finally:
+            if listener is not None:
+                listener.stop()
     return results

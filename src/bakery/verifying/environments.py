@@ -67,7 +67,7 @@ class Full:
         _log.info(
             f"full test environment {found.key} ({how}, {found.size / 1e6:.0f} MB): "
             "vLLM's requirements, with bakery's torch and Triton",
-            extra={"event": "env"},
+            extra={"event": "env", "loud": found.built},  # a build's end, as its start
         )
         return Prepared(self.name, str(found.python))
 

@@ -373,8 +373,9 @@ def ensure(tree: Path, *, cpu: bool, cache: Cache | None = None) -> FullEnv:
             log.warning(note, extra={"event": "env"})  # the one place it is said
         cachepolicy.remove(marker)
         cachepolicy.remove(prefix)
-        log.info(
-            f"building the full test environment {key} (once; then cached)", extra={"event": "env"}
+        log.info(  # loud: minutes, said even inside a matrix row's muted work
+            f"building the full test environment {key} (once; then cached)",
+            extra={"event": "env", "loud": True},
         )
         meta = _build(prefix, reqs, pinned, key)
         meta["seconds"] = round(time.monotonic() - started)
