@@ -311,7 +311,7 @@ def _module_lines(state: SessionState, verbose: bool = False) -> list[str]:
     packages = [e["name"] for e in entries if e["kind"] == "package"]
     if packages:
         lines.append(f"light packages {', '.join(packages)}  (__init__.py not executed)")
-    for fix in [*state.tool_fixes, *(f for f in compat.APPLIED if f not in state.tool_fixes)]:
+    for fix in [*state.tool_fixes, *(f for f in compat.reported() if f not in state.tool_fixes)]:
         lines.append(f"tool fix       {fix}")
     return lines
 
