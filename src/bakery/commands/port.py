@@ -20,7 +20,13 @@ from packaging.version import Version
 
 from bakery.bake.staging import display_path
 from bakery.bake.tree import bake
-from bakery.commands.proving import (
+from bakery.context import Context
+from bakery.errors import BakeryError, UsageError
+from bakery.logs import muted
+from bakery.patch.series import Series, load_series
+from bakery.porting import differential
+from bakery.porting.propose import Candidate, candidates, provenance, write_port
+from bakery.porting.proving import (
     PortResult,
     Tried,
     attention,
@@ -30,12 +36,6 @@ from bakery.commands.proving import (
     verify_line,
     verify_tree,
 )
-from bakery.context import Context
-from bakery.errors import BakeryError, UsageError
-from bakery.logs import muted
-from bakery.patch.series import Series, load_series
-from bakery.porting import differential
-from bakery.porting.propose import Candidate, candidates, provenance, write_port
 from bakery.sources import resolve as sources
 from bakery.sources.cache import Cache
 from bakery.sources.pristine import Pristine

@@ -27,7 +27,13 @@ from pathlib import Path
 
 from bakery.bake.staging import display_path
 from bakery.bake.tree import bake
-from bakery.commands.proving import (
+from bakery.context import Context
+from bakery.errors import BakeryError, UsageError
+from bakery.logs import muted
+from bakery.model.identity import Identity
+from bakery.outputs import replace_bytes
+from bakery.patch.series import Series, load_series
+from bakery.porting.proving import (
     PortResult,
     attention,
     clear_scratch,
@@ -35,12 +41,6 @@ from bakery.commands.proving import (
     prove,
     verify_line,
 )
-from bakery.context import Context
-from bakery.errors import BakeryError, UsageError
-from bakery.logs import muted
-from bakery.model.identity import Identity
-from bakery.outputs import replace_bytes
-from bakery.patch.series import Series, load_series
 from bakery.porting.refresh import MADE_ON
 from bakery.porting.update import regular_port
 from bakery.safety import paths

@@ -19,7 +19,7 @@ from bakery.cli.options import InterpretOpt, JsonOpt, SeriesArg, command
 from bakery.errors import UsageError
 
 if TYPE_CHECKING:
-    from bakery.commands.proving import PortResult
+    from bakery.porting.proving import PortResult
     from bakery.porting.update import UpdateResult as PortUpdate
 
 app = typer.Typer()
