@@ -420,6 +420,7 @@ def test_a_port_whose_update_is_not_proven_is_never_written(
     assert res.exit_code == 1, res.output
     (row,) = json.loads(Path("update.json").read_text())["ports"]
     assert row["state"] == "failed" and row["verify"].startswith(verify), row
+    assert "next: bakery port s --vllm 1.1.0" in res.output  # nothing to resolve: anew
     assert {p.name: p.read_bytes() for p in port.iterdir()} == before  # FROM.toml too
     # the run that failed left its log beside the attempt
     log = home / "build" / "port" / "s-1.1.0-update" / "verify.log"
