@@ -121,6 +121,7 @@ def test_init_writes_nothing_outside_the_project(
     outside.mkdir()
     r = cli("init", "myteam", "--vllm", release, "--tree", outside / "tree")
     assert r.exit_code == 2 and "outside the project" in r.output
+    assert f"choose a folder in the project ({home})" in " ".join(r.output.split())
     assert list(outside.iterdir()) == []
     assert not (home / "launcher" / "myteam").exists()
     inside = cli("init", "myteam", "--vllm", release, "--tree", home / "missing" / "t")

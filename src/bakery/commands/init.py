@@ -181,7 +181,8 @@ def _tree_place(ctx: Context, home: Path, name: str, tree: Path | None) -> Path:
     inside = parent is not None and _inside(parent, resolved_home)
     if tree is not None and not inside:
         where = "its folder does not exist" if parent is None else "it lies outside the project"
-        raise UsageError(f"--tree {tree}: {where} ({display_path(home)}); choose a folder in it")
+        # the project by its path: display_path would say "." from the project itself
+        raise UsageError(f"--tree {tree}: {where}; choose a folder in the project ({home})")
     if parent is None and work.parent.is_symlink():
         raise UsageError(f"{shown}: {folder} is a link to nothing; remove it")
     if parent is not None and not inside:
