@@ -56,6 +56,7 @@ def test_init_writes_the_series_and_a_pristine_tree(cli: Cli, home: Path, releas
     assert git(work, "status", "--porcelain") == ""
     assert "pristine vLLM 0.32.0" in git(work, "log", "-1", "--format=%s")
     assert "bakery refresh myteam --tree" in r.output
+    assert "strip 1, root" not in r.stderr, r.stderr  # a bake of no diff: no layout to detect
     # bakery list reads the new series (no diffs yet); apply says what to do
     listed = cli("list", "myteam", "--json")
     assert listed.exit_code == 0, listed.output

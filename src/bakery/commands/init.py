@@ -261,9 +261,14 @@ def _write_tree(ctx: Context, folder: Path, name: str, base: str, work: Path) ->
     from bakery.bake.tree import bake
 
     series = Series(name=name, path=folder, diff_paths=[], base=base, tests=folder / "tests")
+    from bakery.logs import muted
+
     pristine = sources.resolve(base, ctx.cache, progress=ctx.progress)
     try:
-        report = bake(series, pristine, work)
+        # muted: a bake of no diff has no layout to detect ("strip 1, root '.'" would
+        # contradict the series.toml just written); the CLI names the tree it wrote
+        with muted():
+            report = bake(series, pristine, work)
     finally:
         pristine.close()
     if report.status != "baked":  # an empty series always bakes
