@@ -180,7 +180,7 @@ def test_fifo_in_a_tree_being_refreshed(cli: Cli, tiny: Tiny, tmp_path: Path) ->
     k = out / "vllm" / "model_executor" / "k.py"
     k.unlink()
     os.mkfifo(k)
-    r = cli("refresh", "demo", "--tree", out, "--release", "1.0")
+    r = cli("refresh", "demo", "--tree", out)
     refused(r, "FIFO")
 
 

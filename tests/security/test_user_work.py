@@ -92,11 +92,14 @@ def test_refresh_still_works_from_a_committed_attempt(
     k = failed / "vllm/model_executor/k.py"
     k.write_text(k.read_text().replace("def f14():\n", 'def f14():\n    """Fourteen."""\n'))
     (failed / "vllm/model_executor/k.py.rej").unlink()
+    # a local tree is no release: its port is next/, never one a --release names (issue 45)
     r = cli("refresh", "demo", "--tree", failed, "--release", "1.0")
+    assert r.exit_code == 2 and "patches/demo/next/" in r.output, r.output
+    assert not (home / "patches/demo/1.0.0").exists()
+    r = cli("refresh", "demo", "--tree", failed)
     assert r.exit_code == 0, r.output
-    # the attempt stopped at 01-kernel.diff (as git am -3 stops): the resolution goes there;
-    # the release is spelled as vLLM spells it (1.0 is 1.0.0)
-    port = home / "patches/demo/1.0.0"
+    # the attempt stopped at 01-kernel.diff (as git am -3 stops): the resolution goes there
+    port = home / "patches/demo/next"
     assert '"""Fourteen."""' in (port / "01-kernel.diff").read_text()
     assert ".rej" not in "".join(p.read_text() for p in port.iterdir())
 

@@ -390,7 +390,14 @@ def refresh(
     gitutil.check_foreign(tree, f"--tree {tree}")
     if into and new_diff:
         raise UsageError("--into and --new-diff: give one of them")
-    if manifest.pristine is False and release_version is None:  # main, a ref: next/
+    if manifest.pristine is False and release_version is not None:
+        # a port is only for the release it was made from (issue 45)
+        raise UsageError(
+            f"--release {release_version}: {tree} is not that release's files "
+            f"({manifest.identity or 'a local tree'}); a port is made only from the release "
+            f"it is for: without --release, refresh writes patches/{series.name}/{NEXT}/"
+        )
+    if manifest.pristine is False:  # main, a ref, a local tree: next/
         version = paths.name(manifest.identity or NEXT, f"--tree {tree}: identity")
     else:
         version = paths.name(_release(tree, manifest.version, release_version), "--release")
