@@ -216,9 +216,9 @@ def test_refresh_of_the_base_tree_and_its_next_command(
     assert (made.series / "diffs" / "01-budget.diff").read_bytes() == made.diffs["01-budget.diff"]
     assert b"+BUDGET_UNIT = 32" in (made.series / "diffs" / "02-myteam_ext.diff").read_bytes()
     printed = [ln.strip() for ln in r.output.splitlines() if ln.strip().startswith("bakery apply")]
-    # the refreshed tree is apply's own --out: its edits are in the diffs now, so the
-    # command replaces it (--force) instead of refusing the edited tree
-    assert printed == [f"bakery apply myteam --vllm {BASE} --force"], r.output
+    # the refreshed tree is apply's own --out: its edits are in the diffs now, so a plain
+    # apply replaces it (no --force: apply replaces a tree whose edits the diffs hold)
+    assert printed == [f"bakery apply myteam --vllm {BASE}"], r.output
     again = cli(*shlex.split(printed[0])[1:])
     assert again.exit_code == 0, again.output
     assert "BUDGET_UNIT = 32" in (made.baked / NEW_FILE).read_text()
