@@ -222,16 +222,7 @@ class _Parser:
                 raise self.err(lineno, "hunk without a file header (--- / +++)")
             self._refuse_other_formats(line, lineno, git_hdr)
             if git_hdr is not None:
-                if line.startswith(("--- ", "+++ ")):
-                    raise self.err(
-                        lineno,
-                        f"git diff header lacks filename information: {line[:60]!r} "
-                        f"without its {'+++' if line.startswith('---') else '---'} line",
-                    )
-                if not ({"new_file", "deleted", "new_mode"} & set(git_hdr.modes) or git_hdr.move):
-                    raise self.err(lineno, f"unexpected line in git header: {line[:60]!r}")
-                # A mode change or empty file ends where prose (a mail's "-- ") begins.
-                files.extend(self._hunkless_git(git_hdr))
+                files.extend(self._end_of_git_header(git_hdr, line, lineno))
                 git_hdr = None
             self.i += 1  # prose between files, as in mails and `git format-patch`
         if git_hdr is not None:
@@ -239,6 +230,20 @@ class _Parser:
         if not files:
             raise self.err(1 if n else 0, "no unified diff found (empty file or prose only)")
         return files
+
+    def _end_of_git_header(self, git_hdr: _GitHeader, line: str, lineno: int) -> list[FilePatch]:
+        """A git header that no ``---``/``+++`` pair follows: a mode change, an empty file
+        or a rename without hunks, ended where prose (a mail's "-- ") begins; a header
+        whose line is half a file header, or that needs hunks, is refused."""
+        if line.startswith(("--- ", "+++ ")):
+            raise self.err(
+                lineno,
+                f"git diff header lacks filename information: {line[:60]!r} "
+                f"without its {'+++' if line.startswith('---') else '---'} line",
+            )
+        if not ({"new_file", "deleted", "new_mode"} & set(git_hdr.modes) or git_hdr.move):
+            raise self.err(lineno, f"unexpected line in git header: {line[:60]!r}")
+        return self._hunkless_git(git_hdr)
 
     def _refuse_other_formats(self, line: str, lineno: int, git_hdr: _GitHeader | None) -> None:
         if line.startswith(("GIT binary patch", "Binary files ", "Binary file ")):

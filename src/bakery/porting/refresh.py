@@ -369,6 +369,22 @@ def _made_from(
     return provenance.read(series.diffs_dir)
 
 
+def _version(series: Series, tree: Path, manifest: Manifest, release_version: str | None) -> str:
+    """The release the refreshed diffs are for: the tree's own (``--release`` must agree),
+    or, for a tree that is not a release's files (main, a ref, a local tree), its
+    identity, whose port is next/ (issue 45: ``--release`` cannot make it another's)."""
+    if manifest.pristine is False and release_version is not None:
+        # a port is only for the release it was made from (issue 45)
+        raise UsageError(
+            f"--release {release_version}: {tree} is not that release's files "
+            f"({manifest.identity or 'a local tree'}); a port is made only from the release "
+            f"it is for: without --release, refresh writes patches/{series.name}/{NEXT}/"
+        )
+    if manifest.pristine is False:  # main, a ref, a local tree: next/
+        return paths.name(manifest.identity or NEXT, f"--tree {tree}: identity")
+    return paths.name(_release(tree, manifest.version, release_version), "--release")
+
+
 def refresh(
     ctx: Context,
     series_spec: str,
@@ -390,17 +406,7 @@ def refresh(
     gitutil.check_foreign(tree, f"--tree {tree}")
     if into and new_diff:
         raise UsageError("--into and --new-diff: give one of them")
-    if manifest.pristine is False and release_version is not None:
-        # a port is only for the release it was made from (issue 45)
-        raise UsageError(
-            f"--release {release_version}: {tree} is not that release's files "
-            f"({manifest.identity or 'a local tree'}); a port is made only from the release "
-            f"it is for: without --release, refresh writes patches/{series.name}/{NEXT}/"
-        )
-    if manifest.pristine is False:  # main, a ref, a local tree: next/
-        version = paths.name(manifest.identity or NEXT, f"--tree {tree}: identity")
-    else:
-        version = paths.name(_release(tree, manifest.version, release_version), "--release")
+    version = _version(series, tree, manifest, release_version)
     pristine_commit = manifest.pristine_commit
     if not pristine_commit:
         raise UsageError(f"--tree {tree}: the manifest records no pristine commit")
