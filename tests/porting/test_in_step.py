@@ -388,9 +388,9 @@ def _no_tests(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def _does_not_bake(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The rendered port names a file the release lacks (a stand-in for a renderer bug:
     what update writes must bake from its own diffs, whatever rendered them)."""
-    from bakery.porting import refresh, update
+    from bakery.porting import update, writer
 
-    real = refresh.render_port
+    real = writer.render_port
 
     def broken(*args: object, **kwargs: object) -> list[bytes]:
         texts = real(*args, **kwargs)  # type: ignore[arg-type]

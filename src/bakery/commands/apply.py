@@ -235,10 +235,10 @@ def up_to_date(ctx: Context, series_spec: str, vllm: str | None = None) -> list[
     release's port (where CI has that release cached; a path or git+ spec checks them all)."""
     from packaging.version import InvalidVersion, Version
 
-    from bakery.porting import refresh
+    from bakery.porting import writer
 
     try:
         only = Version(vllm) if vllm else None
     except InvalidVersion:
         only = None
-    return refresh.stale_ports(ctx, load_series(series_spec, ctx.home), only=only)
+    return writer.stale_ports(ctx, load_series(series_spec, ctx.home), only=only)

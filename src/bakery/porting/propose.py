@@ -31,7 +31,7 @@ from bakery.logs import muted
 from bakery.patch import provenance as records
 from bakery.patch.engine import Outcome
 from bakery.patch.series import Series, load_series
-from bakery.porting.refresh import port_texts
+from bakery.porting.writer import port_texts
 from bakery.sources.pristine import Pristine
 from bakery.sources.resolve import release
 

@@ -40,7 +40,7 @@ from bakery.model.manifest import CARRIES, UPDATE_FILES
 from bakery.model.report import MANIFEST
 from bakery.patch import provenance
 from bakery.patch.series import Series, load_series
-from bakery.porting.refresh import Change, render_port
+from bakery.porting.writer import Change, render_port
 from bakery.safety import paths
 from bakery.sources.pristine import Pristine
 from bakery.sources.resolve import release
