@@ -277,8 +277,7 @@ def test_a_port_whose_call_fits_the_new_signature_resolves_the_contract(tmp_path
     b, t = _tree(tmp_path / "1.0.0", base), _tree(tmp_path / "2.0.0", target)
     for text, verdict in ((fixed, "resolved by the port"), (broken, "does not fit it either")):
         (port / "01-change.diff").write_text(_udiff("vllm/user.py", USER, text))
-        series = load_series(str(folder))
-        series.use_port(port)
+        series = load_series(str(folder)).with_port(port)
         report = plan(series, t, fallback=Fallback(series, t, b, merge=True)).report
         (w,) = [w for w in report.diffs[0].warnings if w.startswith("contract:")]
         assert "upstream changed `_block_scores_kernel` (1.0.0 -> 2.0.0)" in w and verdict in w

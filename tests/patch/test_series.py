@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from tests.support.trees import write_files
 DIFF = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
 
 
-def names(paths: list[Path]) -> list[str]:
+def names(paths: Sequence[Path]) -> list[str]:
     return [p.name for p in paths]
 
 

@@ -323,7 +323,7 @@ def _port_fallback(
     base = sources.release(release, ctx.cache, ctx.progress, defer_check)
     start = load_series(str(series.path))
     if series.port is not None:
-        start.use_port(series.port)
+        start = start.with_port(series.port)
     return Fallback(series, target, base, merge, syntax=True, start=start)
 
 

@@ -111,11 +111,11 @@ def _prepare(
         if port is not None:
             if opts.carry_stale:
                 port = in_step(ctx, series, port)
-            series.use_port(port)
+            series = series.with_port(port)
             if not pristine.identity.pristine:
                 _log.info(foreign_port_line(pristine.identity, port), extra={"event": "identity"})
         if opts.with_fixes:
-            series.use_fixes(pristine.version)
+            series = series.with_fixes(pristine.version)
         series.load_diffs()
     except BakeryError as e:
         raise ReportedError(

@@ -260,7 +260,7 @@ def _write_tree(ctx: Context, folder: Path, name: str, base: str, work: Path) ->
     manifest refresh reads), through the same path as ``bakery apply``."""
     from bakery.bake.tree import bake
 
-    series = Series(name=name, path=folder, diff_paths=[], base=base, tests=folder / "tests")
+    series = Series(name=name, path=folder, diff_paths=(), base=base, tests=folder / "tests")
     from bakery.logs import muted
 
     pristine = sources.resolve(base, ctx.cache, progress=ctx.progress)

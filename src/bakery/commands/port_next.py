@@ -267,7 +267,7 @@ def _reprove(
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     s = load_series(str(series.path))
-    s.use_port(nxt)
+    s = s.with_port(nxt)
     with muted():
         report = bake(s, release, folder / "tree")
     if report.status != "baked":

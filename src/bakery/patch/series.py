@@ -14,10 +14,12 @@ A per-release port lives in ``patches/<name>/<release>/`` and holds diffs of the
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import functools
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from bakery.errors import SeriesError
@@ -35,11 +37,30 @@ else:  # pragma: no cover
 _NUMBERED = re.compile(r"(\d+)-.+\.(diff|patch)$")
 
 
-@dataclass
+@dataclass(frozen=True)
+class DiffSource:
+    """Which diffs a bake applies, and from where, as one value: the series' own
+    (``diffs/``) or a port (``patches/SERIES/RELEASE/``), with the series' proposed fixes
+    after them or none."""
+
+    folder: Path
+    is_port: bool = False
+    fixes: tuple[Path, ...] = ()
+
+    def __str__(self) -> str:
+        what = "the port" if self.is_port else "the series' diffs"
+        return f"{what} in {self.folder}" + (" with its fixes" if self.fixes else "")
+
+
+@dataclass(frozen=True)
 class Series:
+    """A series as read from its folder: a value. Another source of diffs (a port, the
+    fixes) is another value (:meth:`with_port`, :meth:`with_fixes`), never this one
+    changed in place."""
+
     name: str
     path: Path
-    diff_paths: list[Path]
+    diff_paths: tuple[Path, ...]
     base: str | None = None
     root: str | None = None  # folder (inside the vLLM tree) the diff paths are relative to
     strip: int | None = None
@@ -50,18 +71,25 @@ class Series:
     tests: Path | None = None
     port: Path | None = None  # set when diffs come from patches/<name>/<release>/
     #: the proposed fixes applied after the series (``--with-fixes``), in order
-    fixes: list[Path] = field(default_factory=list)
-    diffs: list[Diff] = field(default_factory=list)
+    fixes: tuple[Path, ...] = ()
 
     @property
     def diffs_dir(self) -> Path:
         return self.port if self.port is not None else self.path / "diffs"
 
+    @property
+    def source(self) -> DiffSource:
+        """Which diffs it applies and from where."""
+        return DiffSource(self.diffs_dir, self.port is not None, self.fixes)
+
+    @functools.cached_property
+    def _parsed(self) -> list[Diff]:
+        return [read_diff(p) for p in self.diff_paths]
+
     def load_diffs(self) -> list[Diff]:
-        """Parse every diff (raising DiffError on the first bad one) before anything is written."""
-        if not self.diffs:
-            self.diffs = [read_diff(p) for p in self.diff_paths]
-        return self.diffs
+        """Parse every diff (raising DiffError on the first bad one) before anything is
+        written; parsed once for this value."""
+        return self._parsed
 
     def require_diffs(self) -> None:
         """A series with no diffs yet (just made by ``bakery init``) has nothing to bake."""
@@ -71,20 +99,20 @@ class Series:
                 f"{self.name} --tree DIR --new-diff NAME)"
             )
 
-    def use_port(self, port_dir: Path) -> None:
-        self.port = port_dir
-        self.diff_paths = ordered_diffs(port_dir)
-        self.diffs = []
+    def with_port(self, port_dir: Path) -> Series:
+        """The series with a port's diffs in place of its own."""
+        return dataclasses.replace(
+            self, port=port_dir, diff_paths=tuple(ordered_diffs(port_dir)), fixes=()
+        )
 
-    def use_fixes(self, version: str | None) -> None:
-        """Apply the series' proposed fixes after its diffs (``fixes_for``)."""
-        self.fixes = fixes_for(self.path, version)
+    def with_fixes(self, version: str | None) -> Series:
+        """The series with its proposed fixes applied after its diffs (``fixes_for``)."""
+        fixes = tuple(fixes_for(self.path, version))
         names = {p.name for p in self.diff_paths}
-        for fix in self.fixes:
+        for fix in fixes:
             if fix.name in names:
                 raise SeriesError(f"{fix}: a fix may not share its name with a diff of the series")
-        self.diff_paths = [*self.diff_paths, *self.fixes]
-        self.diffs = []
+        return dataclasses.replace(self, fixes=fixes, diff_paths=(*self.diff_paths, *fixes))
 
 
 def fixes_for(series_dir: Path, version: str | None) -> list[Path]:
@@ -146,9 +174,7 @@ def load_series(spec: str, home: Path | None = None) -> Series:
     diffs_dir = folder / "diffs"
     if not diffs_dir.is_dir():
         raise SeriesError(f"{folder}: not a series (no diffs/ folder)")
-    series = Series(
-        name=folder.name, path=folder, diff_paths=ordered_diffs(diffs_dir, allow_empty=True)
-    )
+    fields: dict[str, object] = {}
     toml_path = folder / "series.toml"
     if toml_path.is_file() or toml_path.is_symlink() or toml_path.exists():
         try:
@@ -160,10 +186,15 @@ def load_series(spec: str, home: Path | None = None) -> Series:
             raise SeriesError(f"{toml_path}: nested too deeply") from None
         except OSError as e:
             raise SeriesError(f"{toml_path}: {e.strerror}") from None
-        _apply_toml(series, toml_path, data)
+        fields = _toml_fields(folder.name, toml_path, data)
     tests = folder / "tests"
-    series.tests = tests if tests.is_dir() else None
-    return series
+    return Series(
+        name=str(fields.pop("name", folder.name)),
+        path=folder,
+        diff_paths=tuple(ordered_diffs(diffs_dir, allow_empty=True)),
+        tests=tests if tests.is_dir() else None,
+        **fields,  # type: ignore[arg-type]
+    )
 
 
 #: series.toml's keys and the type of each (README "series.toml").
@@ -178,10 +209,11 @@ KEYS: dict[str, type] = {
 _KINDS = {str: "a string", int: "an integer"}
 
 
-def _apply_toml(series: Series, path: Path, data: dict[str, object]) -> None:
+def _toml_fields(name: str, path: Path, data: dict[str, object]) -> dict[str, object]:
+    """The Series fields series.toml sets (``name`` among them), checked."""
     _check_keys(path, data)
     try:  # the name becomes a folder name (patches/<name>, build/<name>-<version>)
-        series.name = paths.name(data.get("name", series.name), f"{path}: name")
+        name = paths.name(data.get("name", name), f"{path}: name")
     except paths.UnsafeDataError as e:
         raise SeriesError(e.message) from None
     base, root, strip = data.get("base"), data.get("root"), data.get("strip")
@@ -189,18 +221,20 @@ def _apply_toml(series: Series, path: Path, data: dict[str, object]) -> None:
         # the base is fetched as --vllm would be: a path or git+URL here would let the
         # series' author choose what bakery reads or runs
         raise SeriesError(f"{path}: base must be a release version, not {str(base)!r}")
-    # "0.32" is the release 0.32.0, as for --vllm
-    series.base = versions.normalize(base) if isinstance(base, str) else None
     if isinstance(strip, int) and not (0 <= strip <= 16):
         raise SeriesError(f"{path}: strip must be between 0 and 16")
-    series.strip = strip if isinstance(strip, int) else None
-    series.description = str(data.get("description", ""))
-    series.root = _root(path, root) if isinstance(root, str) else None
-
     env = data.get("env")
     if env is not None and env not in ("light", "full"):
         raise SeriesError(f'{path}: env must be "light" or "full", not {env!r}')
-    series.env = env if isinstance(env, str) else None
+    return {
+        "name": name,
+        # "0.32" is the release 0.32.0, as for --vllm
+        "base": versions.normalize(base) if isinstance(base, str) else None,
+        "strip": strip if isinstance(strip, int) else None,
+        "description": str(data.get("description", "")),
+        "root": _root(path, root) if isinstance(root, str) else None,
+        "env": env if isinstance(env, str) else None,
+    }
 
 
 def _check_keys(path: Path, data: dict[str, object]) -> None:

@@ -107,7 +107,7 @@ def starts(series: Series, home: Path, target: str) -> list[Start]:
 def _series_for(spec: str, start: Start, home: Path) -> Series:
     s = load_series(spec, home)
     if start.port is not None:
-        s.use_port(start.port)
+        s = s.with_port(start.port)
     return s
 
 
@@ -123,7 +123,7 @@ def _previous(series: Series, home: Path, target: str) -> list[bytes]:
     ]
     s = load_series(str(series.path), home)
     if older:
-        s.use_port(max(older, key=lambda p: _version(p.name) or Version("0")))
+        s = s.with_port(max(older, key=lambda p: _version(p.name) or Version("0")))
     return [d.path.read_bytes() for d in s.load_diffs()]
 
 

@@ -101,7 +101,7 @@ def prove(
     s = load_series(str(series.path))
     for d, text in zip(s.load_diffs(), cand.texts, strict=True):
         (port_dir / d.name).write_bytes(text)
-    s.use_port(port_dir)
+    s = s.with_port(port_dir)
     with muted():
         report = bake(s, target, folder / "tree")
     if report.status != "baked":

@@ -131,15 +131,15 @@ def _target(
 
 def _made_from(
     series: Series, home: Path, port_rel: str | None, carries: Mapping[str, str] | None, tree: Path
-) -> provenance.Record | None:
-    """What the refreshed diffs are made from (FROM.toml); a tree baked from a port makes
-    the series use that port."""
+) -> tuple[provenance.Record | None, Series]:
+    """What the refreshed diffs are made from (FROM.toml), and the diffs the tree was baked
+    from: the series', or, for a tree baked from a port, the series with that port."""
     if not (port_rel and (home / port_rel).is_dir()):
-        return provenance.of_series(series.path, "refresh")
-    series.use_port(paths.inside(home, port_rel, f"--tree {tree}: port"))
+        return provenance.of_series(series.path, "refresh"), series
+    baked_from = series.with_port(paths.inside(home, port_rel, f"--tree {tree}: port"))
     if provenance.carried(series.path, carries):  # a resolved `port --update` tree
-        return provenance.of_series(series.path, "update")
-    return provenance.read(series.diffs_dir)
+        return provenance.of_series(series.path, "update"), baked_from
+    return provenance.read(baked_from.diffs_dir), baked_from
 
 
 def _version(series: Series, tree: Path, manifest: Manifest, release_version: str | None) -> str:
@@ -190,7 +190,7 @@ def refresh(
     # what the refreshed port is made from: the series' diffs now, or, for a tree baked
     # from a port, what that port was made from (a stale port stays stale until the
     # series' change is carried into it: ``bakery port --update``)
-    record = _made_from(series, home, port_rel, manifest.carries, tree)
+    record, series = _made_from(series, home, port_rel, manifest.carries, tree)
     diffs = series.load_diffs()
     for d in diffs:
         d.resolve_paths(strip, root)
@@ -317,7 +317,7 @@ def _settle_kept(
     to date" at once). Where the port does not bake on its release, they stay as they are
     (``check`` then says it does not apply). The names rewritten."""
     port = load_series(series_spec, ctx.home)
-    port.use_port(folder)
+    port = port.with_port(folder)
     pristine = release(version, ctx.cache)
     try:
         with muted():

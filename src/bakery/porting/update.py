@@ -205,7 +205,7 @@ def _old_series(series: Series, record: provenance.Record, home: Path, scratch: 
             )
         (folder / name).write_bytes(data)
     old = load_series(str(series.path), home)
-    old.use_port(folder)
+    old = old.with_port(folder)
     return old
 
 
@@ -397,7 +397,7 @@ def _merged(
 ) -> _Merged:
     old = _old_series(series, record, home, scratch)
     port = load_series(spec, home)
-    port.use_port(port_dir)
+    port = port.with_port(port_dir)
     names = _check_names(series, port, old)
     with muted():
         plans = [plan(s, p) for s, p in ((old, base), (series, base), (port, target))]
@@ -484,7 +484,7 @@ def _prove(
 ) -> str:
     """Bake the updated port from its own diffs, then verify that tree."""
     s = load_series(spec, home)
-    s.use_port(new_dir)
+    s = s.with_port(new_dir)
     with muted():
         report = bake(s, target, scratch / "baked")
     if report.status != "baked":

@@ -221,7 +221,7 @@ def stale_ports(ctx: Context, series: Series, only: Version | None = None) -> li
         rel = port.relative_to(home)
         problems += [f"{rel}: {line}" for line in provenance.stale_lines(series.path, port)]
         s = load_series(str(series.path), home)
-        s.use_port(port)
+        s = s.with_port(port)
         pristine = release(port.name, ctx.cache)
         with muted():
             pl = plan(s, pristine)

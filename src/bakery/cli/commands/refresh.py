@@ -62,9 +62,7 @@ def refresh(
     done = worktree.refresh(_context(), series, tree, release, into=into, new_diff=new_diff)
     for n in done.notes:
         err_console.print(f"[dim]{_safe(n)}[/]", markup=True, soft_wrap=True)
-    refresh_done(
-        human(), done, hints.after_refresh(done, series, tree), quiet=_Invocation.quiet
-    )
+    refresh_done(human(), done, hints.after_refresh(done, series, tree), quiet=_Invocation.quiet)
 
 
 def refresh_done(
