@@ -165,7 +165,8 @@ def test_scheduled_workflow_runs_upstream_against_main() -> None:
     # read as text: the hardening rules are about the text (zizmor checks the rest)
     text = (PROJECT / ".github/workflows/upstream-main.yml").read_text()
     assert re.search(r"^on:\n  schedule:\n    - cron: ", text, re.M)
-    assert re.search(r"^permissions: read-all$", text, re.M)
+    # no write permission for the workflow as a whole: each job asks for what it needs
+    assert re.search(r"^permissions: (read-all|\{\})$", text, re.M)
     assert 'bakery upstream "$SERIES" --vllm "git+$VLLM_URL@main"' in text
     uses = re.findall(r"uses: ([\w/-]+)@(\S+)", text)
     assert uses and all(re.fullmatch(r"[0-9a-f]{40}", ref) for _, ref in uses)  # pinned
