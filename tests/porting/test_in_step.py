@@ -9,7 +9,6 @@ read back from its history)."""
 from __future__ import annotations
 
 import base64
-import difflib
 import hashlib
 import io
 import json
@@ -24,43 +23,12 @@ from typer.testing import CliRunner
 from bakery.cli.app import app
 from tests.support.archives import sdist
 from tests.support.index import Index, serve_index
+from tests.support.pick import A_BASE, K_BASE, K_OURS, K_THEIRS, TAIL, TESTS, A, K, udiff
 from tests.support.repos import git
 
-A, K = "vllm/a.py", "vllm/k.py"
-A_BASE = "A = 1\n"
-TAIL = "\n\n# --\n# helpers\n# --\n\n\ndef size(xs):\n    return len(xs)\n"
-K_BASE = "def pick(xs, k):\n    ys = sorted(xs)\n    return ys[:k]\n" + TAIL
-# diff 02 of the series: a keyword-only `rev`
-K_OURS = (
-    "def pick(xs, k, *, rev=False):\n    ys = sorted(xs, reverse=rev)\n    return ys[:k]\n" + TAIL
-)
-# release 1.1.0 changes the same line (`key`): only a syntax merge keeps both
-K_THEIRS = "def pick(xs, k, key=None):\n    ys = sorted(xs, key=key)\n    return ys[:k]\n" + TAIL
-TESTS = """\
-from bakery.testing import load_tree_module
-
-k = load_tree_module("vllm.k")
-a = load_tree_module("vllm.a")
-
-
-def test_rev():
-    assert k.pick([3, 1, 2], 2, rev=True) == [3, 2]
-
-
-def test_a():
-    assert a.A == 2
-"""
 # the fix to diff 02, made on the base release: size counts distinct items
 FIXED_TAIL = TAIL.replace("return len(xs)", "return len(set(xs))")
 FIX_TEST = "\n\ndef test_size_counts_distinct():\n    assert k.size([1, 1, 2]) == 2\n"
-
-
-def _udiff(path: str, before: str, after: str) -> str:
-    return "".join(
-        difflib.unified_diff(
-            before.splitlines(True), after.splitlines(True), f"a/{path}", f"b/{path}", n=3
-        )
-    )
 
 
 def _sdist(version: str, k: str) -> bytes:
@@ -99,8 +67,8 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[P
     (series / "diffs").mkdir(parents=True)
     (series / "tests").mkdir()
     (series / "series.toml").write_text('base = "1.0.0"\nstrip = 1\nroot = ""\n')
-    (series / "diffs" / "01-a.diff").write_text(_udiff(A, A_BASE, "A = 2\n"))
-    (series / "diffs" / "02-rev.diff").write_text(_udiff(K, K_BASE, K_OURS))
+    (series / "diffs" / "01-a.diff").write_text(udiff(A, A_BASE, "A = 2\n"))
+    (series / "diffs" / "02-rev.diff").write_text(udiff(K, K_BASE, K_OURS))
     (series / "tests" / "test_k.py").write_text(TESTS)
     (home / ".gitignore").write_text("build/\n*.json\n")
     monkeypatch.setenv("BAKERY_HOME", str(home))
@@ -246,7 +214,7 @@ def test_a_fix_that_conflicts_with_the_port_leaves_a_tree_and_writes_nothing(
     conflicting = TAIL.replace("return len(xs)", "return len(xs) + 0")
     diffs = home / "launcher" / "s" / "diffs" / "02-rev.diff"
     diffs.write_text(
-        _udiff(
+        udiff(
             K,
             K_BASE,
             K_OURS.replace(
@@ -345,7 +313,7 @@ def _fix_01(home: Path, after: str, test: str) -> None:
     """Diff 01 changed in the series (its file is one the release did not change), with a
     test of the change; committed, so that the old diff is in the history."""
     series = home / "launcher" / "s"
-    (series / "diffs" / "01-a.diff").write_text(_udiff(A, A_BASE, after))
+    (series / "diffs" / "01-a.diff").write_text(udiff(A, A_BASE, after))
     tests = series / "tests" / "test_k.py"
     tests.write_text(tests.read_text() + test)
     _commit(home, "fix 01")
@@ -393,7 +361,7 @@ def _does_not_bake(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = writer.render_port
 
     def broken(*args: object, **kwargs: object) -> list[bytes]:
-        texts = real(*args, **kwargs)  # type: ignore[arg-type]
+        texts = real(*args, **kwargs)
         return [t.replace(b"/vllm/a.py", b"/vllm/gone.py") for t in texts]
 
     monkeypatch.setattr(update, "render_port", broken)
@@ -440,7 +408,7 @@ def test_a_resolved_conflict_is_no_longer_stale(project: tuple[Path, Index], car
     new_k = K_OURS.replace(
         "ys = sorted(xs, reverse=rev)", "ys = list(reversed(xs)) if rev else xs"
     ).replace(TAIL, conflicting)
-    diffs.write_text(_udiff(K, K_BASE, new_k))
+    diffs.write_text(udiff(K, K_BASE, new_k))
     _commit(home, "fix 02 differently")
     res = _cli("port", "s", "--update", "--json", "update.json")
     (row,) = json.loads(Path("update.json").read_text())["ports"]

@@ -13,7 +13,6 @@ releases come from a local index and two local upstream histories.
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,21 +24,14 @@ from typer.testing import CliRunner
 from bakery.cli.app import app
 from tests.support.archives import sdist
 from tests.support.index import serve_index
+from tests.support.pick import A_BASE, K_BASE, K_OURS, K_THEIRS, A, K, udiff
 from tests.support.repos import git
 from tests.support.trees import write_files
 
 #: each path builds or proves and verifies real trees
 pytestmark = pytest.mark.slow
 
-A, K, SP = "vllm/a.py", "vllm/k.py", "vllm/sampling_params.py"
-REQS = "requirements/common.txt"
-A_BASE = "A = 1\n"
-TAIL = "\n\n# --\n# helpers\n# --\n\n\ndef size(xs):\n    return len(xs)\n"
-K_BASE = "def pick(xs, k):\n    ys = sorted(xs)\n    return ys[:k]\n" + TAIL
-K_OURS = (
-    "def pick(xs, k, *, rev=False):\n    ys = sorted(xs, reverse=rev)\n    return ys[:k]\n" + TAIL
-)
-K_THEIRS = "def pick(xs, k, key=None):\n    ys = sorted(xs, key=key)\n    return ys[:k]\n" + TAIL
+SP, REQS = "vllm/sampling_params.py", "requirements/common.txt"
 #: importable only where vllm/__init__.py ran: the full environment
 SAMPLING = """\
 import vllm
@@ -75,13 +67,6 @@ def test_sampling_params_in_the_full_environment():
     assert sp.SamplingParams.n == 1
 """
 TOML = 'base = "1.0.0"\nstrip = 1\nroot = ""\nenv = "full"\n'
-
-
-def _udiff(path: str, before: str, after: str) -> str:
-    lines = difflib.unified_diff(
-        before.splitlines(True), after.splitlines(True), f"a/{path}", f"b/{path}", n=3
-    )
-    return "".join(lines)
 
 
 def _modules(k: str) -> dict[str, str]:
@@ -131,8 +116,8 @@ def project(
         series,
         {
             "series.toml": TOML,
-            "diffs/01-a.diff": _udiff(A, A_BASE, "A = 2\n"),
-            "diffs/02-rev.diff": _udiff(K, K_BASE, K_OURS),
+            "diffs/01-a.diff": udiff(A, A_BASE, "A = 2\n"),
+            "diffs/02-rev.diff": udiff(K, K_BASE, K_OURS),
             "tests/test_k.py": TESTS,
         },
     )
@@ -190,7 +175,7 @@ def port_update(p: Project) -> None:
     git(home, "add", "-A")
     git(home, "commit", "-qm", "the port")
     # the series changes diff 01 (a file the release did not change): the port is stale
-    (home / "launcher/s/diffs/01-a.diff").write_text(_udiff(A, A_BASE, "A = 2\nB = 3\n"))
+    (home / "launcher/s/diffs/01-a.diff").write_text(udiff(A, A_BASE, "A = 2\nB = 3\n"))
     git(home, "commit", "-qam", "a fix to 01")
     _ok("port", "s", "--update", "--vllm", "1.1.0", "--interpret")
     assert "B = 3" in (home / "patches/s/1.1.0/01-a.diff").read_text()
