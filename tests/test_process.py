@@ -97,9 +97,14 @@ def test_an_interrupted_caller_leaves_no_child(tmp_path: Path) -> None:
             time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGINT)
 
-    threading.Thread(target=interrupt, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        process.run_shown([sys.executable, "-c", code], log=tmp_path / "log")
+    # Ctrl-C as Python's default handler raises it (a pytest-xdist worker ignores SIGINT)
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            process.run_shown([sys.executable, "-c", code], log=tmp_path / "log")
+    finally:
+        signal.signal(signal.SIGINT, saved)
     with pytest.raises(ProcessLookupError):
         os.kill(int(pidfile.read_text()), 0)
 

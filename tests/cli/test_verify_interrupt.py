@@ -78,6 +78,9 @@ def test_ctrl_c_during_verify_is_one_line_and_exit_130(
         text=True,
         env={**os.environ, "MARK": str(mark)},
         start_new_session=True,  # its own group, as a shell's foreground job
+        # as a shell starts it: Ctrl-C not ignored (a pytest-xdist worker ignores SIGINT,
+        # and an ignored signal stays ignored in its children)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 120
     while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
