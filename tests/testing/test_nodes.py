@@ -291,3 +291,23 @@ def test_the_token_is_required_and_long_enough() -> None:
     with pytest.raises(UsageError, match="at least 16"):
         nodes.token({"BAKERY_VERIFY_TOKEN": "short"})
     assert nodes.token({"BAKERY_VERIFY_TOKEN": "x" * 16}) == b"x" * 16
+
+
+@pytest.mark.parametrize(
+    ("hosts", "gpus", "want"),
+    [
+        (["spark-a", "spark-b"], [-1, 1], [-1, 1]),  # the user's pair: one GPU each
+        (["vm", "vm"], [-1, 1], [0, 0]),  # two nodes on one host share its GPU
+        (["a", "b", "b"], [-1, 2, 2], [-1, 0, 0]),
+    ],
+)
+def test_nodes_on_one_host_count_no_gpu_of_their_own(
+    hosts: list[str], gpus: list[int], want: list[int]
+) -> None:
+    """NCCL refuses two ranks on one device ("Duplicate GPU detected", seen with two
+    nodes on the device's one H100): nodes that share a host share its GPUs, so their
+    worlds run gloo (dist.choose_backend), not NCCL."""
+    link = headlink.HeadLink.__new__(headlink.HeadLink)
+    pairs = enumerate(zip(hosts, gpus, strict=True))
+    link.nodes = [{"node": n, "host": h, "gpus": g} for n, (h, g) in pairs]
+    assert link.gpus_by_node() == want

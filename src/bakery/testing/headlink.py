@@ -5,6 +5,7 @@ transports reported back."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -86,7 +87,13 @@ class HeadLink:
         return cls(json.loads(raw), bytes.fromhex(env[LINK_KEY_ENV]))
 
     def gpus_by_node(self) -> list[int]:
-        return [int(n["gpus"]) for n in sorted(self.nodes, key=lambda n: int(n["node"]))]
+        """Each node's GPUs, this one's first (:func:`bakery.testing.dist.choose_backend`).
+        Nodes on one host share its GPUs, and NCCL refuses two ranks on one device
+        ("Duplicate GPU detected", seen on the device's H100 with two nodes on it): such
+        nodes count none of their own, so their worlds run gloo."""
+        nodes = sorted(self.nodes, key=lambda n: int(n["node"]))
+        hosts = collections.Counter(str(n["host"]) for n in nodes)
+        return [0 if hosts[str(n["host"])] > 1 else int(n["gpus"]) for n in nodes]
 
     def on_lost(self, callback: Callable[[str], None]) -> None:
         """Call ``callback(line)`` when a node is lost (at once if one was already)."""
