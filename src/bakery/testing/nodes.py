@@ -393,8 +393,9 @@ class Head:
                 self._child = conn
             if self.lost:
                 self._to_child((0, ("lost", -1, self.lost)))
-            self._reader = threading.Thread(target=self._from_child, args=(conn,), daemon=True)
-            self._reader.start()
+            reader = threading.Thread(target=self._from_child, args=(conn,), daemon=True)
+            reader.start()
+            self._reader = reader  # seen by child_done only once it runs
 
     def child_done(self, timeout: float = 5.0) -> None:
         """Wait until everything the pytest process sent has been read (it has ended:
