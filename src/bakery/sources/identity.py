@@ -23,6 +23,7 @@ tests, docs and CI that the sdist leaves out: they never run in the package).
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import logging
 import os
@@ -62,6 +63,52 @@ def _is_release(version: str | None) -> bool:
     except InvalidVersion:
         return False
     return not (v.is_devrelease or v.local is not None)
+
+
+#: What a version file may hold besides literals: setuptools-scm's typing names.
+_VERSION_IMPORTS = ("__future__", "typing")
+_VERSION_NODES_REFUSED = (
+    ast.Call,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.Lambda,
+    ast.With,
+    ast.AsyncWith,
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.Try,
+    ast.Global,
+    ast.Nonlocal,
+    ast.Delete,
+    ast.Await,
+    ast.Yield,
+    ast.YieldFrom,
+    ast.NamedExpr,
+    ast.comprehension,
+)
+
+
+def version_data_only(path: Path) -> bool:
+    """Whether ``vllm/_version.py`` is data, as the sdist build (setuptools-scm) writes it:
+    names given literals and typing names, no call, definition or loop, no import but
+    ``__future__`` and ``typing``. It counts on neither side of a comparison (the build
+    writes it), so one that would run code when vLLM imports it makes the tree no release."""
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > 64 * 1024:
+            return False
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, _VERSION_NODES_REFUSED):
+            return False
+        if isinstance(node, ast.Import) or (
+            isinstance(node, ast.ImportFrom) and node.module not in _VERSION_IMPORTS
+        ):
+            return False
+    return True
 
 
 def sdist_only(rel: str) -> bool:
@@ -216,6 +263,9 @@ def identify(pristine: Pristine, cache: Cache) -> Identity:
         log.debug("%s", why)
         return replace(base, note=why)
     diff = differences(listing, release)
+    version_file = (pristine.package_dir or pristine.tree / "vllm") / "_version.py"
+    if "vllm/_version.py" in listing and not version_data_only(version_file):
+        diff = sorted([*diff, "vllm/_version.py"])  # sdist-only, unless it runs code
     if not diff:
         return replace(base, label=claims, pristine=True, compared_with=claims)
     return replace(base, compared_with=claims, differs=tuple(diff[:SHOWN]), count=len(diff))
