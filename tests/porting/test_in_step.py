@@ -361,7 +361,7 @@ def _does_not_bake(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = writer.render_port
 
     def broken(*args: object, **kwargs: object) -> list[bytes]:
-        texts = real(*args, **kwargs)
+        texts = real(*args, **kwargs)  # type: ignore[arg-type]
         return [t.replace(b"/vllm/a.py", b"/vllm/gone.py") for t in texts]
 
     monkeypatch.setattr(update, "render_port", broken)

@@ -203,7 +203,7 @@ def bisect_verify(p: Project) -> None:
 
 
 def mutants(p: Project) -> None:
-    from bakery.verifying import mutants as mutation
+    from bakery.verifying.mutants import main as run_mutants
 
     home = p[0]
     _ok("apply", "s")
@@ -216,7 +216,7 @@ def mutants(p: Project) -> None:
         },
     )
     # survives (with its reason) only where every test passed: the full environment
-    assert mutation.main([str(series), "--tree", str(home / "build" / "s-1.0.0")]) == 0
+    assert run_mutants([str(series), "--tree", str(home / "build" / "s-1.0.0")]) == 0
 
 
 PATHS: dict[str, Callable[[Project], None]] = {
