@@ -15,7 +15,6 @@ the interpreter in bakery's own environment.
 from __future__ import annotations
 
 import csv
-import difflib
 import io
 import json
 import zipfile
@@ -29,6 +28,7 @@ from typer.testing import CliRunner
 from bakery.cli.app import app
 from tests.support.archives import record_hash, sdist
 from tests.support.index import serve_index
+from tests.support.pick import TESTS, A, K, udiff
 from tests.support.repos import git
 from tests.support.series import X_PY
 from tests.support.trees import write_files
@@ -36,7 +36,6 @@ from tests.support.trees import write_files
 #: each case bakes and verifies real trees
 pytestmark = pytest.mark.slow
 
-A, K = "vllm/a.py", "vllm/k.py"
 K_BASE = (
     "def pick(xs, k):\n    ys = sorted(xs)\n    return ys[:k]\n\n\n"
     "def size(xs):\n    return len(xs)\n"
@@ -48,27 +47,6 @@ K_OURS = K_BASE.replace("def pick(xs, k):", "def pick(xs, k, *, rev=False):").re
 K_THEIRS = K_BASE.replace("def pick(xs, k):", "def pick(xs, k, key=None):").replace(
     "sorted(xs)", "sorted(xs, key=key)"
 )
-TESTS = """\
-from bakery.testing import load_tree_module
-
-k = load_tree_module("vllm.k")
-a = load_tree_module("vllm.a")
-
-
-def test_rev():
-    assert k.pick([3, 1, 2], 2, rev=True) == [3, 2]
-
-
-def test_a():
-    assert a.A == 2
-"""
-
-
-def _udiff(path: str, before: str, after: str) -> str:
-    lines = difflib.unified_diff(
-        before.splitlines(True), after.splitlines(True), f"a/{path}", f"b/{path}", n=3
-    )
-    return "".join(lines)
 
 
 def _wheel(version: str, modules: dict[str, str]) -> bytes:
@@ -113,8 +91,8 @@ def home(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         home / "launcher" / "s",
         {
             "series.toml": 'base = "1.0.0"\nstrip = 1\nroot = ""\n',
-            "diffs/01-a.diff": _udiff(A, "A = 1\n", "A = 2\n"),
-            "diffs/02-rev.diff": _udiff(K, K_BASE, K_OURS),
+            "diffs/01-a.diff": udiff(A, "A = 1\n", "A = 2\n"),
+            "diffs/02-rev.diff": udiff(K, K_BASE, K_OURS),
             "tests/test_k.py": TESTS,
         },
     )
@@ -176,7 +154,7 @@ def by_port_update(home: Path) -> str:
     git(home, "add", "-A")
     git(home, "commit", "-qm", "the port")
     # the series changes diff 01 (a file 1.1.0 did not change): the port is stale
-    (home / "launcher/s/diffs/01-a.diff").write_text(_udiff(A, "A = 1\n", "A = 2\nB = 3\n"))
+    (home / "launcher/s/diffs/01-a.diff").write_text(udiff(A, "A = 1\n", "A = 2\nB = 3\n"))
     git(home, "commit", "-qam", "a fix to 01")
     _ok("port", "s", "--update", "--vllm", "1.1.0", "--interpret")
     assert "B = 3" in (home / "patches/s/1.1.0/01-a.diff").read_text()
@@ -208,12 +186,12 @@ def test_every_command_says_unverified_before_a_verify_and_after_the_content_cha
     by_verify(home)
     assert proofs("1.0.0") == dict.fromkeys(("apply", "check", "matrix"), "verified")
     # the same series with one more line: other content, no verdict for it yet
-    (home / "launcher/s/diffs/01-a.diff").write_text(_udiff(A, "A = 1\n", "A = 2\nB = 3\n"))
+    (home / "launcher/s/diffs/01-a.diff").write_text(udiff(A, "A = 1\n", "A = 2\nB = 3\n"))
     assert proofs("1.0.0") == unverified
 
 
 def test_a_failed_verify_makes_the_content_failed_for_every_command(home: Path) -> None:
-    (home / "launcher/s/diffs/01-a.diff").write_text(_udiff(A, "A = 1\n", "A = 3\n"))
+    (home / "launcher/s/diffs/01-a.diff").write_text(udiff(A, "A = 1\n", "A = 3\n"))
     _ok("apply", "s")
     assert _cli("verify", "s", "--interpret").exit_code == 1
     failed = proofs("1.0.0")
