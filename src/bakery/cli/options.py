@@ -164,3 +164,17 @@ TreeOpt = Annotated[
         help="Where the baked tree goes (default build/<series>-<version>/).",
     ),
 ]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BakeOptions:
+    """The options ``apply`` and ``check`` share (a command's own options extend it)."""
+
+    series: SeriesArg
+    vllm: VllmOpt = None
+    json_file: JsonOpt = None
+    fuzz: FuzzOpt = 0
+    allow_dirty: AllowDirtyOpt = False
+    no_port: NoPortOpt = False
+    no_merge: NoMergeOpt = False
+    strict: StrictOpt = False

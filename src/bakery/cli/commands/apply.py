@@ -19,14 +19,7 @@ from bakery.cli.common import (
 )
 from bakery.cli.console import context as _context
 from bakery.cli.options import (
-    AllowDirtyOpt,
-    FuzzOpt,
-    JsonOpt,
-    NoMergeOpt,
-    NoPortOpt,
-    SeriesArg,
-    StrictOpt,
-    VllmOpt,
+    BakeOptions,
     command,
 )
 
@@ -34,9 +27,7 @@ app = typer.Typer()
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
-    series: SeriesArg
-    vllm: VllmOpt = None
+class Options(BakeOptions):
     out: Annotated[
         Path | None,
         typer.Option(
@@ -45,8 +36,6 @@ class Options:
             help="Where the baked tree goes (default build/<series>-<version>/).",
         ),
     ] = None
-    json_file: JsonOpt = None
-    fuzz: FuzzOpt = 0
     keep_failed: Annotated[
         bool,
         typer.Option(
@@ -55,14 +44,10 @@ class Options:
             "diffs before the failing one as commits and the conflicts in git's index.",
         ),
     ] = False
-    allow_dirty: AllowDirtyOpt = False
-    no_port: NoPortOpt = False
-    no_merge: NoMergeOpt = False
     force: Annotated[
         bool,
         typer.Option("--force", help="Replace a baked tree at --out even if it has local changes."),
     ] = False
-    strict: StrictOpt = False
     with_fixes: Annotated[
         bool,
         typer.Option(

@@ -20,14 +20,7 @@ from bakery.cli.console import context as _context
 from bakery.cli.console import err_console
 from bakery.cli.console import safe as _safe
 from bakery.cli.options import (
-    AllowDirtyOpt,
-    FuzzOpt,
-    JsonOpt,
-    NoMergeOpt,
-    NoPortOpt,
-    SeriesArg,
-    StrictOpt,
-    VllmOpt,
+    BakeOptions,
     command,
 )
 
@@ -35,14 +28,7 @@ app = typer.Typer()
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
-    series: SeriesArg
-    vllm: VllmOpt = None
-    json_file: JsonOpt = None
-    fuzz: FuzzOpt = 0
-    allow_dirty: AllowDirtyOpt = False
-    no_port: NoPortOpt = False
-    no_merge: NoMergeOpt = False
+class Options(BakeOptions):
     up_to_date: Annotated[
         bool,
         typer.Option(
@@ -51,7 +37,6 @@ class Options:
             "their own bake (for CI); with --vllm VERSION, only that release's port.",
         ),
     ] = False
-    strict: StrictOpt = False
 
 
 @command(app, Options)
