@@ -178,3 +178,21 @@ class BakeOptions:
     no_port: NoPortOpt = False
     no_merge: NoMergeOpt = False
     strict: StrictOpt = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PackageOptions:
+    """The options ``wheel`` and ``sdist`` share."""
+
+    series: SeriesArg
+    vllm: Annotated[
+        str,
+        typer.Option(
+            "--vllm", metavar="VERSION", help="The release (X.Y.Z) whose package to bake."
+        ),
+    ]
+    out: PackageOut = Path("dist")
+    tree: TreeOpt = None
+    force: Annotated[bool, typer.Option("--force", help="As apply --force.")] = False
+    interpret: InterpretOpt = None
+    unverified: UnverifiedOpt = False

@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
 
 from bakery.cli.common import package
 from bakery.cli.console import context as _context
-from bakery.cli.options import InterpretOpt, PackageOut, SeriesArg, TreeOpt, UnverifiedOpt
-from bakery.cli.parsing import (
-    BakeryCommand,
-)
+from bakery.cli.options import PackageOptions, command
 
 app = typer.Typer()
 
 
-@app.command(cls=BakeryCommand)
-def wheel(
-    series: SeriesArg,
-    vllm: Annotated[
-        str,
-        typer.Option("--vllm", metavar="VERSION", help="The release (X.Y.Z) whose wheel to bake."),
-    ],
+@dataclass(frozen=True, kw_only=True)
+class Options(PackageOptions):
     platform: Annotated[
         str | None,
         typer.Option(
@@ -31,13 +23,11 @@ def wheel(
             metavar="ARCH",
             help="x86_64, aarch64 or all (default: this machine's).",
         ),
-    ] = None,
-    out: PackageOut = Path("dist"),
-    tree: TreeOpt = None,
-    force: Annotated[bool, typer.Option("--force", help="As apply --force.")] = False,
-    interpret: InterpretOpt = None,
-    unverified: UnverifiedOpt = False,
-) -> None:
+    ] = None
+
+
+@command(app, Options)
+def wheel(o: Options) -> None:
     """Bake a series into the release's upstream wheel: vllm-X+SERIES.HASH-TAGS.whl, no
     compiler needed. Refused (exit 2) when the series changes what the wheel compiles;
     only a verified bake is written (verify runs where none is recorded; exit 1 if not)."""
@@ -46,12 +36,12 @@ def wheel(
     package(
         lambda: wheel_cmd.wheel(
             _context(),
-            series,
-            vllm=vllm,
-            platform=platform,
-            out_dir=out,
-            tree=tree,
-            force=force,
-            publish=wheel_cmd.Publish(interpret, unverified),
+            o.series,
+            vllm=o.vllm,
+            platform=o.platform,
+            out_dir=o.out,
+            tree=o.tree,
+            force=o.force,
+            publish=wheel_cmd.Publish(o.interpret, o.unverified),
         )
     )
