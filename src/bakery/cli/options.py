@@ -20,7 +20,10 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperCommand
 
-from bakery.cli.parsing import BakeryCommand, Word
+from bakery.cli.parsing import (
+    BakeryCommand,
+    Word,
+)
 
 T = TypeVar("T")
 
@@ -196,3 +199,37 @@ class PackageOptions:
     force: Annotated[bool, typer.Option("--force", help="As apply --force.")] = False
     interpret: InterpretOpt = None
     unverified: UnverifiedOpt = False
+
+
+NodeRankOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--node-rank",
+        min=0,
+        metavar="R",
+        help="This host's node: 0 on the head (default: $NODE_RANK).",
+    ),
+]
+
+
+MasterAddrOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--master-addr",
+        metavar="ADDR",
+        click_type=Word(),
+        help="The head's address on the link between the hosts (default: $MASTER_ADDR).",
+    ),
+]
+
+
+MasterPortOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--master-port",
+        min=1,
+        max=65535,
+        metavar="PORT",
+        help="The head's port for the nodes to join (default: $MASTER_PORT, else 29500).",
+    ),
+]

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from bakery.cli.common import finish
-from bakery.cli.parsing import BakeryCommand, Word
+from bakery.cli.options import MasterAddrOpt, MasterPortOpt, NodeRankOpt
+from bakery.cli.parsing import BakeryCommand
 from bakery.safety.text import clean
 
 app = typer.Typer()
@@ -26,31 +27,9 @@ def doctor(
             "(run doctor on each, with verify's flags; default: $NNODES).",
         ),
     ] = None,
-    node_rank: Annotated[
-        int | None,
-        typer.Option(
-            "--node-rank", min=0, metavar="R", help="This host's node (default: $NODE_RANK)."
-        ),
-    ] = None,
-    master_addr: Annotated[
-        str | None,
-        typer.Option(
-            "--master-addr",
-            metavar="ADDR",
-            click_type=Word(),
-            help="The head's address (default: $MASTER_ADDR).",
-        ),
-    ] = None,
-    master_port: Annotated[
-        int | None,
-        typer.Option(
-            "--master-port",
-            min=1,
-            max=65535,
-            metavar="PORT",
-            help="The head's port (default: $MASTER_PORT, else 29500).",
-        ),
-    ] = None,
+    node_rank: NodeRankOpt = None,
+    master_addr: MasterAddrOpt = None,
+    master_port: MasterPortOpt = None,
 ) -> None:
     """What a GPU verify needs of this host (and of its peers with --nnodes): the GPU and
     its compute capability; torch, Triton and CUDA; Triton's ptxas for the GPU's arch;

@@ -14,7 +14,7 @@ from bakery.cli.console import Invocation as _Invocation
 from bakery.cli.console import context as _context
 from bakery.cli.console import err_console
 from bakery.cli.console import safe as _safe
-from bakery.cli.options import InterpretOpt, command
+from bakery.cli.options import InterpretOpt, MasterAddrOpt, MasterPortOpt, NodeRankOpt, command
 from bakery.cli.parsing import (
     PYTEST_ARGS,
     PytestArgsCommand,
@@ -35,40 +35,6 @@ NnodesOpt = Annotated[
         metavar="N",
         help="Hosts in one verify (default: $NNODES, else 1). Node 0 runs pytest; every "
         "other node serves its share of the ranks. Needs $BAKERY_VERIFY_TOKEN on each.",
-    ),
-]
-
-
-NodeRankOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--node-rank",
-        min=0,
-        metavar="R",
-        help="This host's node: 0 on the head (default: $NODE_RANK).",
-    ),
-]
-
-
-MasterAddrOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--master-addr",
-        metavar="ADDR",
-        click_type=Word(),
-        help="The head's address on the link between the hosts (default: $MASTER_ADDR).",
-    ),
-]
-
-
-MasterPortOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--master-port",
-        min=1,
-        max=65535,
-        metavar="PORT",
-        help="The head's port for the nodes to join (default: $MASTER_PORT, else 29500).",
     ),
 ]
 
