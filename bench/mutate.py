@@ -19,6 +19,10 @@ A run stops at ``--budget`` seconds (default 900, per module); mutmut checks the
 whose tests are fastest first, so a stopped run's figures lean to the fast tests: the
 report says how many of the sample were checked.
 
+A survivor that no test can kill (the mutant behaves as the code does: an equivalent
+mutant) is named with its reason in ``bench/mutate-equivalent.toml``; the report lists it
+under "equivalent" with that reason, and every other survivor under "unexplained".
+
 Usage: ``python bench/mutate.py [NAME ...] [--sample N] [--all] [--budget S]
 [--survivors-of SUMMARY]``; writes ``build/mutate/<name>/report.md`` (kill rate, every
 survivor's diff) and ``build/mutate/summary.json``.
@@ -47,6 +51,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "bench" / "mutate.toml"
+EQUIVALENT = ROOT / "bench" / "mutate-equivalent.toml"
 OUT = Path(os.environ.get("MUTATE_OUT") or ROOT / "build" / "mutate")
 IGNORE = shutil.ignore_patterns("__pycache__", ".hypothesis", ".pytest_cache", "*.egg-info")
 
@@ -149,6 +154,14 @@ def _results(work: Path, module: str) -> dict[str, int | None]:
     return codes
 
 
+def _equivalent(name: str) -> dict[str, str]:
+    """The survivors of module ``name`` named equivalent, each with its reason."""
+    if not EQUIVALENT.is_file():
+        return {}
+    table = tomllib.loads(EQUIVALENT.read_text()).get(name, {})
+    return {str(k): str(v) for k, v in table.items()}
+
+
 def run_one(
     name: str,
     spec: dict[str, object],
@@ -185,6 +198,9 @@ def run_one(
     # a timeout is a kill: the mutant made a test loop past its time
     killed = sorted(n for n, s in status.items() if s in ("killed", "timeout"))
     survived = sorted(n for n, s in status.items() if s == "survived")
+    reasons = _equivalent(name)
+    equivalent = [n for n in survived if n in reasons]
+    unexplained = [n for n in survived if n not in reasons]
     no_tests = sorted(n for n, s in status.items() if s == "no tests")
     other = sorted(n for n in got if n not in {*killed, *survived, *no_tests})
     tested = len(killed) + len(survived)
@@ -196,6 +212,8 @@ def run_one(
         "checked": checked,
         "killed": len(killed),
         "survived": survived,
+        "equivalent": equivalent,
+        "unexplained": unexplained,
         "no_tests": no_tests,
         "other": {n: status[n] for n in other},
         "kill_rate": round(len(killed) / tested, 3) if tested else None,
@@ -203,7 +221,8 @@ def run_one(
         "not_checked": len(other),
     }
     row["line"] = (
-        f"{name}: {len(killed)}/{tested} killed ({row['kill_rate']}), {len(survived)} survived,"
+        f"{name}: {len(killed)}/{tested} killed ({row['kill_rate']}), {len(survived)} survived"
+        f" ({len(equivalent)} equivalent, {len(unexplained)} unexplained),"
         f" {len(no_tests)} no tests, {checked}/{len(chosen)}/{len(names)} checked/sampled/all,"
         f" {wall:.0f} s -> {work / 'report.md'}"
     )
@@ -211,12 +230,17 @@ def run_one(
         f"# {name}: {module}",
         f"{len(killed)}/{tested} killed; {checked} checked of {len(chosen)} sampled"
         f" ({len(names)} mutants),"
-        f" {len(no_tests)} reached by no test, {wall:.0f} s",
+        f" {len(no_tests)} reached by no test, {wall:.0f} s;"
+        f" survivors: {len(equivalent)} equivalent, {len(unexplained)} unexplained",
         "",
     ]
-    for n in survived + no_tests:
+    if equivalent:
+        report += ["## Equivalent survivors", ""]
+        report += [f"- `{n}`: {reasons[n]}" for n in equivalent] + [""]
+    for n in unexplained + no_tests:
         shown, _ = _mutmut(work, None, "show", n).communicate()
-        report += [f"## {n} ({'survived' if n in survived else 'no tests'})", "```diff"]
+        why = "survived, unexplained" if n in unexplained else "no tests"
+        report += [f"## {n} ({why})", "```diff"]
         report += [shown.strip(), "```", ""]
     (work / "report.md").write_text("\n".join(report))
     return row
