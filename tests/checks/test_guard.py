@@ -16,7 +16,9 @@ from bakery.bake.merge import Fallback
 from bakery.bake.plan import plan
 from bakery.bake.strict import needs_review, strict_problems
 from bakery.cli.app import app
+from bakery.model import records
 from bakery.model.report import DiffResult
+from bakery.model.results import Moved
 from bakery.patch.engine import Outcome, apply_file
 from bakery.sources.pristine import Pristine
 from tests.support.gnupatch import assert_same_as_gnu, fpatch, needs_patch
@@ -85,10 +87,12 @@ def test_three_identical_bodies_change_of_the_third_is_ambiguous(tmp_path: Path)
         "        total += 2 * x"
     )
     assert_same_as_gnu(tmp_path, old.encode(), diff.encode(), res)
-    assert h.to_json()["also_matches"] == first_two
+    assert records.plain(h)["also_matches"] == first_two
     # --strict refuses it, and it is never a plain pass
     diffs = [
-        DiffResult.from_json({"name": "d", "files": [{"path": "m.py", "hunks": [h.to_json()]}]})
+        DiffResult.from_json(
+            {"name": "d", "files": [{"path": "m.py", "hunks": [records.plain(h)]}]}
+        )
     ]
     assert strict_problems(diffs) == [f"d: m.py: hunk 1 (line {h.line}): ambiguous"]
     assert needs_review(diffs)
@@ -125,8 +129,8 @@ def test_hunk_landing_in_another_function_is_moved_def(tmp_path: Path) -> None:
     )
     h = report.diffs[0].files[0].hunks[0]
     assert h.status is Outcome.OFFSET
-    assert h.moved_def == ("b", "a")
-    assert h.to_json()["moved_def"] == {"base": "b", "target": "a"}
+    assert h.moved_def == Moved("b", "a")
+    assert records.plain(h)["moved_def"] == {"base": "b", "target": "a"}
     warnings = report.diffs[0].warnings
     assert any(
         w.startswith("moved-def: vllm/m.py: hunk 1 changes b on 1.0.0 but lands in a")

@@ -73,8 +73,10 @@ def test_a_failed_new_file_says_hunk_1_without_line_0() -> None:
     from bakery.patch.engine import FileResult, HunkResult, Outcome
 
     report = BakeReport("s", "launcher/s", status="conflict", version="0.33.0")
-    gone = HunkResult(1, Outcome.FAILED, 0, reason="the new file already exists with other content")
-    two = [HunkResult(1, Outcome.FAILED, 3), HunkResult(2, Outcome.FAILED, 9)]
+    gone = HunkResult(
+        1, Outcome.FAILED, 0, 0, 0, reason="the new file already exists with other content"
+    )
+    two = [HunkResult(1, Outcome.FAILED, 3, 0, 0), HunkResult(2, Outcome.FAILED, 9, 0, 0)]
     report.diffs.append(
         DiffResult(
             "01-x.diff",

@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 
 from bakery.model.report import DiffResult
-from bakery.model.results import FileResult, HunkResult, Outcome
+from bakery.model.results import FileResult, HunkResult, Moved, Outcome
 from bakery.reports.matrix import Row
 
 
 def _row() -> Row:
     hunks = [
-        HunkResult(1, Outcome.MERGED, 3, moved_def=("A.f", "g")),
-        HunkResult(2, Outcome.FAILED, 9),
+        HunkResult(1, Outcome.MERGED, 3, 0, 0, moved_def=Moved("A.f", "g")),
+        HunkResult(2, Outcome.FAILED, 9, 0, 0),
     ]
     diff = DiffResult(
         "01-a.diff",

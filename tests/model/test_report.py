@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import pytest
 
+from bakery.model import records
+from bakery.model.records import RecordError
 from bakery.model.report import DiffResult
-from bakery.model.results import FileResult, HunkResult, Outcome
+from bakery.model.results import FileResult, HunkResult, Moved, Outcome
 
 
 def _diff() -> DiffResult:
     hunks = [
-        HunkResult(1, Outcome.APPLIED, 3),
+        HunkResult(1, Outcome.APPLIED, 3, 0, 0),
         HunkResult(
             2,
             Outcome.AMBIGUOUS,
@@ -21,11 +23,11 @@ def _diff() -> DiffResult:
             reason="also matches",
             action="look",
             also_matches=[7, 9],
-            moved_def=("A.f", "g"),
+            moved_def=Moved("A.f", "g"),
             uses=["vllm.x.y"],
         ),
     ]
-    failed = [HunkResult(1, Outcome.FAILED, 5, reason="no match")]
+    failed = [HunkResult(1, Outcome.FAILED, 5, 0, 0, reason="no match")]
     return DiffResult(
         "01-a.diff",
         "ab" * 32,
@@ -47,14 +49,16 @@ def test_from_json_undoes_to_json() -> None:
 @pytest.mark.parametrize(
     "bad",
     [
-        {"index": 1, "status": "no such outcome", "line": 1},
-        {"index": "1", "status": "applied", "line": 1},
-        {"index": True, "status": "applied", "line": 1},
-        {"index": 1, "status": "applied", "line": 1, "moved_def": "f"},
-        {"index": 1, "status": "applied", "line": 1, "uses": "vllm.x"},
-        {"status": "applied", "line": 1},
+        {"index": 1, "status": "no such outcome", "line": 1, "offset": 0, "fuzz": 0},
+        {"index": "1", "status": "applied", "line": 1, "offset": 0, "fuzz": 0},
+        {"index": True, "status": "applied", "line": 1, "offset": 0, "fuzz": 0},
+        {"index": 1, "status": "applied", "line": 1, "offset": 0, "fuzz": 0, "moved_def": "f"},
+        {"index": 1, "status": "applied", "line": 1, "offset": 0, "fuzz": 0, "uses": "vllm.x"},
+        {"status": "applied", "line": 1, "offset": 0, "fuzz": 0},
+        {"index": 1, "status": "applied", "line": 1, "fuzz": 0},
+        {"index": 1, "status": "applied", "line": 1, "offset": 0.5, "fuzz": 0},
     ],
 )
 def test_a_hunk_of_another_shape_is_refused(bad: dict[str, object]) -> None:
-    with pytest.raises((TypeError, KeyError, ValueError)):
-        HunkResult.from_json(bad)
+    with pytest.raises(RecordError):
+        records.load(bad, HunkResult)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bakery.model import records
 from bakery.patch.diffs import FilePatch
 from bakery.patch.engine import FileResult, Outcome, apply_file, split_lines, worst
 from bakery.patch.parse import read_diff
@@ -359,7 +360,7 @@ def test_worst_and_ok() -> None:
 
 def test_hunk_result_json_uses_the_contract_words() -> None:
     res = apply_file(sample("two_hunks.diff"), ("x\n" + BASE30).encode())
-    assert res.hunks[0].to_json() == {
+    assert records.plain(res.hunks[0]) == {
         "index": 1,
         "status": "offset",
         "line": 3,

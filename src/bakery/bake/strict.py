@@ -42,7 +42,7 @@ def strict_problems(diffs: Iterable[DiffResult], label: str = "") -> list[str]:
         if h.status in STRICT_OUTCOMES:
             why.append(h.status.value)
         if h.moved_def:
-            why.append(f"moved-def ({h.moved_def[0]} -> {h.moved_def[1]})")
+            why.append(f"moved-def ({h.moved_def.base} -> {h.moved_def.target})")
         if why:
             out.append(f"{label}{name}: {path}: hunk {h.index} (line {h.line}): {', '.join(why)}")
     return out

@@ -28,6 +28,7 @@ from bakery.checks import contracts
 from bakery.checks.contracts import GONE, Use, World
 from bakery.checks.pyindex import PyIndex, Signature, index
 from bakery.model.report import DiffResult
+from bakery.model.results import Moved
 from bakery.patch.diffs import Diff, FilePatch, Hunk
 from bakery.patch.engine import HunkResult, Outcome
 
@@ -141,7 +142,7 @@ def _place_diff(d: Diff, dres: DiffResult, record: BaseRecord, version: str | No
             was = _names(b_idx, _changed(h, _first(h, b)))
             now = _names(t_idx, _changed(h, _first(h, r)))
             if was != now:
-                r.moved_def = (was, now)
+                r.moved_def = Moved(was, now)
                 dres.warnings.append(
                     f"moved-def: {fp.path}: hunk {h.index} changes {was} on "
                     f"{record.version} but lands in {now} on {version} (line {r.line})"

@@ -51,7 +51,7 @@ def _why(h: HunkResult) -> str:
     """The why column: every outcome but a plain one says why, and a moved hunk where."""
     parts = [h.reason or ""] if h.status.value not in ("applied", "offset") else []
     if h.moved_def:
-        parts.append(f"moved-def: {h.moved_def[0]} -> {h.moved_def[1]}")
+        parts.append(f"moved-def: {h.moved_def.base} -> {h.moved_def.target}")
     return "; ".join(p for p in parts if p)
 
 

@@ -17,6 +17,7 @@ from bakery.bake.staging import display_path
 from bakery.commands import apply as bake_cmd
 from bakery.context import Context
 from bakery.errors import BakeryError, UsageError
+from bakery.model import records
 from bakery.model.report import BakeReport, Proof
 from bakery.sources.resolve import is_version
 
@@ -177,7 +178,7 @@ def wheels_from_tree(
     from bakery.package.wheel import refuse_built, write_wheel
     from bakery.sources.wheels import upstream_wheel
 
-    baked = read_baked(tree)._replace(proof=proof.to_json() if proof else None)
+    baked = read_baked(tree)._replace(proof=records.plain(proof))
     refuse_built(baked)  # before any download
     written = []
     for plat in wanted:
@@ -208,7 +209,7 @@ def sdist(
         return Packaged(report)
     proof = proven(ctx, series, baked_tree, publish)
     report.proof = proof
-    baked = read_baked(baked_tree)._replace(proof=proof.to_json())
+    baked = read_baked(baked_tree)._replace(proof=records.plain(proof))
     upstream = upstream_sdist(baked.vllm, ctx.cache, ctx.progress)
     _log.info(f"Writing the sdist from {upstream.name}", extra={"event": "write"})
     return Packaged(report, [("sdist", write_sdist(upstream, baked, out_dir))], proof)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import cast, get_args
 
 from bakery.errors import UsageError
-from bakery.model.report import MANIFEST, Proof
+from bakery.model.report import MANIFEST, Proof, read_proof
 from bakery.model.results import BakeStatus
 from bakery.safety import limits, paths
 
@@ -187,7 +187,7 @@ def parse(data: object, where: str) -> Manifest:
         series_path=_str(series, "path", where),
         stopped_at=_str(data, "stopped_at", where),
         carries=_carries(data, where),
-        proof=Proof.from_json(_get(data, "proof", dict, where)),
+        proof=read_proof(_get(data, "proof", dict, where)),
         identity=_str(ident, "version", where),
         claims=_str(ident, "claims", where),
         update_files=_sha_map(data, UPDATE_FILES, where),

@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, cast, get_args
+from typing import Literal
+
+import msgspec
 
 from bakery import __version__
+from bakery.model import records
 from bakery.model.identity import Identity
 from bakery.model.results import BakeStatus, FileResult, HunkResult, Outcome, worst
 
@@ -20,10 +23,9 @@ MANIFEST = Path(".bakery") / "manifest.json"
 ProofState = Literal["verified", "unverified", "stale", "failed"]
 
 
-@dataclass(frozen=True)
-class Proof:
+class Proof(msgspec.Struct, frozen=True):
     """A tree's proof state with its reason: one value, in the manifest and every report
-    (JSON ``"proof": {"state", "reason"}``)."""
+    (JSON ``"proof": {"state", "reason"}``, by ``records.plain``)."""
 
     state: ProofState
     reason: str
@@ -35,18 +37,13 @@ class Proof:
     def line(self) -> str:
         return f"{self.state}: {self.reason}"
 
-    def to_json(self) -> dict[str, str]:
-        return {"state": self.state, "reason": self.reason}
 
-    @classmethod
-    def from_json(cls, d: object) -> Proof | None:
-        """``to_json``'s form read back; None for anything else (an older report has none)."""
-        if not isinstance(d, dict):
-            return None
-        state, reason = d.get("state"), d.get("reason")
-        if state not in get_args(ProofState) or not isinstance(reason, str):
-            return None
-        return cls(cast("ProofState", state), reason)
+def read_proof(d: object) -> Proof | None:
+    """A report's ``"proof"`` read back; None for anything else (an older report has none)."""
+    try:
+        return records.load(d, Proof)
+    except records.RecordError:
+        return None
 
 
 def bake_proof(report: BakeReport) -> Proof | None:
@@ -88,12 +85,13 @@ class DiffResult:
         return all(f.ok for f in self.files)
 
     def to_json(self) -> dict[str, object]:
+        """The report's view of the diff: its status and each file's, worked out."""
         d: dict[str, object] = {
             "name": self.name,
             "sha256": self.sha256,
             "status": self.status.value,
             "files": [
-                {"path": f.path, "status": f.status.value, "hunks": [h.to_json() for h in f.hunks]}
+                {"path": f.path, "status": f.status.value, "hunks": records.plain(f.hunks)}
                 for f in self.files
             ],
         }
@@ -106,34 +104,30 @@ class DiffResult:
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, object]) -> DiffResult:
+    def from_json(cls, d: object) -> DiffResult:
         """A diff of a JSON report (``to_json``'s form; the files without their content);
-        TypeError, KeyError or ValueError for one of another shape."""
-        files = d.get("files", [])
-        warnings = d.get("warnings", [])
-        notes = d.get("notes", [])
-        commit = d.get("commit")
-        if not (isinstance(files, list) and isinstance(warnings, list)):
-            raise TypeError("files, warnings")
-        if not isinstance(notes, list):
-            raise TypeError("notes")
-        if not isinstance(d["name"], str) or not isinstance(d.get("sha256", ""), str):
-            raise TypeError("name, sha256")
-        if commit is not None and not isinstance(commit, str):
-            raise TypeError("commit")
-        return cls(
-            name=d["name"],
-            sha256=str(d.get("sha256", "")),
-            files=[
-                FileResult(
-                    str(f["path"]), [HunkResult.from_json(h) for h in f["hunks"]], content=None
-                )
-                for f in files
-            ],
-            commit=commit,
-            warnings=[str(w) for w in warnings],
-            notes=[str(n) for n in notes],
-        )
+        :class:`~bakery.model.records.RecordError` for one of another shape."""
+        r = records.load(d, _DiffRecord)
+        files = [FileResult(f.path, f.hunks, content=None) for f in r.files]
+        return cls(r.name, r.sha256, files, r.commit, r.warnings, r.notes)
+
+
+class _FileRecord(msgspec.Struct):
+    """A file of a report's diff as read back (its status is worked out again)."""
+
+    path: str
+    hunks: list[HunkResult]
+
+
+class _DiffRecord(msgspec.Struct):
+    """A report's diff as read back."""
+
+    name: str
+    sha256: str = ""
+    files: list[_FileRecord] = []
+    commit: str | None = None
+    warnings: list[str] = []
+    notes: list[str] = []
 
 
 @dataclass
@@ -191,7 +185,7 @@ class BakeReport:
             "failed_out": self.failed_out,
             "layout": self.layout,
             "bakery": __version__,
-            "proof": self.proof.to_json() if self.proof else None,
+            "proof": records.plain(self.proof),
             "diffs": [d.to_json() for d in self.diffs],
         }
 

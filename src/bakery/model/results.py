@@ -13,23 +13,13 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal, Protocol
 
+import msgspec
+
 #: What a bake (or check) came to: the report's ``status``.
 BakeStatus = Literal["baked", "conflict", "error", "checked"]
 #: What a verify of a baked tree came to (matrix): a known defect is neither a pass nor a
 #: failure; "error" is a verify asked for that could not run.
 VerifyState = Literal["passed", "known-defects", "failed", "error"]
-
-
-def _int(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"not a number: {value!r}")
-    return value
-
-
-def _text(value: object) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"not text: {value!r}")
-    return value
 
 
 class RenderedHunk(Protocol):
@@ -72,73 +62,35 @@ def worst(outcomes: list[Outcome]) -> Outcome:
     return min(outcomes, key=_SEVERITY.index) if outcomes else Outcome.APPLIED
 
 
-@dataclass
-class HunkResult:
+class Moved(msgspec.Struct, frozen=True):
+    """The definitions that enclose a hunk on the series' base release and where it lands
+    (JSON ``"moved_def": {"base", "target"}``)."""
+
+    base: str
+    target: str
+
+
+class HunkResult(msgspec.Struct, omit_defaults=True):
+    """One hunk's outcome, and its JSON record (``records.plain``/``records.load``): the
+    keys after ``fuzz`` are left out when empty."""
+
     index: int
     status: Outcome
     line: int
-    offset: int = 0
-    fuzz: int = 0
+    #: always in the JSON (no default: the contract lists them for every hunk)
+    offset: int
+    fuzz: int
     reason: str | None = None
     #: What to do about a hunk that did not apply (set by merge.diagnose).
     action: str | None = None
     #: For an ambiguous hunk: the other lines where its old text matches (1-based, in the
     #: file before the diff).
-    also_matches: list[int] = field(default_factory=list)
-    #: (base, target): the definitions that enclose the hunk on the series' base release
-    #: and where it lands, when they differ (set by bake.placement).
-    moved_def: tuple[str, str] | None = None
+    also_matches: list[int] = []
+    #: the definitions that enclose the hunk on the series' base release and where it
+    #: lands, when they differ (set by bake.placement).
+    moved_def: Moved | None = None
     #: The vLLM names the hunk's new code uses (its contract; set by checks.guard).
-    uses: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, object]:
-        d: dict[str, object] = {
-            "index": self.index,
-            "status": self.status.value,
-            "line": self.line,
-            "offset": self.offset,
-            "fuzz": self.fuzz,
-        }
-        if self.reason:
-            d["reason"] = self.reason
-        if self.action:
-            d["action"] = self.action
-        if self.also_matches:
-            d["also_matches"] = self.also_matches
-        if self.moved_def:
-            d["moved_def"] = {"base": self.moved_def[0], "target": self.moved_def[1]}
-        if self.uses:
-            d["uses"] = self.uses
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict[str, object]) -> HunkResult:
-        """The hunk of a JSON report (``to_json``'s form); TypeError, KeyError or
-        ValueError for one of another shape."""
-        also = d.get("also_matches", [])
-        uses = d.get("uses", [])
-        if not isinstance(also, list) or not isinstance(uses, list):
-            raise TypeError("also_matches, uses")
-        return cls(
-            index=_int(d["index"]),
-            status=Outcome(d["status"]),
-            line=_int(d["line"]),
-            offset=_int(d.get("offset", 0)),
-            fuzz=_int(d.get("fuzz", 0)),
-            reason=_text(d.get("reason")),
-            action=_text(d.get("action")),
-            also_matches=[_int(n) for n in also],
-            moved_def=_moved(d.get("moved_def")),
-            uses=[str(_text(u)) for u in uses],
-        )
-
-
-def _moved(value: object) -> tuple[str, str] | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise TypeError("moved_def")
-    return str(_text(value["base"])), str(_text(value["target"]))
+    uses: list[str] = []
 
 
 @dataclass

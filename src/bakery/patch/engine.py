@@ -351,7 +351,7 @@ def _create(fp: FilePatch, old: bytes | None, mode: int | None) -> FileResult:
             failed_hunks=[h] if h else [],
         )
     return FileResult(
-        path, [HunkResult(1, Outcome.APPLIED, 1)], body, mode if mode is not None else 0o644
+        path, [HunkResult(1, Outcome.APPLIED, 1, 0, 0)], body, mode if mode is not None else 0o644
     )
 
 
@@ -368,7 +368,7 @@ def apply_file(
         # diff -N's epoch date) is patched as an empty file, so it is created
         return FileResult(
             path,
-            [HunkResult(1, Outcome.APPLIED, 1)],
+            [HunkResult(1, Outcome.APPLIED, 1, 0, 0)],
             _new_file_content(fp.hunks[0]),
             mode if mode is not None else 0o644,
         )
@@ -384,11 +384,13 @@ def apply_file(
                     mode,
                     reason="not empty",
                 )
-            return FileResult(path, [HunkResult(1, Outcome.APPLIED, 1)], None, mode, deleted=True)
+            return FileResult(
+                path, [HunkResult(1, Outcome.APPLIED, 1, 0, 0)], None, mode, deleted=True
+            )
         # a git rename or copy without hunks is applied; a mode change already made is not
         same = mode == old_mode and fp.move is None
         status = Outcome.ALREADY if same else Outcome.APPLIED
-        return FileResult(path, [HunkResult(1, status, 1)], old, mode)
+        return FileResult(path, [HunkResult(1, status, 1, 0, 0)], old, mode)
     new, results, failed = apply_hunks(fp, old, fuzz)
     if fp.is_delete and not failed:
         if new:

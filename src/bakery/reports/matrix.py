@@ -16,7 +16,8 @@ from packaging.version import Version
 
 from bakery.bake.strict import needs_review
 from bakery.errors import BakeryError
-from bakery.model.report import DiffResult, Proof
+from bakery.model import records
+from bakery.model.report import DiffResult, Proof, read_proof
 from bakery.model.results import BakeStatus, Outcome, VerifyState
 from bakery.safety import limits
 from bakery.safety.text import clean, md_cell
@@ -101,7 +102,7 @@ class Row:
             "diffs": [d.to_json() for d in self.diffs],
             "wheels": self.wheels,
             "wheel_error": self.wheel_error,
-            "proof": self.proof.to_json() if self.proof else None,
+            "proof": records.plain(self.proof),
         }
 
     @classmethod
@@ -124,7 +125,7 @@ class Row:
             wheel_error=_str(r.get("wheel_error")),
             known_defects=_defects(r.get("known_defects")),
             port_stale=_lines(r.get("port_stale")),
-            baked_proof=Proof.from_json(r.get("proof")),
+            baked_proof=read_proof(r.get("proof")),
         )
 
 
@@ -378,7 +379,7 @@ def _report_rows(data: object) -> tuple[str | None, list[Row]]:
             _diffs(data.get("diffs", [])),
             _verify_state(data.get("verify")),
             port_stale=_lines(data.get("port_stale")),
-            baked_proof=Proof.from_json(data.get("proof")),
+            baked_proof=read_proof(data.get("proof")),
         )
         return str(_str(data["series"]["name"])), [row]
     return None, []

@@ -32,7 +32,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from bakery.model.report import MANIFEST, Proof
+from bakery.model import records
+from bakery.model.report import MANIFEST, Proof, read_proof
 from bakery.testing.reuse import _SKIP_DIRS, _walk
 
 
@@ -139,7 +140,7 @@ def record(cache_root: Path, tree: Path, proof: Proof, content: str | None = Non
     key = content or digest(tree)
     data = {
         "format": FORMAT,
-        **proof.to_json(),
+        **records.plain(proof),
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "tree": str(tree),
     }
@@ -166,7 +167,7 @@ def recorded(cache_root: Path, content: str) -> Proof | None:
         return None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return None
-    found = Proof.from_json(data)
+    found = read_proof(data)
     if found is None or found.state not in ("verified", "failed"):
         return None
     date = data.get("date")
