@@ -25,8 +25,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from bakery import process
 from bakery.errors import VerifyError
+from bakery.model import records
 from bakery.testing.loader import ENV_MODE, TREE_ENV
 from bakery.verifying import verdict
 from bakery.verifying.plan import Reuse, VerifyPlan
@@ -227,71 +230,94 @@ def _run_verify(plan: VerifyPlan) -> VerifyResult:
     return result
 
 
+class _Module(msgspec.Struct, omit_defaults=True):
+    """A module's origin as recorded: ``detail`` relative to the tree, or absolute
+    (``absolute = "1"``) where it lies outside (a stand-in, a package)."""
+
+    name: str
+    kind: str
+    detail: str
+    absolute: str | None = None
+
+
+class _Counts(msgspec.Struct):
+    passed: int
+    failed: int
+    errors: int
+    skipped: int
+    xfailed: int
+    xpassed: int
+    unexpected_skips: int
+
+
+class _Record(msgspec.Struct):
+    """A verify's result as the reuse store keeps it (``reuse.py``): read back checked,
+    a record of another shape is a run."""
+
+    exit_code: int
+    pytest_exit_code: int
+    counts: _Counts
+    modules: list[_Module]
+    tool_fixes: list[str]
+    known_defects: dict[str, int]
+    expectations: str | None
+    elapsed: float
+
+
 def _to_record(r: VerifyResult, tree: Path) -> dict[str, Any]:
-    def rel(m: ModuleOrigin) -> dict[str, str]:
+    def rel(m: ModuleOrigin) -> _Module:
         detail = Path(m.detail)
         if m.kind != "stand-in" and detail.is_relative_to(tree):
-            return {"name": m.name, "kind": m.kind, "detail": detail.relative_to(tree).as_posix()}
-        return {"name": m.name, "kind": m.kind, "detail": m.detail, "absolute": "1"}
+            return _Module(m.name, m.kind, detail.relative_to(tree).as_posix())
+        return _Module(m.name, m.kind, m.detail, "1")
 
-    return {
-        "exit_code": r.exit_code,
-        "pytest_exit_code": r.pytest_exit_code,
-        "counts": {k: getattr(r, k) for k in _RECORDED_COUNTS},
-        "modules": [rel(m) for m in r.modules],
-        "tool_fixes": list(r.tool_fixes),
-        "known_defects": dict(r.known_defects),
-        "expectations": r.expectations,
-        "elapsed": r.elapsed,
-    }
-
-
-_RECORDED_COUNTS = (
-    "passed",
-    "failed",
-    "errors",
-    "skipped",
-    "xfailed",
-    "xpassed",
-    "unexpected_skips",
-)
+    counts = _Counts(
+        r.passed, r.failed, r.errors, r.skipped, r.xfailed, r.xpassed, r.unexpected_skips
+    )
+    record = _Record(
+        r.exit_code,
+        r.pytest_exit_code,
+        counts,
+        [rel(m) for m in r.modules],
+        list(r.tool_fixes),
+        dict(r.known_defects),
+        r.expectations,
+        r.elapsed,
+    )
+    plain: dict[str, Any] = records.plain(record)
+    return plain
 
 
 def _from_record(record: Any, tree: Path, jobs: int) -> VerifyResult:
     """A recorded result, its module paths in ``tree`` (another folder may hold the same
     bytes: a port candidate, a matrix row). A record of another shape is a run."""
-    d = record.result
     try:
-        modules = tuple(
-            ModuleOrigin(
-                m["name"],
-                m["kind"],
-                m["detail"] if m.get("absolute") else str(tree / m["detail"]),
-            )
-            for m in d["modules"]
-        )
-        c = {k: int(d["counts"][k]) for k in _RECORDED_COUNTS}
-        return VerifyResult(
-            exit_code=int(d["exit_code"]),
-            pytest_exit_code=int(d["pytest_exit_code"]),
-            modules=modules,
-            tool_fixes=tuple(str(f) for f in d["tool_fixes"]),
-            known_defects={str(k): int(v) for k, v in d["known_defects"].items()},
-            expectations=d["expectations"],
-            jobs=jobs,
-            elapsed=float(d["elapsed"]),
-            key=record.key,
-            reused=record.date,
-            passed=c["passed"],
-            failed=c["failed"],
-            errors=c["errors"],
-            skipped=c["skipped"],
-            xfailed=c["xfailed"],
-            xpassed=c["xpassed"],
-            unexpected_skips=c["unexpected_skips"],
-        )
-    except (KeyError, TypeError, ValueError, AttributeError):
+        d = records.load(record.result, _Record)
+    except records.RecordError:
         raise _BadRecord from None
+    modules = tuple(
+        ModuleOrigin(m.name, m.kind, m.detail if m.absolute else str(tree / m.detail))
+        for m in d.modules
+    )
+    return VerifyResult(
+        exit_code=d.exit_code,
+        pytest_exit_code=d.pytest_exit_code,
+        modules=modules,
+        tool_fixes=tuple(d.tool_fixes),
+        known_defects=d.known_defects,
+        expectations=d.expectations,
+        jobs=jobs,
+        elapsed=d.elapsed,
+        key=record.key,
+        reused=record.date,
+        passed=d.counts.passed,
+        failed=d.counts.failed,
+        errors=d.counts.errors,
+        skipped=d.counts.skipped,
+        xfailed=d.counts.xfailed,
+        xpassed=d.counts.xpassed,
+        unexpected_skips=d.counts.unexpected_skips,
+    )
 
 
 class _BadRecord(Exception):
