@@ -153,7 +153,15 @@ def _hostile_report(path: Path) -> Path:
                         "files": [
                             {
                                 "path": "p" + HOSTILE,
-                                "hunks": [{"index": 1, "status": "failed", "line": 1}],
+                                "hunks": [
+                                    {
+                                        "index": 1,
+                                        "status": "failed",
+                                        "line": 1,
+                                        "offset": 0,
+                                        "fuzz": 0,
+                                    }
+                                ],
                             }
                         ],
                     }

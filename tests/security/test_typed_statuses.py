@@ -16,7 +16,7 @@ HOSTILE = "\x1b[2J\r::error file=x::pwned|<img src=x onerror=alert(1)>"
 
 
 def _report(row_status: str, hunk_status: str, verify: str | None = None) -> dict[str, object]:
-    hunk = {"index": 1, "status": hunk_status, "line": 1}
+    hunk = {"index": 1, "status": hunk_status, "line": 1, "offset": 0, "fuzz": 0}
     diff = {"name": "01.diff", "files": [{"path": "p", "hunks": [hunk]}]}
     row = {"version": "1.0", "status": row_status, "verify": verify, "diffs": [diff]}
     return {"series": "s", "ok": False, "releases": [row]}

@@ -10,8 +10,9 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast, get_args
+from typing import Any
 
+import msgspec
 from packaging.version import Version
 
 from bakery.bake.strict import needs_review
@@ -104,29 +105,6 @@ class Row:
             "wheel_error": self.wheel_error,
             "proof": records.plain(self.proof),
         }
-
-    @classmethod
-    def from_json(cls, r: dict[str, object]) -> Row:
-        """A row of a ``matrix --json`` report (``to_json``'s form); TypeError, KeyError,
-        AttributeError or ValueError for one of another shape."""
-        seconds = r.get("seconds", 0.0)
-        return cls(
-            version=str(_str(r["version"])),
-            status=_status(r["status"]),
-            port=_str(r.get("port")),
-            error=_str(r.get("error")),
-            diffs=_diffs(r.get("diffs", [])),
-            verify=_verify_state(r.get("verify")),
-            verify_log=_str(r.get("verify_log")),
-            failed_tests=_lines(r.get("failed_tests", []), "failed_tests"),
-            seconds=float(seconds) if isinstance(seconds, (int, float)) else 0.0,
-            verify_error=_str(r.get("verify_error")),
-            wheels=_lines(r.get("wheels"), "wheels"),
-            wheel_error=_str(r.get("wheel_error")),
-            known_defects=_defects(r.get("known_defects")),
-            port_stale=_lines(r.get("port_stale")),
-            baked_proof=read_proof(r.get("proof")),
-        )
 
 
 def summarize(diff: DiffResult) -> str:
@@ -300,7 +278,9 @@ def rows_from_reports(paths: list[Path]) -> tuple[str, list[Row]]:
         try:
             found, more = _report_rows(data)
         except (KeyError, TypeError, AttributeError, ValueError) as e:
-            raise BakeryError(f"{p}: not a bakery report (bad {type(e).__name__})") from None
+            # the builtin kind of the error, never its text (a report's hostile values)
+            kind = next(c for c in type(e).__mro__ if c.__module__ == "builtins").__name__
+            raise BakeryError(f"{p}: not a bakery report (bad {kind})") from None
         if found is None:
             raise BakeryError(f"{p}: not a bakery report")
         name = name or found
@@ -322,66 +302,101 @@ def _once_each(rows: list[Row]) -> list[Row]:
     return list(best.values())
 
 
-def _str(v: object) -> str | None:
-    if v is not None and not isinstance(v, str):
-        raise TypeError("a field is not text")
-    return v
+class _RowRecord(msgspec.Struct):
+    """A row of a ``matrix --json`` report as read back (``Row.to_json``'s form)."""
+
+    version: str
+    status: BakeStatus
+    port: str | None = None
+    port_stale: list[str] | None = None
+    error: str | None = None
+    verify: VerifyState | None = None
+    verify_error: str | None = None
+    verify_log: str | None = None
+    failed_tests: list[str] | None = None
+    known_defects: dict[str, int] | None = None
+    seconds: float = 0.0
+    diffs: list[dict[str, Any]] = []
+    wheels: list[str] | None = None
+    wheel_error: str | None = None
+    proof: Any = None
 
 
-def _lines(v: object, what: str = "port_stale") -> list[str]:
-    if v is None:
-        return []
-    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        raise TypeError(what)
-    return list(v)
+class _Releases(msgspec.Struct):
+    """A ``matrix --json`` report."""
+
+    series: str
+    releases: list[_RowRecord]
 
 
-def _defects(v: object) -> dict[str, int]:
-    if v is None:
-        return {}
-    if not isinstance(v, dict) or not all(
-        isinstance(k, str) and isinstance(n, int) for k, n in v.items()
-    ):
-        raise TypeError("known_defects")
-    return dict(v)
+class _Named(msgspec.Struct):
+    name: str
 
 
-def _diffs(v: object) -> list[DiffResult]:
-    if not isinstance(v, list) or not all(isinstance(d, dict) for d in v):
-        raise TypeError("diffs")
-    return [DiffResult.from_json(d) for d in v]
+class _Vllm(msgspec.Struct):
+    version: str | None = None
+    source: str | None = None
 
 
-def _status(v: object) -> BakeStatus:
-    if v not in get_args(BakeStatus):
-        raise ValueError(f"status {v!r}")
-    return cast("BakeStatus", v)
+class _BakeRecord(msgspec.Struct):
+    """An ``apply``/``check --json`` report: one release's row."""
+
+    series: _Named
+    vllm: _Vllm
+    status: BakeStatus
+    port: str | None = None
+    port_stale: list[str] | None = None
+    error: str | None = None
+    verify: VerifyState | None = None
+    diffs: list[dict[str, Any]] = []
+    proof: Any = None
 
 
-def _verify_state(v: object) -> VerifyState | None:
-    if v is not None and v not in get_args(VerifyState):
-        raise ValueError(f"verify {v!r}")
-    return cast("VerifyState | None", v)
+def read_row(data: object) -> Row:
+    """A row of a ``matrix --json`` report (``Row.to_json``'s form), read back checked;
+    :class:`~bakery.model.records.RecordError` for one of another shape."""
+    return _row(records.load(data, _RowRecord))
+
+
+def _row(r: _RowRecord) -> Row:
+    return Row(
+        version=r.version,
+        status=r.status,
+        port=r.port,
+        error=r.error,
+        diffs=[DiffResult.from_json(d) for d in r.diffs],
+        verify=r.verify,
+        verify_log=r.verify_log,
+        failed_tests=r.failed_tests or [],
+        seconds=r.seconds,
+        verify_error=r.verify_error,
+        wheels=r.wheels or [],
+        wheel_error=r.wheel_error,
+        known_defects=r.known_defects or {},
+        port_stale=r.port_stale or [],
+        baked_proof=read_proof(r.proof),
+    )
 
 
 def _report_rows(data: object) -> tuple[str | None, list[Row]]:
     if not isinstance(data, dict):
         return None, []
     if "releases" in data:
-        return str(data.get("series")), [Row.from_json(r) for r in data["releases"]]
+        report = records.load(data, _Releases)
+        return report.series, [_row(r) for r in report.releases]
     if "series" in data and "vllm" in data:
-        vllm = data["vllm"]
+        bake = records.load(data, _BakeRecord)
         row = Row(
-            str(_str(vllm.get("version")) or _str(vllm.get("source"))),
-            _status(data["status"]),
-            _str(data.get("port")),
-            _str(data.get("error")),
-            _diffs(data.get("diffs", [])),
-            _verify_state(data.get("verify")),
-            port_stale=_lines(data.get("port_stale")),
-            baked_proof=read_proof(data.get("proof")),
+            str(bake.vllm.version or bake.vllm.source),
+            bake.status,
+            bake.port,
+            bake.error,
+            [DiffResult.from_json(d) for d in bake.diffs],
+            bake.verify,
+            port_stale=bake.port_stale or [],
+            baked_proof=read_proof(bake.proof),
         )
-        return str(_str(data["series"]["name"])), [row]
+        return bake.series.name, [row]
     return None, []
 
 
