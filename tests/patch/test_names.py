@@ -13,6 +13,7 @@ from click.testing import Result
 
 from bakery.errors import DiffError
 from bakery.patch.parse import read_diff
+from tests.support.repos import git, git_repo
 from tests.support.series import make_series
 from tests.support.trees import write_files
 
@@ -110,6 +111,37 @@ def test_renames_and_copies_take_the_diff_git_names() -> None:
         "b/e/copy.py\nsimilarity index 100%\ncopy from d/new.py\ncopy to e/copy.py\n"
     )
     assert parsed(text) == [("d/old.py", "d/new.py"), ("d/new.py", "e/copy.py")]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("src/m.py", "lib/m.py"),
+        ("p q.py", "r s.py"),
+        ("d.py", "a b/c.py"),
+        ("a b/c.py", "d.py"),  # 'diff --git a/a b/c.py b/d.py' splits as "a" and "c.py b/d.py" too
+        ("x b/y.py", "x b/z.py"),
+    ],
+)
+@pytest.mark.parametrize("how", ["rename", "rename with an edit", "copy"])
+def test_a_git_rename_or_copy_moves_the_files_its_from_to_lines_name(
+    tmp_path: Path, old: str, new: str, how: str
+) -> None:
+    # git's own diff (as git apply reads it: the 'rename from/to' lines name the files where
+    # the 'diff --git' line's two names, spaces and all, could be split more than one way)
+    body = "".join(f"line {i}\n" for i in range(20))
+    repo = git_repo(tmp_path / "r", {old: body})
+    (repo / new).parent.mkdir(parents=True, exist_ok=True)
+    if how == "copy":
+        (repo / new).write_text(body)
+    else:
+        git(repo, "mv", old, new)
+    if how == "rename with an edit":
+        (repo / new).write_text(body.replace("line 5\n", "line five\n"))
+    git(repo, "add", "-A")
+    diff = git(repo, "diff", "--cached", "-M", "-C", "--find-copies-harder")
+    assert f"{how.split()[0]} from {old}\n" in diff
+    assert parsed(diff) == [(old, new)]
 
 
 # --- through a bake ------------------------------------------------------------------------

@@ -367,13 +367,18 @@ class _Parser:
 
     def _git_names(self, hdr: _GitHeader, moved: bool = False) -> tuple[str, str]:
         """The two names of a ``diff --git`` line. A rename's or copy's names may hold
-        spaces that make the line ambiguous; its from/to lines name the files then."""
+        spaces that make the line ambiguous; its from/to lines name the files then (as
+        git apply takes them): where the line cannot be split, or where its split names
+        do not end in the from/to names ('a/a b/c.py b/d.py' is "a b/c.py" to "d.py")."""
         if moved:
             try:
-                return self._git_names(hdr)
+                a, b = self._git_names(hdr)
+                if a.endswith(hdr.moves.get("from", "")) and b.endswith(hdr.moves.get("to", "")):
+                    return a, b
             except DiffError:
-                hdr.by_lines = True
-                return hdr.moves.get("from", ""), hdr.moves.get("to", "")
+                pass
+            hdr.by_lines = True
+            return hdr.moves.get("from", ""), hdr.moves.get("to", "")
         lineno = hdr.line
         rest = hdr.header[len("diff --git ") :].rstrip("\r")  # git quotes a name's own CR
         if rest.startswith('"'):
