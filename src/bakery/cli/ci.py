@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from bakery.cli.console import context, err_console, out_console
 from bakery.cli.parsing import Word
+from bakery.model import records
 from bakery.safety.text import clean as printable
 
 ci_app = typer.Typer(
@@ -55,7 +56,7 @@ def plan(
     from bakery.commands import ci
 
     jobs = ci.plan(context(), series or (), since=since, releases=vllm or ())
-    print(json.dumps({"include": [j.to_json() for j in jobs]}, separators=(",", ":")))
+    print(json.dumps({"include": records.plain(jobs)}, separators=(",", ":")))
 
 
 @ci_app.command("bake")

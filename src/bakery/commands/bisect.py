@@ -25,6 +25,7 @@ from bakery.context import Context
 from bakery.errors import BakeryError, ReportedError, UsageError
 from bakery.git import cmd as gitutil
 from bakery.logs import muted
+from bakery.model import records
 from bakery.model.report import BakeReport
 from bakery.patch.series import load_series
 from bakery.safety.urls import redact_url
@@ -40,9 +41,6 @@ class Step:
     #: then passed)
     verdict: str
     why: str = ""
-
-    def to_json(self) -> dict[str, str]:
-        return dict(self.__dict__)
 
 
 @dataclass
@@ -74,11 +72,11 @@ class BisectResult:
             "bad": self.bad,
             "mode": self.mode,
             "commits": self.commits,
-            "culprit": self.culprit.to_json() if self.culprit else None,
-            "unsure": [s.to_json() for s in self.unsure],
+            "culprit": records.plain(self.culprit),
+            "unsure": records.plain(self.unsure),
             "hunks": self.hunks,
             "warnings": self.warnings,
-            "steps": [s.to_json() for s in self.steps],
+            "steps": records.plain(self.steps),
             "note": self.note,
         }
 

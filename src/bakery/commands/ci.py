@@ -62,9 +62,6 @@ class Job:
     series: str
     vllm: str
 
-    def to_json(self) -> dict[str, str]:
-        return {"series": self.series, "vllm": self.vllm}
-
     @property
     def stem(self) -> str:
         return f"{self.series}-{self.vllm}"

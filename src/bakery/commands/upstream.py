@@ -25,6 +25,7 @@ from bakery.context import Context
 from bakery.errors import UsageError
 from bakery.git import history
 from bakery.logs import muted
+from bakery.model import records
 from bakery.model.report import BakeReport
 from bakery.patch.diffs import Diff
 from bakery.sources.pristine import Pristine
@@ -35,9 +36,6 @@ class Touch:
     sha: str
     subject: str
     touches: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, object]:
-        return {"sha": self.sha, "subject": self.subject, "touches": self.touches}
 
 
 @dataclass
@@ -58,7 +56,7 @@ class UpstreamReport:
             "since": self.since,
             "applies": self.check.ok,
             "regions": self.regions,
-            "commits": [c.to_json() for c in self.commits],
+            "commits": records.plain(self.commits),
             "check": self.check.to_json(),
         }
 

@@ -18,6 +18,7 @@ from bakery.bake.tree import bake, refuse_to_discard_attempts
 from bakery.context import Context
 from bakery.errors import BakeryError
 from bakery.logs import muted
+from bakery.model import records
 from bakery.patch.series import Series, load_series
 from bakery.porting.propose import Candidate
 from bakery.sources.pristine import Pristine
@@ -69,7 +70,7 @@ class PortResult:
             "failed_out": self.failed_out,
             "previous": self.previous,
             "candidates": [c.to_json() for c in self.candidates],
-            "tried": [t.__dict__ for t in self.tried],
+            "tried": records.plain(self.tried),
             "hunks": self.hunks,
         }
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from bakery.context import Context
 from bakery.errors import UsageError
 from bakery.git import cmd as gitutil
+from bakery.model import records
 from bakery.patch.diffs import Hunk
 from bakery.patch.parse import read_diff
 from bakery.patch.series import load_series, ordered_diffs
@@ -39,18 +40,12 @@ class Pair:
     header: str
     interdiff: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, object]:
-        return dict(self.__dict__)
-
 
 @dataclass
 class FileView:
     diff: str
     path: str
     pairs: list[Pair] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, object]:
-        return {"diff": self.diff, "path": self.path, "pairs": [p.to_json() for p in self.pairs]}
 
 
 @dataclass
@@ -73,7 +68,7 @@ class PortView:
             "left": self.left,
             "right": self.right,
             "counts": self.counts(),
-            "files": [f.to_json() for f in self.files],
+            "files": records.plain(self.files),
         }
 
 

@@ -36,6 +36,7 @@ from bakery.context import Context
 from bakery.errors import BakeryError, UsageError
 from bakery.git import cmd as gitutil
 from bakery.logs import muted
+from bakery.model import records
 from bakery.model.manifest import CARRIES, UPDATE_FILES
 from bakery.model.report import MANIFEST
 from bakery.patch import provenance
@@ -67,9 +68,6 @@ class Updated:
     conflict_tree: str | None = None
     why: str | None = None
 
-    def to_json(self) -> dict[str, object]:
-        return dict(self.__dict__)
-
 
 @dataclass
 class UpdateResult:
@@ -86,7 +84,7 @@ class UpdateResult:
             "series": self.series,
             "ok": self.ok,
             "dry_run": self.dry_run,
-            "ports": [p.to_json() for p in self.ports],
+            "ports": records.plain(self.ports),
         }
 
 
