@@ -24,7 +24,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from bakery.cli import render
 from bakery.context import Context
 from bakery.errors import BakeryError
 from bakery.logs import Unmuted, event
@@ -69,6 +68,11 @@ class Invocation:
     human: Console = out_console
 
 
+#: The width of a console that is not a terminal (a pipe, a CI log) when COLUMNS does not
+#: say: wide enough that no line is wrapped; tables take only the width they need.
+PIPE_WIDTH = 4096
+
+
 def human() -> Console:
     return Invocation.human
 
@@ -76,6 +80,8 @@ def human() -> Console:
 def context() -> Context:
     """The context of this command (bakery.context), from what the root options asked:
     made where each command starts, so that a command that needs no cache pays nothing."""
+    from bakery.cli import render  # here: `--version` and `--help` need no renderer
+
     progress = None if Invocation.quiet else render.download_progress(err_console)
     return Context.here(progress=progress)
 
@@ -84,7 +90,7 @@ def fit_consoles() -> None:
     for console in (out_console, err_console):
         console.width = None  # type: ignore[assignment]  # rich: measure again
         if not console.is_terminal and "COLUMNS" not in os.environ:
-            console.width = render.PIPE_WIDTH
+            console.width = PIPE_WIDTH
 
 
 class ConsoleHandler(logging.Handler):

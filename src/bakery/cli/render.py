@@ -24,9 +24,6 @@ def _t(text: object) -> str:
     return escape(clean(redact_text(str(text))))
 
 
-#: The width of a console that is not a terminal (a pipe, a CI log) when COLUMNS does not
-#: say: wide enough that no line is wrapped; tables take only the width they need.
-PIPE_WIDTH = 4096
 #: Without a terminal, a download says how far it is at most this often (seconds).
 PROGRESS_EVERY = 5.0
 
