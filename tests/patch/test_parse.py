@@ -276,6 +276,23 @@ def test_malformed_inline(text: str, line: int, words: str) -> None:
     assert words in info.value.problem
 
 
+@pytest.mark.parametrize(
+    "number", ["100000001", "1234567890", "0000000001", "9" * 4301, "1" * 100_000]
+)
+@pytest.mark.parametrize("where", range(4))
+def test_a_hunk_header_number_past_nine_digits_or_the_limit_is_refused_naming_its_line(
+    number: str, where: int
+) -> None:
+    nums = ["1", "1", "1", "1"]
+    nums[where] = number
+    text = f"--- a/x\n+++ b/x\n@@ -{nums[0]},{nums[1]} +{nums[2]},{nums[3]} @@\n-a\n+b\n"
+    with pytest.raises(DiffError) as info:
+        parse(text)
+    assert (info.value.line, info.value.problem) == (3, "line number in hunk header too large")
+    ok = text.replace(number, "99999999" if where % 2 == 0 else "1")
+    assert parse(ok)[0].hunks  # the largest line number taken; the count as stated
+
+
 def test_unreadable_file_is_a_diff_error(tmp_path: Path) -> None:
     with pytest.raises(DiffError, match="cannot read"):
         read_diff(tmp_path / "missing.diff")

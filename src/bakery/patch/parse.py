@@ -506,8 +506,12 @@ class _Parser:
         m = _HUNK_RE.match(header)
         if not m:
             raise self.err(lineno, f"malformed hunk header {header[:80]!r}")
+        # digits counted before int() reads them: Python refuses to convert more than 4,300
+        # digits (a ValueError, not a refusal naming the line)
+        if any(len(g) > 9 for g in m.groups() if g):
+            raise self.err(lineno, "line number in hunk header too large")
         nums = [int(g) if g is not None else 1 for g in m.groups()]
-        if any(len(g) > 9 for g in m.groups() if g) or any(x > MAX_LINENO for x in nums):
+        if any(x > MAX_LINENO for x in nums):
             raise self.err(lineno, "line number in hunk header too large")
         old_start, old_len, new_start, new_len = nums
         if (old_len and not old_start) or (new_len and not new_start):
