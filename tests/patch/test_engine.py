@@ -11,7 +11,7 @@ import pytest
 
 from bakery.model import records
 from bakery.patch.diffs import FilePatch
-from bakery.patch.engine import FileResult, Outcome, apply_file, split_lines, worst
+from bakery.patch.engine import FileResult, HunkResult, Outcome, apply_file, split_lines, worst
 from bakery.patch.parse import read_diff
 from tests.support.gnupatch import assert_same_as_gnu, fpatch, gnu, needs_patch, outcomes
 from tests.support.paths import SAMPLES
@@ -238,6 +238,127 @@ def test_deleting_an_empty_file_without_hunks() -> None:
     assert not apply_file(fp, b"x\n", old_mode=0o644).ok
 
 
+# --- what a hunk that did not apply reports ------------------------------------------------
+
+
+def test_a_new_file_already_there_reports_its_hunk_and_keeps_the_file() -> None:
+    fp = fpatch("--- /dev/null\n+++ b/n.txt\n@@ -0,0 +1 @@\n+one\n")
+    same = apply_file(fp, b"one\n", old_mode=0o755)
+    assert same.hunks == [HunkResult(1, Outcome.ALREADY, 1, 0, 0, "the new file already exists")]
+    assert (same.content, same.mode) == (b"one\n", 0o755)
+    other = apply_file(fp, b"two\n", old_mode=0o755)
+    assert other.hunks == [
+        HunkResult(1, Outcome.FAILED, 1, 0, 0, "the new file already exists with other content")
+    ]
+    assert (other.content, other.mode, other.failed_hunks) == (None, 0o755, fp.hunks)
+
+
+@pytest.mark.parametrize(
+    ("text", "status", "reason"),
+    [
+        (
+            "--- a/f\n+++ b/f\n@@ -3 +3 @@\n-a\n+b\n@@ -9,2 +9,2 @@\n-c\n+d\n x\n",
+            Outcome.FAILED,
+            "the file to patch does not exist",
+        ),
+        (
+            "diff --git a/e b/f\nsimilarity index 50%\nrename from e\nrename to f\n"
+            "--- a/e\n+++ b/f\n@@ -3 +3 @@\n-a\n+b\n@@ -9,2 +9,2 @@\n-c\n+d\n x\n",
+            Outcome.FAILED,
+            "the file to rename (e) does not exist",
+        ),
+        (
+            "diff --git a/f b/f\nold mode 100644\nnew mode 100755\n"
+            "--- a/f\n+++ b/f\n@@ -3 +3 @@\n-a\n+b\n@@ -9,2 +9,2 @@\n-c\n+d\n x\n",
+            Outcome.FAILED,
+            "the file to patch does not exist",
+        ),
+        (
+            "--- a/f\n+++ /dev/null\n@@ -3,2 +0,0 @@\n-a\n-b\n",
+            Outcome.ALREADY,
+            "the file to delete is already gone",
+        ),
+    ],
+)
+def test_a_missing_file_reports_each_hunk_at_its_stated_line_and_why(
+    text: str, status: Outcome, reason: str
+) -> None:
+    fp = fpatch(text)
+    res = apply_file(fp, None, old_mode=0o600)
+    want = [HunkResult(h.index, status, h.old_start, 0, 0, reason) for h in fp.hunks]
+    assert [h.old_start for h in fp.hunks] in ([3, 9], [3])
+    assert res.hunks == want
+    assert (res.reason, res.content, res.failed_hunks) == (reason, None, fp.hunks)
+    # the mode the diff gives the file, else the one it had
+    assert res.mode == (fp.new_mode if fp.new_mode is not None else 0o600)
+
+
+@pytest.mark.parametrize(
+    ("text", "mode"),
+    [
+        ("--- a/f\n+++ b/f\n@@ -0,0 +1,2 @@\n+x\n+y\n", 0o644),
+        (
+            "diff --git a/f b/f\nold mode 100644\nnew mode 100755\n"
+            "--- a/f\n+++ b/f\n@@ -0,0 +1,2 @@\n+x\n+y\n",
+            0o755,
+        ),
+    ],
+)
+def test_an_empty_range_on_a_missing_file_creates_it_with_the_diffs_mode_or_0644(
+    text: str, mode: int
+) -> None:
+    res = apply_file(fpatch(text), None)
+    assert (res.content, res.mode) == (b"x\ny\n", mode)
+    assert res.hunks == [HunkResult(1, Outcome.APPLIED, 1, 0, 0)]
+
+
+def test_deleting_a_file_reports_hunk_one_at_line_one() -> None:
+    fp = fpatch("diff --git a/e b/e\ndeleted file mode 100644\nindex e69de29..0000000\n")
+    assert apply_file(fp, b"", old_mode=0o644).hunks == [HunkResult(1, Outcome.APPLIED, 1, 0, 0)]
+    assert apply_file(fp, b"x\n", old_mode=0o644).hunks == [
+        HunkResult(1, Outcome.FAILED, 1, 0, 0, "the file to delete is not empty")
+    ]
+
+
+def test_a_file_to_delete_with_more_lines_fails_each_hunk_where_it_matched() -> None:
+    fp = fpatch("--- a/f\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-a\n-b\n")
+    res = apply_file(fp, b"z\na\nb\n", old_mode=0o644)
+    why = "the file to delete has more lines than the diff removes"
+    assert res.hunks == [HunkResult(1, Outcome.FAILED, 2, 0, 0, why)]
+    assert (res.deleted, res.content, res.failed_hunks) == (False, None, fp.hunks)
+
+
+def test_an_already_applied_hunk_says_so_and_the_next_never_matches_above_it() -> None:
+    # hunk 1's result is at lines 4-6; hunk 2's old text ("X", "q", "r") is at line 5 too,
+    # nearer its stated line 8 than its other place (21): hunks never match above the end
+    # of the hunk before, applied or already applied
+    old = [f"l{i}\n" for i in range(1, 31)]
+    old[3:7] = ["p\n", "X\n", "q\n", "r\n"]
+    old[20:23] = ["X\n", "q\n", "r\n"]
+    diff = "--- a/f\n+++ b/f\n@@ -4,3 +4,3 @@\n p\n-x\n+X\n q\n@@ -8,3 +8,3 @@\n X\n-q\n+Q\n r\n"
+    res = apply_file(fpatch(diff), "".join(old).encode())
+    assert res.hunks[0] == HunkResult(
+        1, Outcome.ALREADY, 4, 0, 0, "the hunk's result is already in the file"
+    )
+    assert (res.hunks[1].status, res.hunks[1].line, res.hunks[1].offset) == (
+        Outcome.AMBIGUOUS,
+        21,
+        13,
+    )
+    assert res.hunks[1].also_matches == [5]
+    assert content_of(res).decode().splitlines()[3:6] == ["p", "X", "q"]
+    assert content_of(res).decode().splitlines()[21] == "Q"
+
+
+@pytest.mark.parametrize("copies", [2, 9, 10, 30])
+def test_an_ambiguous_hunk_names_at_most_eight_other_places(copies: int) -> None:
+    body = "".join(f"u{i}\nsame\n" for i in range(copies)).encode()
+    res = apply_file(fpatch("--- a/f\n+++ b/f\n@@ -2 +2 @@\n-same\n+new\n"), body)
+    (h,) = res.hunks
+    assert (h.status, h.line) == (Outcome.AMBIGUOUS, 2)
+    assert h.also_matches == [2 * i + 2 for i in range(1, min(copies, 9))]
+
+
 # --- line endings ------------------------------------------------------------------------------
 
 
@@ -336,6 +457,32 @@ def test_git_mode_change_alone() -> None:
     assert outcomes(res) == [("applied", 1, 0, 0)]
     again = apply_file(run, b"#!/bin/sh\necho hi\n", old_mode=0o755)
     assert [h.status for h in again.hunks] == [Outcome.ALREADY]
+
+
+@needs_patch
+@pytest.mark.parametrize(
+    ("before", "hunks", "after"),
+    [
+        (b"a", "@@ -1 +1,2 @@\n-a\n\\ No newline at end of file\n+b\r\n+c\r\n", b"b\r\nc\r\n"),
+        (b"", "@@ -0,0 +1,2 @@\n+b\r\n+c\r\n", b"b\r\nc\r\n"),
+        # hunk 2 fails, but its lines that end in the diff (a CR) still say the diff's style
+        (
+            b"a",
+            "@@ -0,0 +1 @@\n+b\r\n@@ -1,2 +2,2 @@\n-a\r\n-zz\n\\ No newline at end of file\n"
+            "+y\r\n+zz\r\n",
+            b"b\r\na",
+        ),
+    ],
+)
+def test_lines_added_to_a_file_without_endings_keep_the_diffs_crlf_as_gnu_writes_them(
+    tmp_path: Path, before: bytes, hunks: str, after: bytes
+) -> None:
+    # a side's last line before '\ No newline at end of file' carries no CR to judge the
+    # diff's style by: only the lines that end in the diff count
+    diff = "--- a/f\n+++ b/f\n" + hunks
+    res = apply_file(fpatch(diff), before)
+    assert content_of(res) == after
+    assert gnu(tmp_path, before, diff)[1] == after
 
 
 # --- small pieces ------------------------------------------------------------------------------
