@@ -144,6 +144,30 @@ def test_a_git_rename_or_copy_moves_the_files_its_from_to_lines_name(
     assert parsed(diff) == [(old, new)]
 
 
+@pytest.mark.parametrize("name", ["f.sh", "café.sh", "d/x y.sh", "d b/x.sh"])
+@pytest.mark.parametrize("prefix", [[], ["--no-prefix"]])
+@pytest.mark.parametrize("change", ["new empty file", "deleted empty file", "mode change"])
+def test_a_git_diff_without_hunks_names_its_file_quoted_or_not_with_or_without_prefixes(
+    tmp_path: Path, name: str, prefix: list[str], change: str
+) -> None:
+    # git's own diff: only its 'diff --git' line names the file (quoted where git quotes it,
+    # "a/caf\303\251.sh"; no a/ b/ with --no-prefix, so strip 0)
+    repo = git_repo(
+        tmp_path / "r", {"keep": "k\n", **({} if change.startswith("new") else {name: ""})}
+    )
+    if change.startswith("new"):
+        write_files(repo, {name: ""})
+    elif change.startswith("deleted"):
+        (repo / name).unlink()
+    else:
+        (repo / name).chmod(0o755)
+    git(repo, "add", "-A")
+    diff = git(repo, "diff", "--cached", *prefix)
+    assert diff.startswith('diff --git "' if "é" in name else "diff --git ")
+    assert "---" not in diff
+    assert parsed(diff, 0 if prefix else 1) == [(None, name)]
+
+
 # --- through a bake ------------------------------------------------------------------------
 
 

@@ -293,6 +293,110 @@ def test_a_hunk_header_number_past_nine_digits_or_the_limit_is_refused_naming_it
     assert parse(ok)[0].hunks  # the largest line number taken; the count as stated
 
 
+@pytest.mark.parametrize("name", ["d/voilà", "d/Å", "d/ä", "d/x y"])
+@pytest.mark.parametrize("stamp", ["", "\t2024-01-01 00:00:00.000000000 +0000"])
+def test_a_utf8_name_keeps_its_last_byte_whatever_latin_1_calls_it(name: str, stamp: str) -> None:
+    # "à" is C3 A0 and "Å" C3 85 in UTF-8: read a byte a char, their last bytes are
+    # latin-1's no-break space and next line, which str.strip() would take for blanks
+    text = f"--- a/{name}{stamp}\n+++ b/{name}  {stamp}\n@@ -1 +1 @@\n-a\n+b\n"
+    diff = read_diff(Path("t.diff"), text.encode())
+    diff.resolve_paths(1, "")
+    assert [fp.path for fp in diff.files] == [name]
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "problem"),
+    [
+        ('--- ""\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n', 1, "empty file name in header"),
+        ('--- a/x\n+++ ""\t2024-01-01\n@@ -1 +1 @@\n-a\n+b\n', 2, "empty file name in header"),
+        ('--- "a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n', 1, "unterminated quoted name '\"a/x'"),
+        (
+            "diff --git a/x\nnew file mode 100644\n",
+            1,
+            "malformed 'diff --git' header: expected two names",
+        ),
+        (
+            'diff --git "a/x b/x\nnew file mode 100644\n',
+            1,
+            "bad quoted name in 'diff --git' header",
+        ),
+        (
+            "diff --git a/x b/y\nrename from x\nrename from x\nrename to y\n",
+            3,
+            "git header 'rename from x' repeats or contradicts an earlier line",
+        ),
+        (
+            "diff --git a/x b/y\nrename from x\ncopy to y\n",
+            3,
+            "git header 'copy to y' repeats or contradicts an earlier line",
+        ),
+        (
+            "diff --git a/x b/x\nold mode 100644\nold mode 100755\n",
+            3,
+            "git header 'old mode 100755' repeats or contradicts an earlier line",
+        ),
+        (
+            "--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n-a\n\\ No newline at end of file\n-b\n+c\n+d\n",
+            5,
+            "'\\ No newline at end of file' is not after a last line",
+        ),
+        (
+            "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n\\ No newline at end of file\n x\n",
+            7,
+            "line beyond the counts in the hunk header",
+        ),
+    ],
+)
+def test_refusals_say_exactly_what_and_where(text: str, line: int, problem: str) -> None:
+    with pytest.raises(DiffError) as info:
+        parse(text)
+    assert (info.value.line, info.value.problem) == (line, problem)
+
+
+LONG = "x" * 70 + "y" * 30
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        (f"diff --git a/f b/f\n--- a/{LONG}\n", 2),  # git diff header lacks filename information
+        (f"diff --git a/f b/f\n+++ b/{LONG}\n", 2),
+        (f"diff --git a/f b/f\nold mode 100644\n{LONG}\n", 3),  # unexpected line in git header
+        (f"--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n?{LONG}\n", 5),  # bad line in hunk 1
+        (f"diff --git a/f b/g\nrename from f\nrename from {LONG}\n", 3),
+    ],
+)
+def test_a_refusal_quotes_the_first_60_characters_of_a_long_line(text: str, line: int) -> None:
+    with pytest.raises(DiffError) as info:
+        parse(text)
+    said = text.split("\n")[line - 1]
+    assert info.value.line == line
+    assert repr(said[:60]) in info.value.problem, info.value.problem
+    assert repr(said[:61]) not in info.value.problem
+
+
+@pytest.mark.parametrize(("marker_after", "old_noeol"), [("+b", False), ("-a", True)])
+def test_the_other_sides_lines_may_follow_a_sides_last_line_and_its_marker(
+    marker_after: str, old_noeol: bool
+) -> None:
+    # as GNU patch reads them: "+b", its marker, then "-a" (checked: patch writes "b")
+    other = "-a" if marker_after == "+b" else "+b"
+    text = f"--- a/x\n+++ b/x\n@@ -1 +1 @@\n{marker_after}\n\\ No newline at end of file\n{other}\n"
+    (fp,) = parse(text)
+    (h,) = fp.hunks
+    assert (sorted(h.lines), h.old_noeol, h.new_noeol) == (
+        [("+", "b"), ("-", "a")],
+        old_noeol,
+        not old_noeol,
+    )
+    # a line of the same side, or context, may not
+    for after in (marker_after[0] + "c", " c"):
+        bad = text.replace(f"{other}\n", f"{after}\n")
+        with pytest.raises(DiffError) as info:
+            parse(bad)
+        assert info.value.line == 6
+
+
 def test_unreadable_file_is_a_diff_error(tmp_path: Path) -> None:
     with pytest.raises(DiffError, match="cannot read"):
         read_diff(tmp_path / "missing.diff")
