@@ -6,7 +6,8 @@ inside another definition than on the base release (``moved-def``) applied, but 
 checked that it applied *right*. Without ``--strict`` these are reported; with it they fail.
 
 Works on the typed diffs (``DiffResult``): apply/check pass the report's, the matrix its
-rows' (a worker's or a JSON report's, read back with ``from_json``), so all share one rule.
+rows' (a worker's or a JSON report's, read back with ``reports.matrix.read_row``), so all
+share one rule.
 """
 
 from __future__ import annotations
