@@ -7,13 +7,17 @@ promise of the series (PIN_NEWEST=False really turns the in-kernel pin off)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bakery.commands.bisect import Step, _Run
+from bakery.context import Context
 from tests.support.dsa import DSA, cache_dsa_releases, dsa_history, dsa_series
-from tests.support.repos import git
+from tests.support.repos import git, git_repo
+from tests.support.trees import Tiny, write_files
 
 PROMISE = """
 import ast
@@ -265,3 +269,85 @@ def test_a_good_that_is_not_good_is_refused_naming_it(cli, tmp_path, merged) -> 
     assert r.exit_code == 2, r.output
     said = f"--good {merged['merge']} ({merged['merge'][:12]}) is not good: apply: "
     assert said in r.output, r.output
+
+
+# --- each commit's verdict under --verify, the verify run for real on a tiny series (issue 50) ---
+
+ONCE = """
+from pathlib import Path
+
+MARK = Path({mark!r})
+
+
+def test_the_promise():
+    ran_before = MARK.exists()
+    MARK.write_text("ran")
+    assert {check}
+"""
+
+
+def _judge_with_tests(tiny: Tiny, tmp_path: Path, check: str) -> Callable[[], Step]:
+    """A step of ``bisect --verify`` on the tiny series' one upstream commit, whose test
+    asserts ``check`` (``ran_before``: whether it ran before, on any tree)."""
+    git_repo(tiny.src, {})
+    commit = git(tiny.src, "rev-parse", "HEAD").strip()
+    (tiny.series / "tests").mkdir(exist_ok=True)
+    test = ONCE.format(mark=str(tmp_path / "ran"), check=check)
+    (tiny.series / "tests" / "test_promise.py").write_text(test)
+    run = _Run("demo", f"file://{tiny.src}", tmp_path / "scratch", True, True, Context.here())
+    return lambda: run.judge(commit, "upstream")
+
+
+@pytest.mark.parametrize(
+    ("check", "verdict", "why"),
+    [
+        ("True", "good", ""),
+        ("False", "bad", "verify: 1 failed, 0 errors, 0 passed (twice)"),
+        ("ran_before", "flaky", "verify: 1 failed, 0 errors, 0 passed; passed when run again"),
+    ],
+    ids=["passes", "fails-twice", "fails-once"],
+)
+def test_a_failed_verify_runs_again_and_only_a_second_failure_makes_the_commit_bad(
+    tiny: Tiny, tmp_path: Path, check: str, verdict: str, why: str
+) -> None:
+    judge = _judge_with_tests(tiny, tmp_path, check)
+    commit = git(tiny.src, "rev-parse", "HEAD").strip()
+    assert judge() == Step(commit, "upstream", verdict, why)
+
+
+def test_a_commit_judged_again_reuses_its_passing_verify(tiny: Tiny, tmp_path: Path) -> None:
+    """The test passes only the first time it runs: judged again, the commit is good
+    from the recorded result, not from a second run."""
+    judge = _judge_with_tests(tiny, tmp_path, "not ran_before")
+    assert judge().verdict == "good"
+    assert judge().verdict == "good"
+
+
+def test_a_step_bakes_over_what_an_earlier_bisect_left_at_its_place(
+    tiny: Tiny, tmp_path: Path
+) -> None:
+    """A bisect stopped half-way leaves its scratch folder behind: the next bisect's step
+    for the same commit bakes there all the same (here a folder that is no baked tree,
+    which a bake alone would refuse to replace)."""
+    git_repo(tiny.src, {})
+    commit = git(tiny.src, "rev-parse", "HEAD").strip()
+    scratch = tmp_path / "scratch"
+    left = write_files(scratch / commit[:12], {"vllm/half.py": "half a tree\n"})
+    run = _Run("demo", f"file://{tiny.src}", scratch, False, True, Context.here())
+    assert run.judge(commit, "upstream") == Step(commit, "upstream", "good")
+    assert not (left / "vllm" / "half.py").exists()
+    assert (left / ".bakery" / "manifest.json").is_file()
+
+
+@pytest.mark.parametrize("vllm", ["{tmp}/up", "0.30.0", "latest", "no-such-release"])
+def test_bisect_needs_a_git_source_whatever_else_is_given(
+    cli, tmp_path: Path, home: Path, vllm: str
+) -> None:
+    """An existing folder, a release, and what names no source at all: each is told the
+    same (bisect walks a git history), never another command's message."""
+    (tmp_path / "up").mkdir()
+    dsa_series(home)
+    spec = vllm.format(tmp=tmp_path)
+    r = cli("bisect", "dsa", "--vllm", spec, "--good", "v0.30.0", "--bad", "main")
+    assert r.exit_code == 2, r.output
+    assert f"bakery bisect needs --vllm git+URL, not {spec!r}" in r.output, r.output

@@ -102,6 +102,7 @@ def test_a_hashed_file_that_grows_but_stays_within_the_limit_is_hashed_whole(
     assert cachepolicy.sha256(grows, limit) == hashlib.sha256(bytes(3 << 20)).hexdigest()
 
 
+@pytest.mark.timeout(10)  # a FIFO opened without O_NONBLOCK blocks: fail, do not hang
 @pytest.mark.parametrize("what", [None, "verify record", "listing"])
 def test_a_refusal_names_what_was_read_and_where(tmp_path: Path, what: str | None) -> None:
     fifo = tmp_path / "f"
