@@ -142,6 +142,7 @@ def test_a_fix_to_the_series_reaches_the_port(project: tuple[Path, Index]) -> No
     assert len(stale) == 1 and stale[0].startswith("port stale: made from 02-rev.diff @ ")
     assert ", the series now has " in stale[0]
     assert "port stale: made from 02-rev.diff" in applied.output
+    assert "Carrying the series' change into the stale port patches/s/1.1.0" in applied.output
     assert (
         report["port"] == "patches/s/1.1.0" and "carried onto the stale port" in report["carried"]
     )
@@ -238,7 +239,10 @@ def test_a_fix_that_conflicts_with_the_port_leaves_a_tree_and_writes_nothing(
         stopped = _cli(cmd, "s", "--vllm", "1.1.0", "--json", f"{cmd}.json")
         assert stopped.exit_code == 1, stopped.output
         assert "does not merge into it (02-rev.diff: vllm/k.py)" in stopped.output
-        assert "bakery port s --update --vllm 1.1.0" in stopped.output
+        assert (
+            "run `bakery port s --update --vllm 1.1.0` (it proves the carried port, or leaves "
+            "the conflicts to resolve)"
+        ) in stopped.output
         assert json.loads(Path(f"{cmd}.json").read_text())["status"] == "error"
     wheel = _cli("wheel", "s", "--vllm", "1.1.0", "--platform", "x86_64", "--unverified")
     assert wheel.exit_code == 1, wheel.output
@@ -435,3 +439,172 @@ def test_a_resolved_conflict_is_no_longer_stale(project: tuple[Path, Index], car
     else:
         assert checked.exit_code == 1, checked.output
         assert "port stale: made from 02-rev.diff" in checked.output
+
+
+# --- what port --update says and keeps, varied (issue 50: the survivors of `make mutate`) -------
+
+
+def _conflicting_fix(home: Path) -> str:
+    """Diff 02 rewritten where the release and the port changed the same line; committed.
+    Returns the series' new line there."""
+    theirs = "ys = list(reversed(xs)) if rev else xs"
+    new_k = K_OURS.replace("ys = sorted(xs, reverse=rev)", theirs).replace(
+        TAIL, TAIL.replace("return len(xs)", "return len(xs) + 0")
+    )
+    (home / "launcher" / "s" / "diffs" / "02-rev.diff").write_text(udiff(K, K_BASE, new_k))
+    _commit(home, "fix 02 differently")
+    return theirs
+
+
+def _update_row(*args: str) -> tuple[Result, dict[str, object]]:
+    res = _cli("port", "s", "--update", *args, "--json", "update.json")
+    (row,) = json.loads(Path("update.json").read_text())["ports"]
+    return res, row
+
+
+def test_a_conflict_tree_holds_both_sides_at_the_lines_it_names(
+    project: tuple[Path, Index],
+) -> None:
+    home, _ = project
+    _port_on_b(home)
+    theirs = _conflicting_fix(home)
+    res, row = _update_row()
+    assert res.exit_code == 1 and row["state"] == "conflict", res.output
+    text = (home / str(row["conflict_tree"]) / K).read_text()
+    ours = "ys = sorted(xs, key=key, reverse=rev)"  # the port's own merge of the line
+    assert theirs in text and ours in text, text  # the series' change beside the port's
+    lines = text.splitlines()
+    conflicts = row["conflicts"]
+    assert isinstance(conflicts, list) and conflicts
+    for c in conflicts:
+        assert lines[c["line"] - 1].startswith("<<<<<<< "), (c, text)
+    assert len(conflicts) == sum(line.startswith("<<<<<<< ") for line in lines)
+
+
+def test_a_rerun_of_update_redoes_its_own_conflict_tree_and_keeps_one_the_user_edited(
+    project: tuple[Path, Index],
+) -> None:
+    home, _ = project
+    _port_on_b(home)
+    _conflicting_fix(home)
+    first, row = _update_row()
+    assert row["state"] == "conflict", first.output
+    tree = home / str(row["conflict_tree"])
+    # untouched since update wrote it: the rerun makes it again
+    again, row = _update_row()
+    assert again.exit_code == 1 and row["state"] == "conflict", again.output
+    assert "<<<<<<< " in (tree / K).read_text()
+    # a person resolved a file in it: the rerun refuses, and the edit stays
+    resolved = (tree / K).read_text().split("<<<<<<< ")[0] + "# resolved\n"
+    (tree / K).write_text(resolved)
+    edited = _cli("port", "s", "--update")
+    assert edited.exit_code == 2, edited.output
+    assert "holds changes made since bakery wrote it; bakery will not overwrite" in edited.output
+    assert (tree / K).read_text() == resolved
+
+
+def test_an_unchanged_attempt_beside_the_update_is_removed_and_an_edited_one_refused(
+    project: tuple[Path, Index],
+) -> None:
+    """An attempt bakery left at the update's scratch (``tree.failed``, a ``--keep-failed``
+    bake there) goes when nobody changed it; one a person edited stops the update."""
+    from bakery.errors import UsageError
+    from bakery.porting import update
+
+    home, idx = project
+    idx.add("vllm-1.3.0.tar.gz", _sdist("1.3.0", K_BASE.replace("sorted(xs)", "sorted(set(xs))")))
+    scratch = home / "build" / "port" / "s-1.1.0-update"
+    attempt = scratch / "tree.failed"
+
+    def leave_attempt() -> None:
+        res = _cli("apply", "s", "--vllm", "1.3.0", "--out", str(scratch / "tree"), "--keep-failed")
+        assert res.exit_code == 1 and attempt.is_dir(), res.output
+
+    leave_attempt()
+    update._clear(scratch)
+    assert scratch.is_dir() and not any(scratch.iterdir())
+    leave_attempt()
+    (attempt / K).write_text("# a person's resolution\n")
+    with pytest.raises(UsageError, match=r"tree\.failed: it holds changes made since bakery"):
+        update._clear(scratch)
+    assert (attempt / K).read_text() == "# a person's resolution\n"
+
+
+@pytest.mark.parametrize("change", ["removed", "reordered"])
+def test_update_cannot_carry_a_series_whose_diffs_were_removed_or_reordered(
+    project: tuple[Path, Index], change: str
+) -> None:
+    home, _ = project
+    port = _port_on_b(home)
+    before = {p.name: p.read_bytes() for p in port.iterdir()}
+    diffs = home / "launcher" / "s" / "diffs"
+    if change == "removed":
+        (diffs / "01-a.diff").unlink()
+    else:
+        (diffs / "01-a.diff").rename(diffs / "03-a.diff")
+    _commit(home, f"01 {change}")
+    res, row = _update_row()
+    assert res.exit_code == 1, res.output
+    assert row["state"] == "cannot", row
+    assert str(row["why"]).startswith(
+        "the series' diffs were removed or reordered since the port was made"
+    ), row
+    assert {p.name: p.read_bytes() for p in port.iterdir()} == before
+
+
+def test_update_says_why_it_cannot_carry_into_a_port_without_a_record(
+    project: tuple[Path, Index],
+) -> None:
+    home, _ = project
+    port = _port_on_b(home)
+    (port / "FROM.toml").unlink()
+    res, row = _update_row()
+    assert res.exit_code == 1, res.output
+    assert (row["state"], row["why"]) == (
+        "cannot",
+        "no record of the series diffs it was made from",
+    ), row
+    # with the record back, the port is in step: nothing to carry
+    remade = _cli("port", "s", "--vllm", "1.1.0")  # remade from the series as it is
+    assert remade.exit_code == 0, remade.output
+    res, row = _update_row()
+    assert res.exit_code == 0 and row["state"] == "current", res.output
+
+
+@pytest.mark.parametrize("where", ["tree", "history", "nowhere"])
+def test_the_old_series_is_read_from_the_tree_where_unchanged_else_from_history(
+    project: tuple[Path, Index], tmp_path: Path, where: str
+) -> None:
+    """The series as a port was made from it: a diff unchanged since is read from the
+    series (it needs no commit), a changed one from the project's git history by its blob
+    id; one in neither is refused by name."""
+    from bakery.errors import BakeryError
+    from bakery.patch import provenance
+    from bakery.patch.series import load_series
+    from bakery.porting import update
+
+    home, _ = project
+    series_dir = home / "launcher" / "s"
+    diff02 = series_dir / "diffs" / "02-rev.diff"
+    made_from = udiff(K, K_BASE, K_OURS.replace("return ys[:k]", "return ys[:k]  # made"))
+    diff02.write_text(made_from)  # the text the port was made from: never committed
+    if where == "history":
+        _commit(home, "02 as the port was made from it")
+    record = provenance.of_series(series_dir, "port")
+    if where != "tree":
+        diff02.write_text(udiff(K, K_BASE, K_OURS))  # changed since
+    series = load_series("s", home)
+    scratch = tmp_path / "scratch"
+    if where == "nowhere":
+        with pytest.raises(BakeryError) as e:
+            update._old_series(series, record, home, scratch)
+        short = provenance.short(record.diffs["02-rev.diff"].sha256)
+        assert e.value.message == (
+            f"02-rev.diff @ {short} is not in the project's git history: its change cannot "
+            "be computed (make the port again: bakery port)"
+        )
+        return
+    old = update._old_series(series, record, home, scratch)
+    texts = {d.name: d.path.read_text() for d in old.load_diffs()}
+    assert texts["02-rev.diff"] == made_from
+    assert texts["01-a.diff"] == (series_dir / "diffs" / "01-a.diff").read_text()
