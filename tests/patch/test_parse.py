@@ -111,6 +111,37 @@ def test_prose_with_dash_items_and_a_signature_around_a_diff() -> None:
     assert fp.hunks[0].lines == [(" ", "a"), ("-", "b"), ("+", "B"), (" ", "c")]
 
 
+@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+def test_a_mails_signature_right_after_the_last_hunk_ends_the_diff_in_lf_and_crlf(eol: str) -> None:
+    hunk = ["--- a/x", "+++ b/x", "@@ -1 +1 @@", "-a", "+b"]
+    text = eol.join([*hunk, "-- ", "2.40.0", ""])
+    (fp,) = parse(text)
+    assert [(k, t.rstrip("\r")) for k, t in fp.hunks[0].lines] == [("-", "a"), ("+", "b")]
+    # any other '-' line there is one line too many for the hunk's counts
+    with pytest.raises(DiffError, match="beyond the counts") as info:
+        parse(text.replace("-- ", "-- x"))
+    assert info.value.line == 6
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("3d\n", 1),
+        ("1,2d\n5d\n", 1),
+        ("prose\n4,9d\n", 2),
+        ("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n7d\n", 6),
+    ],
+)
+def test_an_ed_script_of_deletions_only_is_refused(text: str, line: int) -> None:
+    # no lone "." follows a deletion, as one follows an append or a change
+    with pytest.raises(DiffError) as info:
+        parse(text)
+    assert (info.value.line, info.value.problem) == (
+        line,
+        "ed script refused (bakery never runs ed commands)",
+    )
+
+
 def test_last_line_without_newline_is_accepted() -> None:
     (fp,) = read_diff(SAMPLES / "last_line_no_newline.diff").files
     h = fp.hunks[0]
