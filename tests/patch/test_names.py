@@ -5,6 +5,8 @@ small local tree (``bakery apply --vllm PATH``) where the tree decides."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from click.testing import Result
 
 from bakery.errors import DiffError
 from bakery.patch.parse import read_diff
-from tests.support.repos import git, git_repo
+from tests.support.repos import GIT_ENV, git, git_repo
 from tests.support.series import make_series
 from tests.support.trees import write_files
 
@@ -91,6 +93,8 @@ def test_names_refused_say_why(text: str, line: int, words: str | None) -> None:
             "'b/p.png' is binary",
         ),
         ("Binary files a/q.bin and b/q.bin differ\n", 1, "'b/q.bin' is binary"),
+        # a line of many " b/" cuts, none of them two names of a tree's length
+        ("diff --git a/" + "x b/" * 5000 + "y\nnew file mode 100644\n", 1, "file name too long"),
     ],
 )
 def test_git_diffs_refused_say_why(text: str, line: int, words: str) -> None:
@@ -166,6 +170,29 @@ def test_a_git_diff_without_hunks_names_its_file_quoted_or_not_with_or_without_p
     assert diff.startswith('diff --git "' if "é" in name else "diff --git ")
     assert "---" not in diff
     assert parsed(diff, 0 if prefix else 1) == [(None, name)]
+
+
+@pytest.mark.parametrize(
+    ("left", "right"), [("x", "y"), ("x", "y b"), ("x b", "y"), ("x b", "y b"), ("one b", "three")]
+)
+def test_git_diff_no_index_of_two_folders_names_the_files_under_them(
+    tmp_path: Path, left: str, right: str
+) -> None:
+    # 'diff --git a/x b/m b/y/m': the names differ by their folder, and a folder named
+    # "x b" puts a second " b/" in the line; git compares the names once stripped (-p2)
+    write_files(tmp_path / left, {"m": "m\n", "t": "1\n2\n"})
+    write_files(tmp_path / right, {"m": ("m\n", 0o755), "new": "", "t": "1\n3\n"})
+    proc = subprocess.run(
+        ["git", "diff", "--no-index", left, right],
+        cwd=tmp_path,
+        env={**os.environ, **GIT_ENV},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr  # 1: the folders differ
+    assert proc.stdout.startswith(f"diff --git a/{left}/m b/{right}/m\nold mode 100644\n")
+    assert parsed(proc.stdout, 2) == [(None, "m"), (None, "new"), (None, "t")]
 
 
 # --- through a bake ------------------------------------------------------------------------

@@ -49,6 +49,9 @@ MAX_LINE = 1 << 20
 #: Largest line number a hunk header may state.
 MAX_LINENO = 10**8
 
+#: Linux's PATH_MAX: a longer name is refused (``_check_length``).
+_MAX_NAME = 4096
+_CUT_RE = re.compile(" b/")
 _HUNK_RE = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _ED_RE = re.compile(r"\d+(,\d+)?[acd]$")
 _GIT_MOVES = {"rename from ": "from", "rename to ": "to", "copy from ": "from", "copy to ": "to"}
@@ -121,9 +124,21 @@ def _unquote(path: Path, line: int, name: str) -> str:
 def _check_length(path: Path, line: int, name: str) -> str:
     # Linux's limits (PATH_MAX, NAME_MAX), checked here so that no later stat of the name
     # fails with ENAMETOOLONG.
-    if len(name) >= 4096 or any(len(part) > 255 for part in name.split("/")):
+    if len(name) >= _MAX_NAME or any(len(part) > 255 for part in name.split("/")):
         raise DiffError(path, line, f"file name too long ({name[:60]!r}...)")
     return name
+
+
+def _shared_tail(a: str, b: str) -> int:
+    """How many trailing ``/`` parts two names share (``b`` split from its end only as far
+    as ``a``'s parts go: it may be the rest of a hostile megabyte line)."""
+    xs = a.split("/")
+    n = 0
+    for x, y in zip(reversed(xs), reversed(b.rsplit("/", len(xs))), strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _header_name(path: Path, line: int, rest: str) -> tuple[str, bool]:
@@ -389,9 +404,15 @@ class _Parser:
         else:
             half = (len(rest) - 1) // 2
             a, b = rest[:half], rest[half + 1 :]
-            if a.split("/", 1)[-1] != b.split("/", 1)[-1] and " b/" in rest:
-                a, b = rest.split(" b/", 1)
-                b = "b/" + b
+            # names that differ (a rename, `git diff --no-index x y`): cut at the " b/"
+            # after which the two names share the most trailing parts, as git compares them
+            # once stripped ('a/x b/m b/y/m' is x b/m and y/m); a tie, the first (within a
+            # name's length of the start, the first 64: bounded work)
+            differ = a.split("/", 1)[-1] != b.split("/", 1)[-1]
+            cuts = [m.start() for m in _CUT_RE.finditer(rest, 0, _MAX_NAME + 2)] if differ else []
+            if cuts:
+                cut = max(cuts[:64], key=lambda i: _shared_tail(rest[:i], rest[i + 1 :]))
+                a, b = rest[:cut], rest[cut + 1 :]
             if not a or not b or rest[len(a) : len(a) + 1] != " ":
                 raise self.err(lineno, "malformed 'diff --git' header: expected two names")
         return _unquote(self.path, lineno, a), _unquote(self.path, lineno, b)
