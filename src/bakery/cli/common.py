@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import typer
 
-from bakery.cli import render
 from bakery.cli.console import Invocation as _Invocation
 from bakery.cli.console import err_console, human
 from bakery.cli.console import safe as _safe
-from bakery.model.report import BakeReport, DiffResult
 from bakery.outputs import check as check_output
 from bakery.outputs import is_stdout, write_json
+
+if TYPE_CHECKING:  # the renderer and the model load where a command runs, not for --help
+    from bakery.model.report import BakeReport, DiffResult
 
 
 class Reported(Protocol):
@@ -79,6 +80,8 @@ def run_bake(fn: Callable[[], BakeReport], json_file: Path | None) -> BakeReport
 
 def show_report(report: BakeReport, next_steps: list[str], series: str | None = None) -> None:
     """series: the SERIES argument as given, for the commands the report suggests."""
+    from bakery.cli import render
+
     render.bake_report(
         human(),
         report,
@@ -90,6 +93,8 @@ def show_report(report: BakeReport, next_steps: list[str], series: str | None = 
 
 
 def package(fn: Callable[[], Any]) -> NoReturn:
+    from bakery.cli import render
+
     done = fn()
     # -q: the verdict and the problems, not the hunk tables (then what was written)
     render.bake_report(

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bakery.model.report import BakeReport
-
 if TYPE_CHECKING:
+    from bakery.model.report import BakeReport
     from bakery.porting.refresh import Refreshed
 
 
