@@ -545,6 +545,7 @@ def test_update_cannot_carry_a_series_whose_diffs_were_removed_or_reordered(
     _commit(home, f"01 {change}")
     res, row = _update_row()
     assert res.exit_code == 1, res.output
+    assert "Carrying the series' change into patches/s/1.1.0" in res.output
     assert row["state"] == "cannot", row
     assert str(row["why"]).startswith(
         "the series' diffs were removed or reordered since the port was made"
@@ -608,3 +609,27 @@ def test_the_old_series_is_read_from_the_tree_where_unchanged_else_from_history(
     texts = {d.name: d.path.read_text() for d in old.load_diffs()}
     assert texts["02-rev.diff"] == made_from
     assert texts["01-a.diff"] == (series_dir / "diffs" / "01-a.diff").read_text()
+
+
+@pytest.mark.parametrize("dropped", ["02-rev.diff", "02-rev.patch"])
+def test_update_replaces_the_ports_diffs_as_a_whole_and_keeps_its_other_files(
+    tmp_path: Path, dropped: str
+) -> None:
+    """A diff the updated port no longer has (the carried change left it empty: update
+    writes no empty diff) is gone from the port, whichever diff suffix it has; the port's
+    other files stay, and its record is the new one."""
+    from bakery.patch import provenance
+    from bakery.porting import update
+
+    port = tmp_path / "patches" / "s" / "1.1.0"
+    port.mkdir(parents=True)
+    for name, text in [("01-a.diff", "old 01\n"), (dropped, "old 02\n"), ("NOTES.md", "n\n")]:
+        (port / name).write_text(text)
+    (port / provenance.FILE).write_text("old record\n")
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "01-a.diff").write_text("new 01\n")
+    (new / provenance.FILE).write_text("new record\n")
+    update._replace(port, new)
+    got = {p.name: p.read_text() for p in port.iterdir()}
+    assert got == {"01-a.diff": "new 01\n", "NOTES.md": "n\n", provenance.FILE: "new record\n"}
