@@ -7,6 +7,7 @@ promise of the series (PIN_NEWEST=False really turns the in-kernel pin off)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from bakery.commands.bisect import Step, _Run
 from bakery.context import Context
 from tests.support.dsa import DSA, cache_dsa_releases, dsa_history, dsa_series
 from tests.support.repos import git, git_repo
-from tests.support.trees import Tiny, write_files
+from tests.support.trees import Tiny, snapshot, write_files
 
 PROMISE = """
 import ast
@@ -323,20 +324,34 @@ def test_a_commit_judged_again_reuses_its_passing_verify(tiny: Tiny, tmp_path: P
     assert judge().verdict == "good"
 
 
+@pytest.mark.parametrize("left", ["folder", "file", "link", "fifo"])
 def test_a_step_bakes_over_what_an_earlier_bisect_left_at_its_place(
-    tiny: Tiny, tmp_path: Path
+    tiny: Tiny, tmp_path: Path, left: str
 ) -> None:
     """A bisect stopped half-way leaves its scratch folder behind: the next bisect's step
-    for the same commit bakes there all the same (here a folder that is no baked tree,
-    which a bake alone would refuse to replace)."""
+    for the same commit bakes there all the same, whatever is at its place (a folder that
+    is no baked tree, a file, a link, a FIFO: each a bake alone refuses to replace), and
+    never calls the commit bad for it; a link is unlinked, what it names left alone."""
     git_repo(tiny.src, {})
     commit = git(tiny.src, "rev-parse", "HEAD").strip()
     scratch = tmp_path / "scratch"
-    left = write_files(scratch / commit[:12], {"vllm/half.py": "half a tree\n"})
+    place = scratch / commit[:12]
+    elsewhere = write_files(tmp_path / "elsewhere", {"vllm/theirs.py": "the user's\n"})
+    before = snapshot(elsewhere)
+    scratch.mkdir()
+    if left == "folder":
+        write_files(place, {"vllm/half.py": "half a tree\n"})
+    elif left == "file":
+        place.write_text("a file\n")
+    elif left == "link":
+        place.symlink_to(elsewhere, target_is_directory=True)
+    else:
+        os.mkfifo(place)
     run = _Run("demo", f"file://{tiny.src}", scratch, False, True, Context.here())
     assert run.judge(commit, "upstream") == Step(commit, "upstream", "good")
-    assert not (left / "vllm" / "half.py").exists()
-    assert (left / ".bakery" / "manifest.json").is_file()
+    assert not place.is_symlink() and (place / ".bakery" / "manifest.json").is_file()
+    assert not (place / "vllm" / "half.py").exists()
+    assert snapshot(elsewhere) == before
 
 
 @pytest.mark.parametrize("vllm", ["{tmp}/up", "0.30.0", "latest", "no-such-release"])

@@ -17,7 +17,6 @@ mirror is only read and each step is a bake in bakery's own scratch folder.
 from __future__ import annotations
 
 import logging
-import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from bakery.logs import muted
 from bakery.model import records
 from bakery.model.report import BakeReport
 from bakery.patch.series import load_series
+from bakery.safety import cachepolicy
 from bakery.safety.urls import redact_url
 
 _log = logging.getLogger(__name__)
@@ -95,7 +95,9 @@ class _Run:
         from bakery.commands.apply import ApplyOptions, apply
 
         out = self.scratch / commit[:12]
-        shutil.rmtree(out, ignore_errors=True)
+        # what an earlier run left there, whatever it is (a file or a link too: a bake
+        # refuses to replace those, and the commit would be called bad); a link is unlinked
+        cachepolicy.remove(out)
         try:
             with muted():
                 opts = ApplyOptions(
