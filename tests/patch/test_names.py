@@ -35,6 +35,7 @@ def refused(text: str, strip: int = 1) -> DiffError:
 
 
 HUNK = "@@ -1 +1 @@\n-a\n+b\n"
+HUNK_DIFF = "--- a/k\n+++ b/k\n" + HUNK
 
 
 @pytest.mark.parametrize(
@@ -193,6 +194,35 @@ def test_git_diff_no_index_of_two_folders_names_the_files_under_them(
     assert proc.returncode == 1, proc.stderr  # 1: the folders differ
     assert proc.stdout.startswith(f"diff --git a/{left}/m b/{right}/m\nold mode 100644\n")
     assert parsed(proc.stdout, 2) == [(None, "m"), (None, "new"), (None, "t")]
+
+
+@pytest.mark.parametrize("move", ["rename", "copy"])
+@pytest.mark.parametrize("side", ["from", "to"])
+@pytest.mark.parametrize("hunk", ["", "--- a/x\n+++ b/y\n" + HUNK])
+def test_a_git_rename_or_copy_from_or_to_dev_null_is_refused(
+    move: str, side: str, hunk: str
+) -> None:
+    # a creation or deletion in disguise: read as one, it created or deleted a file
+    names = {"from": "x", "to": "y", side: "/dev/null"}
+    text = (
+        f"{HUNK_DIFF}diff --git a/x b/y\nsimilarity index 90%\n"
+        f"{move} from {names['from']}\n{move} to {names['to']}\n{hunk}"
+    )
+    err = refused(text)
+    assert (err.line, err.problem) == (6, f"a git {move} may not also create or delete a file")
+
+
+@pytest.mark.parametrize("binary", [False, True])
+@pytest.mark.parametrize("name", ["p.bin", "d/p q.bin"])
+def test_a_binary_diff_from_git_is_refused_naming_its_file(
+    tmp_path: Path, binary: bool, name: str
+) -> None:
+    repo = git_repo(tmp_path / "r", {name: b"\x00\x01"})
+    write_files(repo, {name: b"\x00\x02"})
+    diff = git(repo, "diff", *(["--binary"] if binary else []))
+    assert ("GIT binary patch" in diff) == binary
+    err = refused(diff)
+    assert err.problem.startswith(f"binary patch refused: {'b/' + name!r} is binary;"), err.problem
 
 
 # --- through a bake ------------------------------------------------------------------------

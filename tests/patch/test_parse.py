@@ -327,9 +327,10 @@ def test_a_hunk_header_number_past_nine_digits_or_the_limit_is_refused_naming_it
 @pytest.mark.parametrize("name", ["d/voilà", "d/Å", "d/ä", "d/x y"])
 @pytest.mark.parametrize("stamp", ["", "\t2024-01-01 00:00:00.000000000 +0000"])
 def test_a_utf8_name_keeps_its_last_byte_whatever_latin_1_calls_it(name: str, stamp: str) -> None:
+    # (and loses the spaces after it, as before a timestamp)
     # "à" is C3 A0 and "Å" C3 85 in UTF-8: read a byte a char, their last bytes are
     # latin-1's no-break space and next line, which str.strip() would take for blanks
-    text = f"--- a/{name}{stamp}\n+++ b/{name}  {stamp}\n@@ -1 +1 @@\n-a\n+b\n"
+    text = f"--- a/{name}  {stamp}\n+++ b/{name} {stamp}\n@@ -1 +1 @@\n-a\n+b\n"
     diff = read_diff(Path("t.diff"), text.encode())
     diff.resolve_paths(1, "")
     assert [fp.path for fp in diff.files] == [name]
@@ -341,6 +342,22 @@ def test_a_utf8_name_keeps_its_last_byte_whatever_latin_1_calls_it(name: str, st
         ('--- ""\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n', 1, "empty file name in header"),
         ('--- a/x\n+++ ""\t2024-01-01\n@@ -1 +1 @@\n-a\n+b\n', 2, "empty file name in header"),
         ('--- "a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n', 1, "unterminated quoted name '\"a/x'"),
+        (
+            "diff --git a/f b/f\n--- a/f\n",
+            2,
+            "git diff header lacks filename information: '--- a/f' without its +++ line",
+        ),
+        (
+            "diff --git a/f b/f\n+++ b/f\n",
+            2,
+            "git diff header lacks filename information: '+++ b/f' without its --- line",
+        ),
+        ("*** a/x\n**** b/x\n", 1, "context-format diff refused; regenerate it with `diff -u`"),
+        (
+            "prose\n*** 1,2 ****\n--- 1,2 ----\n",
+            2,
+            "context-format diff refused; regenerate it with `diff -u`",
+        ),
         (
             "diff --git a/x\nnew file mode 100644\n",
             1,
@@ -426,6 +443,36 @@ def test_the_other_sides_lines_may_follow_a_sides_last_line_and_its_marker(
         with pytest.raises(DiffError) as info:
             parse(bad)
         assert info.value.line == 6
+
+
+@pytest.mark.parametrize(
+    ("lines", "old_noeol", "new_noeol"),
+    [("-a\n+b\n", False, True), ("+b\n-a\n", True, False), (" a\n", True, True)],
+)
+def test_a_marker_right_after_a_hunks_last_line_ends_that_lines_sides(
+    lines: str, old_noeol: bool, new_noeol: bool
+) -> None:
+    text = f"--- a/x\n+++ b/x\n@@ -1 +1 @@\n{lines}\\ No newline at end of file\n"
+    (fp,) = parse(text)
+    assert (fp.hunks[0].old_noeol, fp.hunks[0].new_noeol) == (old_noeol, new_noeol)
+
+
+@pytest.mark.parametrize("before", ["", "--- a/k\n+++ b/k\n@@ -1 +1 @@\n-a\n+b\n"])
+@pytest.mark.parametrize(
+    "header",
+    [
+        "diff --git a/../x b/../x\nnew file mode 100644\n",
+        "diff --git a/.git/x b/.git/x\nold mode 100644\nnew mode 100755\n",
+        "diff --git a/x b/y\nrename from x\nrename to x\n",
+    ],
+)
+def test_a_refused_file_patch_without_hunks_names_its_diff_git_line(
+    before: str, header: str
+) -> None:
+    diff = read_diff(Path("t.diff"), (before + header).encode())
+    with pytest.raises(DiffError) as info:
+        diff.resolve_paths(1, "")
+    assert info.value.line == before.count("\n") + 1
 
 
 def test_unreadable_file_is_a_diff_error(tmp_path: Path) -> None:

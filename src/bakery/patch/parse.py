@@ -375,7 +375,8 @@ class _Parser:
         """A rename or copy: its from/to lines, both required (git requires them)."""
         if set(hdr.moves) != {"from", "to"}:
             raise self.err(hdr.line, f"git {hdr.move} without its '{hdr.move} from/to' lines")
-        if {"new_file", "deleted"} & set(hdr.modes):
+        # from or to /dev/null: a creation or deletion in disguise (it read as one)
+        if {"new_file", "deleted"} & set(hdr.modes) or DEV_NULL in hdr.moves.values():
             raise self.err(hdr.line, f"a git {hdr.move} may not also create or delete a file")
         fp.move, fp.move_from, fp.move_to = hdr.move, hdr.moves["from"], hdr.moves["to"]
         fp.move_by_lines = hdr.by_lines
