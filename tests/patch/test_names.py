@@ -147,6 +147,9 @@ def test_a_git_rename_or_copy_moves_the_files_its_from_to_lines_name(
     diff = git(repo, "diff", "--cached", "-M", "-C", "--find-copies-harder")
     assert f"{how.split()[0]} from {old}\n" in diff
     assert parsed(diff) == [(old, new)]
+    # the names it keeps (a listing's, a port's) are those files' too
+    (fp,) = read_diff(Path("t.diff"), diff.encode()).files
+    assert (fp.old_name.endswith(old), fp.new_name.endswith(new)) == (True, True)
 
 
 @pytest.mark.parametrize("name", ["f.sh", "café.sh", "d/x y.sh", "d b/x.sh"])
@@ -208,6 +211,19 @@ def test_a_git_rename_or_copy_from_or_to_dev_null_is_refused(
         f"{HUNK_DIFF}diff --git a/x b/y\nsimilarity index 90%\n"
         f"{move} from {names['from']}\n{move} to {names['to']}\n{hunk}"
     )
+    err = refused(text)
+    assert (err.line, err.problem) == (6, f"a git {move} may not also create or delete a file")
+
+
+@pytest.mark.parametrize("move", ["rename", "copy"])
+@pytest.mark.parametrize("mode", ["new file mode 100644", "deleted file mode 100644"])
+@pytest.mark.parametrize("at", ["header", "after"])
+def test_a_git_rename_or_copy_that_also_creates_or_deletes_is_refused(
+    move: str, mode: str, at: str
+) -> None:
+    lines = [f"{move} from x", f"{move} to y"]
+    lines.insert(0 if at == "header" else 2, mode)
+    text = HUNK_DIFF + "diff --git a/x b/y\n" + "".join(f"{x}\n" for x in lines)
     err = refused(text)
     assert (err.line, err.problem) == (6, f"a git {move} may not also create or delete a file")
 

@@ -142,6 +142,21 @@ def test_an_ed_script_of_deletions_only_is_refused(text: str, line: int) -> None
     )
 
 
+@pytest.mark.parametrize("command", ["3a", "1,2c", "7d"])
+def test_prose_that_looks_like_an_ed_command_before_a_diff_is_prose(command: str) -> None:
+    # what follows decides: a unified diff's header before any lone "."
+    text = f"Fixes the cache.\n{command}\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"
+    assert [fp.new_name for fp in parse(text)] == ["b/x"]
+    with pytest.raises(DiffError, match="ed script refused"):
+        parse(f"{command}\ntext\n.\n")
+
+
+@pytest.mark.parametrize("last", ["*** end of message ***", "*** "])
+def test_a_last_line_of_stars_after_a_diff_is_prose(last: str) -> None:
+    (fp,) = parse(f"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n{last}\n")
+    assert fp.hunks[0].lines == [("-", "a"), ("+", "b")]
+
+
 def test_last_line_without_newline_is_accepted() -> None:
     (fp,) = read_diff(SAMPLES / "last_line_no_newline.diff").files
     h = fp.hunks[0]
