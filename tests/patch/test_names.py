@@ -228,6 +228,20 @@ def test_a_git_rename_or_copy_that_also_creates_or_deletes_is_refused(
     assert (err.line, err.problem) == (6, f"a git {move} may not also create or delete a file")
 
 
+@pytest.mark.parametrize("move", ["rename", "copy"])
+@pytest.mark.parametrize("only", ["from x", "to y"])
+@pytest.mark.parametrize("header", ["diff --git a/x b/y", "diff --git a/x b/y b/z"])
+@pytest.mark.parametrize("hunk", ["", "--- a/x\n+++ b/y\n" + HUNK])
+def test_a_git_rename_or_copy_without_its_from_or_to_line_is_refused(
+    move: str, only: str, header: str, hunk: str
+) -> None:
+    text = f"{HUNK_DIFF}{header}\nsimilarity index 90%\n{move} {only}\n{hunk}"
+    if hunk and " b/z" in header:
+        text = text.replace("+++ b/y", "+++ b/y b/z")
+    err = refused(text)
+    assert (err.line, err.problem) == (6, f"git {move} without its '{move} from/to' lines")
+
+
 @pytest.mark.parametrize("binary", [False, True])
 @pytest.mark.parametrize("name", ["p.bin", "d/p q.bin"])
 def test_a_binary_diff_from_git_is_refused_naming_its_file(
