@@ -445,3 +445,102 @@ def test_a_dev_tree_takes_the_nearest_rules_with_its_features(
 
     assert expect.rules_for(tmp_path, version, read) == rules
     assert seen == ["vllm/a.py"]
+
+
+# --- what the data files say, read exactly (issue 50: the survivors of `make mutate`) ----------
+
+
+GOOD_DEFECT = '[[defect]]\nid="ok"\nsummary="s"\ninput="i"\nmatch="x"\nreleases=[]\n'
+
+
+@pytest.mark.parametrize("before", [0, 1, 2])
+def test_a_malformed_defect_is_named_by_its_place_in_the_file(tmp_path: Path, before: int) -> None:
+    good = "".join(GOOD_DEFECT.replace('"ok"', f'"ok{n}"') for n in range(before))
+    write_files(tmp_path, {"known-defects.toml": good + '[[defect]]\nid = "a"\n'})
+    with pytest.raises(expect.SeriesDataError, match=f": defect {before + 1} lacks input, "):
+        expect.load_defects(tmp_path)
+
+
+@pytest.mark.parametrize("bad", ["a b", "-lead", "x" * 101, "tab\there"])
+def test_a_defect_id_that_is_no_plain_name_is_refused_saying_what_a_name_is(
+    tmp_path: Path, bad: str
+) -> None:
+    text = GOOD_DEFECT.replace('id="ok"', f"id = {json.dumps(bad)}")
+    write_files(tmp_path, {"known-defects.toml": text})
+    with pytest.raises(expect.SeriesDataError) as refused:
+        expect.load_defects(tmp_path)
+    assert str(refused.value).endswith(
+        "is not a plain name (letters, digits, '.', '_', '+', '-'; at most 100)"
+    )
+    assert ": defect 1: id " in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("release", "listed"),
+    [
+        ("0.31.0", True),
+        ("0.32.0.dev3", True),  # a dev release inside the range: listed
+        ("0.32.0rc1", True),
+        ("0.33.0.dev0", False),  # before 0.33, but a pre-release of the bound itself
+        ("0.30.9", False),
+        ("0.33.0", False),
+    ],
+)
+def test_a_range_of_releases_lists_the_dev_and_pre_releases_inside_it(
+    release: str, listed: bool
+) -> None:
+    assert expect.listed(release, [">=0.31,<0.33"]) is listed
+
+
+@pytest.mark.parametrize(
+    ("key", "release"), [("0.30", "0.30.0"), ("0.30.0", "0.30"), ("v0.30.0", "0.30.0")]
+)
+def test_a_release_takes_the_entry_of_its_own_version_however_spelled(
+    tmp_path: Path, key: str, release: str
+) -> None:
+    write_files(
+        tmp_path,
+        {
+            "expectations.toml": f'[release."0.29.0"]\nrule = "older"\n'
+            f'[release."{key}"]\nrule = "its own"\n'
+        },
+    )
+    found = expect.load_expectations(tmp_path, release, interpret=True)
+    assert found is not None and (found.release, found.data) == (key, {"rule": "its own"})
+
+
+def test_no_expectations_file_or_no_release_has_no_expectations(tmp_path: Path) -> None:
+    assert expect.load_expectations(tmp_path, "0.30.0", interpret=True) is None
+    write_files(tmp_path, {"expectations.toml": EXPECTATIONS})
+    assert expect.load_expectations(tmp_path, None, interpret=False) is None
+    found = expect.load_expectations(tmp_path, "0.30.0", interpret=False)
+    assert found is not None and found.release == "0.30.0"
+
+
+@pytest.mark.parametrize(
+    ("files", "version", "why"),
+    [
+        ({}, None, None),  # no rules, no defects: nothing keyed on a release
+        ({"known-defects.toml": DEFECTS}, "0.30.0", None),
+        ({"known-defects.toml": DEFECTS}, None, "records no vLLM release"),
+        ({"known-defects.toml": DEFECTS}, "main", "'main' is not a vLLM version"),
+        ({"expectations.toml": EXPECTATIONS}, "0.29.0", "has no rule for vLLM 0.29.0"),
+        ({"expectations.toml": EXPECTATIONS}, "0.31.0", None),  # the newest below: 0.30.0
+    ],
+    ids=["nothing", "defects", "defects-no-release", "not-a-version", "no-rule", "rule-below"],
+)
+def test_the_series_data_applies_only_to_a_tree_of_a_release_it_has_rules_for(
+    tmp_path: Path, files: dict[str, str], version: str | None, why: str | None
+) -> None:
+    series = write_files(tmp_path / "s", {"diffs/01-x.diff": "", **files})
+    tree = make_tree(tmp_path / "t", version)
+    said = expect.no_rules(series, tree)
+    if why is None:
+        assert said is None
+        return
+    assert said is not None and said.startswith(str(tree) if version != "0.29.0" else str(series))
+    assert why in said and said.endswith(
+        "name the release whose rules apply (--bakery-rules RELEASE)"
+    )
+    # the rules named instead: the tree's own release no longer decides
+    assert expect.no_rules(series, tree, "0.30.0") is None
