@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
+from bakery import project
 from bakery.commands.bisect import Step, _Run
 from bakery.context import Context
+from bakery.sources.cache import Cache
 from tests.support.dsa import DSA, cache_dsa_releases, dsa_history, dsa_series
 from tests.support.repos import git, git_repo
 from tests.support.trees import Tiny, snapshot, write_files
@@ -352,6 +354,22 @@ def test_a_step_bakes_over_what_an_earlier_bisect_left_at_its_place(
     assert not place.is_symlink() and (place / ".bakery" / "manifest.json").is_file()
     assert not (place / "vllm" / "half.py").exists()
     assert snapshot(elsewhere) == before
+
+
+def test_a_bisect_step_never_becomes_the_series_last_bake(cli, tiny: Tiny, tmp_path: Path) -> None:
+    """verify's default tree is the series' last apply: a bisect's bakes of upstream
+    commits are not it, before or after a step bakes."""
+    git_repo(tiny.src, {})
+    commit = git(tiny.src, "rev-parse", "HEAD").strip()
+    record = Cache().path(".") / project.LAST_BAKES
+    mine = tmp_path / "mine"
+    r = cli("apply", "demo", "--vllm", f"git+file://{tiny.src}@main", "--out", mine)
+    assert r.exit_code == 0, r.output
+    before = project.last_applies(record)
+    assert list(before) == ["demo"] and Path(before["demo"]).resolve() == mine.resolve()
+    run = _Run("demo", f"file://{tiny.src}", tmp_path / "scratch", False, True, Context.here())
+    assert run.judge(commit, "upstream").verdict == "good"
+    assert project.last_applies(record) == before
 
 
 @pytest.mark.parametrize("vllm", ["{tmp}/up", "0.30.0", "latest", "no-such-release"])
