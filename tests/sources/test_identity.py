@@ -87,7 +87,9 @@ def test_the_same_tree_unchanged_is_the_release(cli, tmp_path, upstream) -> None
     (tree / "vllm" / "__pycache__" / "x.pyc").write_bytes(b"\0")
     r = cli("check", "dsa", "--vllm", tree, "--strict", "--json", "r.json")
     assert r.exit_code == 0, r.output
-    assert _json("r.json")["vllm"]["identity"]["pristine"] is True
+    ident = _json("r.json")["vllm"]["identity"]
+    assert ident["pristine"] is True and ident["compared_with"] == "0.31.0", ident
+    assert ident["version"] == "0.31.0"
 
 
 def test_a_commit_after_a_release_is_described_with_its_commit(cli, tmp_path, upstream) -> None:
@@ -349,3 +351,72 @@ def test_a_version_file_is_no_release_once_it_runs_code(
     assert ident["pristine"] is pristine
     if not pristine:
         assert "vllm/_version.py" in ident["paths"]
+
+
+@pytest.mark.parametrize("size", [9, 10, 11, 64])
+def test_a_file_past_the_size_limit_is_listed_as_a_regular_file_named_by_its_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    """Every entry carries one of git's modes: a file past MAX_TREE_FILE (lowered here) is
+    never read, and is listed as a regular file whose id says its size, so that it differs
+    from any release's blob; one within the limit is hashed as git hashes it."""
+    monkeypatch.setattr(identity.limits, "MAX_TREE_FILE", 10)
+    data = b"x" * size
+    root = write_files(tmp_path / "t", {"vllm/big.bin": data.decode()})
+    got = identity.worktree_listing(root)["vllm/big.bin"]
+    if size > 10:
+        assert got == ("100644", f"too-large-{size}")
+    else:
+        assert got == ("100644", git(root, "hash-object", "vllm/big.bin").strip())
+
+
+def test_a_listing_skips_bytecode_and_lists_every_other_file(tmp_path: Path) -> None:
+    names = ["a.py", "b.pyc", "c.py", "d.pyo", "e.py", "f.txt"]
+    root = write_files(tmp_path / "t", {f"vllm/{n}": "x = 1\n" for n in names})
+    listed = sorted(identity.worktree_listing(root))
+    assert listed == ["vllm/a.py", "vllm/c.py", "vllm/e.py", "vllm/f.txt"]
+
+
+SDIST_ONLY = {
+    "PKG-INFO": "Version: 0.31.0\n",
+    "vllm.egg-info/PKG-INFO": "x",
+    "vllm.egg-info/SOURCES.txt": "vllm/a.py\n",
+    "vllm/_version.py": "__version__ = '0.31.0'\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("tree", "differs"),
+    [
+        (RELEASE, []),  # the sdist's own files are never asked of a checkout
+        ({**RELEASE, "vllm/x.egg-info/payload.py": "P = 1\n"}, ["vllm/x.egg-info/payload.py"]),
+        ({**RELEASE, "vllm/sub/_version.py": "V = 1\n"}, ["vllm/sub/_version.py"]),
+        ({**RELEASE, "vllm/PKG-INFO": "x"}, ["vllm/PKG-INFO"]),
+    ],
+    ids=["checkout", "egg-info-in-the-package", "a-version-file-deeper", "pkg-info-in-the-package"],
+)
+def test_only_the_sdists_own_files_are_not_asked_of_a_checkout(
+    tree: dict[str, str], differs: list[str]
+) -> None:
+    """PKG-INFO, the top ``*.egg-info`` folder and ``vllm/_version.py``, which the sdist
+    build writes; a file of the package that only looks like one of them counts."""
+    release = _listing({**RELEASE, **SDIST_ONLY})
+    assert identity.differences(_listing(tree), release) == differs
+
+
+@pytest.mark.parametrize("kind", ["file", "link", "large", "folder"])
+def test_a_version_file_is_data_only_as_a_plain_small_file(tmp_path: Path, kind: str) -> None:
+    """A link (even to a data file), a folder, or a file past 64 KiB is never taken as the
+    build's version file."""
+    data = tmp_path / "data.py"
+    data.write_text(VERSION_PY)
+    path = tmp_path / "_version.py"
+    if kind == "file":
+        path.write_text(VERSION_PY)
+    elif kind == "link":
+        path.symlink_to(data)
+    elif kind == "large":
+        path.write_text(VERSION_PY + "# pad\n" * 11_000)
+    else:
+        path.mkdir()
+    assert identity.version_data_only(path) is (kind == "file")
