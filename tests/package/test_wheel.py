@@ -63,8 +63,9 @@ def make_sdist(version: str = VERSION) -> bytes:
     return buf.getvalue()
 
 
-def make_wheel(platform: str, version: str = VERSION) -> bytes:
-    """A wheel as setuptools writes one: deflated members, dist-info last, RECORD last."""
+def make_wheel(platform: str, version: str = VERSION, attrs: int = 0o100644 << 16) -> bytes:
+    """A wheel as setuptools writes one: deflated members, dist-info last, RECORD last;
+    ``attrs``: the members' external attributes (0: none, as some zip writers leave)."""
     info_dir = f"vllm-{version}.dist-info"
     members: dict[str, bytes] = {
         "vllm/_C.abi3.so": BINARY + platform.encode(),
@@ -90,11 +91,24 @@ def make_wheel(platform: str, version: str = VERSION) -> bytes:
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data in members.items():
             zi = zipfile.ZipInfo(name, date_time=(2026, 11, 16, 4, 30, 0))
-            zi.compress_type, zi.external_attr = zipfile.ZIP_DEFLATED, 0o100644 << 16
+            zi.compress_type, zi.external_attr = zipfile.ZIP_DEFLATED, attrs
             if name.endswith(".so"):  # an extended timestamp, as Info-ZIP's zip writes
                 zi.extra = b"UT\x05\x00\x01" + struct.pack("<I", 1_800_000_000)
             zf.writestr(zi, data)
-    return buf.getvalue()
+    return buf.getvalue() if attrs else _no_attributes(buf.getvalue())
+
+
+def _no_attributes(data: bytes) -> bytes:
+    """The zip with every central entry's external attributes 0 (zipfile writes 0o600
+    where a ZipInfo has none)."""
+    out = bytearray(data)
+    _, _, _, _, count, _, pos, _ = struct.unpack("<4s4H2LH", data[-22:])
+    for _ in range(count):
+        assert out[pos : pos + 4] == b"PK\x01\x02"
+        name, extra, comment = struct.unpack("<3H", out[pos + 28 : pos + 34])
+        out[pos + 38 : pos + 42] = bytes(4)
+        pos += 46 + name + extra + comment
+    return bytes(out)
 
 
 def wheel_filename(platform: str, version: str = VERSION) -> str:
@@ -299,11 +313,13 @@ def test_a_new_module_and_a_deleted_one_are_carried(
     assert "vllm/myteam_ext.py,sha256=" in record and "vllm/old.py," not in record
 
 
+@pytest.mark.parametrize("limit32", [1000, 64])
 def test_zip64_records(
-    index: Index, series: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    index: Index, series: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit32: int
 ) -> None:
     """Past the 32-bit limits (lowered here) the writer uses zip64 records that zipfile
-    reads back."""
+    reads back: at 64 bytes, every member bakery writes too (its local header's zip64
+    extra), not only the offsets."""
     from bakery.commands import apply as commands
     from bakery.package import wheel as wheel_mod
     from bakery.package.baked import read_baked
@@ -313,12 +329,19 @@ def test_zip64_records(
     )
     upstream = tmp_path / wheel_filename("x86_64")
     upstream.write_bytes(index.files[wheel_filename("x86_64")])
-    monkeypatch.setattr(wheel_mod, "LIMIT32", 1000)
+    monkeypatch.setattr(wheel_mod, "LIMIT32", limit32)
     monkeypatch.setattr(wheel_mod, "LIMIT16", 3)
     path = wheel_mod.write_wheel(upstream, read_baked(tmp_path / "tree"), tmp_path / "dist")
     assert b"PK\x06\x06" in path.read_bytes()[-200:]
     contents = check_record(path)
     assert contents["vllm/_C.abi3.so"] == BINARY + b"x86_64"
+    # a member bakery writes says in its local header that zip64 is needed where it is
+    k = "vllm/model_executor/k.py"
+    data = path.read_bytes()
+    with zipfile.ZipFile(path) as zf:
+        at = zf.getinfo(k).header_offset
+    (version,) = struct.unpack("<H", data[at + 4 : at + 6])
+    assert version == (45 if len(contents[k]) >= limit32 else 20)
 
 
 # --- what a wheel cannot carry ---------------------------------------------------------------
@@ -856,3 +879,122 @@ def test_a_verdict_of_bakery_verify_is_what_wheel_reads(
     from bakery.commands import proof
 
     assert proof.recorded(Context.here().cache.root, tree) is None
+
+
+@pytest.mark.parametrize(
+    ("attrs", "mode"),
+    [(0, 0o100644), (0o100644 << 16, 0o100644), (0o100755 << 16, 0o100755)],
+    ids=["no-attributes", "644", "755"],
+)
+def test_a_baked_member_keeps_the_upstreams_mode_or_is_a_regular_file_where_it_has_none(
+    index: Index, series: Path, tmp_path: Path, attrs: int, mode: int
+) -> None:
+    """A member the bake changed keeps the upstream member's mode; where the upstream
+    wheel gives none (a zip writer that leaves the attributes 0), it is a regular file
+    rw-r--r--, as every member bakery writes."""
+    from bakery.commands import apply as commands
+    from bakery.package import wheel as wheel_mod
+    from bakery.package.baked import read_baked
+
+    commands.apply(
+        Context.here(), "demo", commands.ApplyOptions(vllm=VERSION, out=tmp_path / "tree")
+    )
+    upstream = tmp_path / wheel_filename("x86_64")
+    upstream.write_bytes(make_wheel("x86_64", attrs=attrs))
+    path = wheel_mod.write_wheel(upstream, read_baked(tmp_path / "tree"), tmp_path / "dist")
+    with zipfile.ZipFile(path) as zf:
+        assert zf.getinfo("vllm/model_executor/k.py").external_attr >> 16 == mode
+        assert zf.read("vllm/model_executor/k.py").decode() == K_BAKED
+
+
+def _write_baked_wheel(
+    tmp_path: Path, upstream_bytes: bytes, limit32: int | None = None
+) -> tuple[Path, Path]:
+    """The demo series baked (tests/support trees), and its wheel written from the given
+    upstream wheel (LIMIT32 lowered where asked): (upstream, baked wheel)."""
+    from bakery.commands import apply as commands
+    from bakery.package import wheel as wheel_mod
+    from bakery.package.baked import read_baked
+
+    if not (tmp_path / "tree").exists():
+        commands.apply(
+            Context.here(), "demo", commands.ApplyOptions(vllm=VERSION, out=tmp_path / "tree")
+        )
+    upstream = tmp_path / wheel_filename("x86_64")
+    upstream.write_bytes(upstream_bytes)
+    mp = pytest.MonkeyPatch()
+    try:
+        if limit32 is not None:
+            mp.setattr(wheel_mod, "LIMIT32", limit32)
+        path = wheel_mod.write_wheel(upstream, read_baked(tmp_path / "tree"), tmp_path / "dist")
+    finally:
+        mp.undo()
+    return upstream, path
+
+
+@pytest.mark.parametrize("past", [0, 1], ids=["at-the-limit", "below-it"])
+def test_a_size_at_the_32_bit_limit_goes_to_zip64(
+    index: Index, series: Path, tmp_path: Path, past: int
+) -> None:
+    """0xFFFFFFFF in a 32-bit field means "see the zip64 extra": a size that is the limit
+    itself is written there (the limit lowered to the baked member's size here)."""
+    size = len(K_BAKED.encode())
+    _, path = _write_baked_wheel(tmp_path, make_wheel("x86_64"), limit32=size + past)
+    with zipfile.ZipFile(path) as zf:
+        extra = zf.getinfo("vllm/model_executor/k.py").extra
+    # its offset is past the lowered limit either way; its two sizes only at the limit
+    assert struct.unpack("<HH", extra[:4]) == (1, 8 * (3 if past == 0 else 1)), extra
+
+
+def test_an_unchanged_members_directory_entry_is_the_upstreams_but_its_offset(
+    index: Index, series: Path, tmp_path: Path
+) -> None:
+    """Its extra field (the .so's extended timestamp) and every other field of the
+    upstream's central directory entry are kept; only where the member now begins moves."""
+    upstream, path = _write_baked_wheel(tmp_path, make_wheel("x86_64"))
+    with zipfile.ZipFile(upstream) as up, zipfile.ZipFile(path) as out:
+        for name in ("vllm/_C.abi3.so", "vllm/__init__.py"):
+            a, b = up.getinfo(name), out.getinfo(name)
+            fields = ("extra", "comment", "date_time", "external_attr", "create_system")
+            assert [getattr(a, f) for f in fields] == [getattr(b, f) for f in fields], name
+        assert out.getinfo("vllm/_C.abi3.so").extra.startswith(b"UT")
+
+
+def _appended(data: bytes, name: str, content: bytes) -> bytes:
+    buf = io.BytesIO(data)
+    with zipfile.ZipFile(buf, "a") as zf:
+        zf.writestr(name, content)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("case", ["no-row", "wrong-size"])
+def test_an_upstream_wheel_whose_record_misses_a_member_is_refused_naming_it(
+    index: Index, series: Path, tmp_path: Path, case: str
+) -> None:
+    from bakery.errors import SourceError
+
+    wheel = make_wheel("x86_64")
+    if case == "no-row":
+        wheel = _appended(wheel, "vllm/unlisted.py", b"X = 1\n")
+        member = "vllm/unlisted.py"
+    else:
+        member = "vllm/old.py"
+        with zipfile.ZipFile(io.BytesIO(wheel)) as zf:
+            record_name = f"vllm-{VERSION}.dist-info/RECORD"
+            record = zf.read(record_name).decode()
+        row = next(line for line in record.splitlines() if line.startswith(f"{member},"))
+        wrong = record.replace(row, row.rsplit(",", 1)[0] + ",999")
+        wheel = _rewritten(wheel, record_name, wrong.encode())
+    with pytest.raises(SourceError) as refused:
+        _write_baked_wheel(tmp_path, wheel)
+    assert refused.value.message.endswith(f": RECORD gives no sha256 and size of {member}")
+    assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
+
+
+def _rewritten(data: bytes, name: str, content: bytes) -> bytes:
+    """The zip with one member's content replaced (the others copied as they are)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(buf, "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info, content if info.filename == name else src.read(info))
+    return buf.getvalue()
