@@ -360,7 +360,9 @@ def test_a_file_past_the_size_limit_is_listed_as_a_regular_file_named_by_its_siz
     """Every entry carries one of git's modes: a file past MAX_TREE_FILE (lowered here) is
     never read, and is listed as a regular file whose id says its size, so that it differs
     from any release's blob; one within the limit is hashed as git hashes it."""
-    monkeypatch.setattr(identity.limits, "MAX_TREE_FILE", 10)
+    from bakery.safety import limits
+
+    monkeypatch.setattr(limits, "MAX_TREE_FILE", 10)
     data = b"x" * size
     root = write_files(tmp_path / "t", {"vllm/big.bin": data.decode()})
     got = identity.worktree_listing(root)["vllm/big.bin"]
