@@ -27,7 +27,7 @@ recorded the same way, so verify says which modules were real and which stood in
 bakery's pytest plugin installs the finder when the session starts, so that a test may
 import the tree as vLLM's own tests do (``from vllm.sampling_params import
 SamplingParams``); :func:`load_tree_module` uses the same finder. Under the light
-environment, a tree file whose import of a package outside vLLM fails (msgspec, pydantic)
+environment, a tree file whose import of a package outside vLLM fails (pydantic)
 raises a ``ModuleNotFoundError`` that names ``bakery verify --env full``.
 """
 

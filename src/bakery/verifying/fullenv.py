@@ -3,7 +3,7 @@
 
 The light loader (:mod:`bakery.testing.loader`) runs a tree's files with nothing but
 bakery's environment (torch, Triton): enough for kernels, not for ``vllm.sampling_params``
-(msgspec, pydantic, ``vllm.config`` and transformers). This module makes the rest:
+(pydantic, ``vllm.config`` and transformers). This module makes the rest:
 
 - one virtual environment per set of requirements, in bakery's cache
   (``envs/<key>/``; the key hashes the requirements, the Python and the platform, and the

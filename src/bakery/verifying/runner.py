@@ -68,7 +68,7 @@ class VerifyResult:
     #: Fixes bakery applied to the test tools (not the tree), e.g. Triton's interpreter.
     tool_fixes: tuple[str, ...] = ()
     #: --env light: the modules the light environment lacked, that test modules needed
-    #: ("msgspec (imported by vllm.sampling_params)"); --env full would have them.
+    #: ("pydantic (imported by vllm.sampling_params)"); --env full would have them.
     light_missing: tuple[str, ...] = ()
     #: Registered defects of the series that this bake has: id -> tests that hit it
     #: (strict expected failures; neither passed nor failed).
