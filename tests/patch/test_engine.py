@@ -359,6 +359,117 @@ def test_an_ambiguous_hunk_names_at_most_eight_other_places(copies: int) -> None
     assert h.also_matches == [2 * i + 2 for i in range(1, min(copies, 9))]
 
 
+GIT_NEW = "diff --git a/f b/f\nnew file mode 100755\nindex 0000000..e69de29\n"
+GIT_GONE = "diff --git a/f b/f\ndeleted file mode 100644\nindex e69de29..0000000\n"
+GIT_MODE = "diff --git a/f b/f\nold mode 100644\nnew mode 100755\n"
+GIT_MOVE = "diff --git a/e b/f\nsimilarity index 100%\nrename from e\nrename to f\n"
+PLAIN = "--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n"
+GONE = "--- a/f\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n"
+NEW = "--- /dev/null\n+++ b/f\n@@ -0,0 +1,3 @@\n+x\n+y\n+z\n\\ No newline at end of file\n"
+WHY_NEW = "the new file already exists with other content"
+WHY_MISSING = "the file to patch does not exist"
+
+
+@pytest.mark.parametrize(
+    ("diff", "old", "hunks", "content", "mode", "deleted", "reason"),
+    [
+        (NEW, None, [("applied", 1, None)], b"x\ny\nz", 0o644, False, None),
+        (
+            NEW,
+            b"x\ny\nz",
+            [("already-applied", 1, "the new file already exists")],
+            b"x\ny\nz",
+            0o600,
+            False,
+            None,
+        ),
+        (NEW, b"q\n", [("failed", 1, WHY_NEW)], None, 0o600, False, None),
+        (GIT_NEW, None, [("applied", 1, None)], b"", 0o755, False, None),
+        (
+            GIT_NEW,
+            b"",
+            [("already-applied", 1, "the new file already exists")],
+            b"",
+            0o755,
+            False,
+            None,
+        ),
+        (GIT_NEW, b"q\n", [("failed", 1, WHY_NEW)], None, 0o755, False, None),
+        (
+            "--- a/f\n+++ b/f\n@@ -0,0 +1 @@\n+x\n",
+            None,
+            [("applied", 1, None)],
+            b"x\n",
+            0o644,
+            False,
+            None,
+        ),
+        (PLAIN, None, [("failed", 1, WHY_MISSING)], None, None, False, WHY_MISSING),
+        (GIT_MODE, None, [("failed", 1, WHY_MISSING)], None, 0o755, False, WHY_MISSING),
+        (
+            GIT_MOVE,
+            None,
+            [("failed", 1, "the file to rename (e) does not exist")],
+            None,
+            None,
+            False,
+            "the file to rename (e) does not exist",
+        ),
+        (
+            GIT_GONE,
+            None,
+            [("already-applied", 1, "the file to delete is already gone")],
+            None,
+            None,
+            False,
+            "the file to delete is already gone",
+        ),
+        (GIT_GONE, b"", [("applied", 1, None)], None, 0o600, True, None),
+        (
+            GIT_GONE,
+            b"a\n",
+            [("failed", 1, "the file to delete is not empty")],
+            None,
+            0o600,
+            False,
+            "not empty",
+        ),
+        (GIT_MODE, b"a\n", [("applied", 1, None)], b"a\n", 0o755, False, None),
+        (GIT_MOVE, b"a\n", [("applied", 1, None)], b"a\n", 0o600, False, None),
+        (PLAIN, b"a\n", [("applied", 1, None)], b"b\n", 0o600, False, None),
+        (GONE, b"a\n", [("applied", 1, None)], None, 0o600, True, None),
+        (
+            GONE,
+            b"a\nz\n",
+            [("failed", 1, "the file to delete has more lines than the diff removes")],
+            None,
+            0o600,
+            False,
+            None,
+        ),
+    ],
+)
+def test_every_result_names_its_file_hunks_content_mode_and_why(
+    diff: str,
+    old: bytes | None,
+    hunks: list[tuple[str, int, str | None]],
+    content: bytes | None,
+    mode: int,
+    deleted: bool,
+    reason: str | None,
+) -> None:
+    fp = fpatch(diff)
+    # a file that is not there has no mode; one that is, 600
+    res = apply_file(fp, old, old_mode=None if old is None else 0o600)
+    assert res.path == fp.path == "f"
+    assert [(h.index, h.status.value, h.line, h.offset, h.fuzz, h.reason) for h in res.hunks] == [
+        (1, status, line, 0, 0, why) for status, line, why in hunks
+    ]
+    assert (res.content, res.mode, res.deleted, res.reason) == (content, mode, deleted, reason)
+    failed = [h for h in res.hunks if h.status is Outcome.FAILED]
+    assert res.failed_hunks == (list(fp.hunks) if failed or reason else [])
+
+
 # --- line endings ------------------------------------------------------------------------------
 
 
@@ -431,6 +542,17 @@ def test_new_crlf_file_from_a_crlf_diff() -> None:
     assert apply_file(fp, None).content == b"a\r\nb\r\n"
 
 
+@pytest.mark.parametrize(
+    ("body", "content"),
+    [("+a\r\n+b\n\\ No newline at end of file\n", b"a\r\nb"), ("+a\r\n+b\r\n", b"a\r\nb\r\n")],
+)
+def test_a_new_crlf_file_whose_last_line_has_no_newline_stays_crlf(
+    body: str, content: bytes
+) -> None:
+    fp = fpatch(("--- /dev/null\n+++ b/w.txt\n@@ -0,0 +1,2 @@\n" + body).encode("latin-1"))
+    assert apply_file(fp, None).content == content
+
+
 # --- modes -------------------------------------------------------------------------------------
 
 
@@ -465,6 +587,19 @@ def test_git_mode_change_alone() -> None:
     [
         (b"a", "@@ -1 +1,2 @@\n-a\n\\ No newline at end of file\n+b\r\n+c\r\n", b"b\r\nc\r\n"),
         (b"", "@@ -0,0 +1,2 @@\n+b\r\n+c\r\n", b"b\r\nc\r\n"),
+        (
+            b"a",
+            "@@ -1 +1,2 @@\n-a\n\\ No newline at end of file\n"
+            "+b\r\n+c\n\\ No newline at end of file\n",
+            b"b\r\nc",
+        ),
+        # the lines of every hunk count: one LF line in hunk 1 makes the diff's style LF
+        (
+            b"a",
+            "@@ -0,0 +1 @@\n+b\n@@ -1,2 +2,2 @@\n-a\r\n-zz\n\\ No newline at end of file\n"
+            "+y\r\n+zz\r\n",
+            b"b\na",
+        ),
         # hunk 2 fails, but its lines that end in the diff (a CR) still say the diff's style
         (
             b"a",
