@@ -357,6 +357,12 @@ def test_an_ambiguous_hunk_names_at_most_eight_other_places(copies: int) -> None
     (h,) = res.hunks
     assert (h.status, h.line) == (Outcome.AMBIGUOUS, 2)
     assert h.also_matches == [2 * i + 2 for i in range(1, min(copies, 9))]
+    where = ", ".join(map(str, h.also_matches))
+    plural = "s" if copies > 2 else ""
+    assert (
+        h.reason
+        == f"its old text also matches at line{plural} {where}; the nearest place was taken"
+    )
 
 
 GIT_NEW = "diff --git a/f b/f\nnew file mode 100755\nindex 0000000..e69de29\n"
@@ -437,6 +443,7 @@ WHY_MISSING = "the file to patch does not exist"
         (GIT_MODE, b"a\n", [("applied", 1, None)], b"a\n", 0o755, False, None),
         (GIT_MOVE, b"a\n", [("applied", 1, None)], b"a\n", 0o600, False, None),
         (PLAIN, b"a\n", [("applied", 1, None)], b"b\n", 0o600, False, None),
+        (PLAIN, b"q\n", [("failed", 1, "context not found")], b"q\n", 0o600, False, None),
         (GONE, b"a\n", [("applied", 1, None)], None, 0o600, True, None),
         (
             GONE,
@@ -535,6 +542,12 @@ def test_mixed_endings_keep_each_lines_own_ending() -> None:
     fp = fpatch("--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n")
     res = apply_file(fp, b"a\r\nb\nc\r\n")
     assert res.content == b"a\r\nB\r\nc\r\n"  # new lines take the file's majority ending
+
+
+def test_a_last_line_the_hunk_keeps_keeps_its_own_ending() -> None:
+    fp = fpatch("--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n-a\n+A\n b\n c\n")
+    res = apply_file(fp, b"a\r\nb\r\nc\n")
+    assert res.content == b"A\r\nb\r\nc\n"  # context is the file's: c keeps its LF at the end
 
 
 def test_new_crlf_file_from_a_crlf_diff() -> None:
