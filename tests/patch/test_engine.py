@@ -350,7 +350,7 @@ def test_an_already_applied_hunk_says_so_and_the_next_never_matches_above_it() -
     assert content_of(res).decode().splitlines()[21] == "Q"
 
 
-@pytest.mark.parametrize("copies", [2, 9, 10, 30])
+@pytest.mark.parametrize("copies", [2, 3, 9, 10, 30])
 def test_an_ambiguous_hunk_names_at_most_eight_other_places(copies: int) -> None:
     body = "".join(f"u{i}\nsame\n" for i in range(copies)).encode()
     res = apply_file(fpatch("--- a/f\n+++ b/f\n@@ -2 +2 @@\n-same\n+new\n"), body)
@@ -363,6 +363,35 @@ def test_an_ambiguous_hunk_names_at_most_eight_other_places(copies: int) -> None
         h.reason
         == f"its old text also matches at line{plural} {where}; the nearest place was taken"
     )
+
+
+@pytest.mark.parametrize("before", ["pristine", "with hunks 1 and 2 already applied"])
+def test_a_hunk_after_hunks_that_added_lines_is_placed_and_named_in_the_right_numbering(
+    before: str,
+) -> None:
+    # hunks 1 and 2 add three lines above hunk 3, whose old text (k1 same k2) is also at
+    # lines 12-14 of the pristine file: its stated line is shifted by three, no offset, and
+    # the other place is named in the file as it was before the diff
+    old = [f"l{i}\n" for i in range(1, 41)]
+    old[11:14] = old[24:27] = ["k1\n", "same\n", "k2\n"]
+    diff = (
+        "--- a/f\n+++ b/f\n@@ -3,2 +3,4 @@\n l3\n+i1\n+i2\n l4\n"
+        "@@ -8,2 +10,3 @@\n l8\n+i3\n l9\n@@ -25,3 +28,3 @@\n k1\n-same\n+new\n k2\n"
+    )
+    fp = fpatch(diff)
+    start = "".join(old)
+    if before != "pristine":
+        start = content_of(apply_file(fpatch(diff.split("@@ -25")[0]), start.encode())).decode()
+    res = apply_file(fp, start.encode())
+    first = "applied" if before == "pristine" else "already-applied"
+    other = 12 if before == "pristine" else 15  # in the file as the diff found it
+    assert [(h.status.value, h.line, h.offset) for h in res.hunks] == [
+        (first, 3, 0),
+        (first, 10, 0),
+        ("ambiguous", 28, 0),
+    ]
+    assert res.hunks[2].also_matches == [other]
+    assert content_of(res).decode().splitlines()[26:30] == ["l24", "k1", "new", "k2"]
 
 
 GIT_NEW = "diff --git a/f b/f\nnew file mode 100755\nindex 0000000..e69de29\n"
