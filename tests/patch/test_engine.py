@@ -394,6 +394,28 @@ def test_a_hunk_after_hunks_that_added_lines_is_placed_and_named_in_the_right_nu
     assert content_of(res).decode().splitlines()[26:30] == ["l24", "k1", "new", "k2"]
 
 
+@pytest.mark.parametrize(
+    ("content", "status"), [(b"a\nc", "already-applied"), (b"a\nc\n", "failed")]
+)
+def test_a_result_already_there_counts_only_with_the_last_newline_the_diff_gives_it(
+    content: bytes, status: str
+) -> None:
+    fp = fpatch("--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n a\n-b\n+c\n\\ No newline at end of file\n")
+    assert [h.status.value for h in apply_file(fp, content).hunks] == [status]
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "line"),
+    [(b"A\nb\nz\n", "already-applied", 1), (b"x\nA\nb\nz\n", "failed", 1)],
+)
+def test_a_hunk_made_at_the_start_of_a_file_is_already_applied_only_there(
+    content: bytes, status: str, line: int
+) -> None:
+    # no context above: the diff saw the file's first line, so its result counts only there
+    fp = fpatch("--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n-a\n+A\n b\n")
+    assert [(h.status.value, h.line) for h in apply_file(fp, content).hunks] == [(status, line)]
+
+
 GIT_NEW = "diff --git a/f b/f\nnew file mode 100755\nindex 0000000..e69de29\n"
 GIT_GONE = "diff --git a/f b/f\ndeleted file mode 100644\nindex e69de29..0000000\n"
 GIT_MODE = "diff --git a/f b/f\nold mode 100644\nnew mode 100755\n"
