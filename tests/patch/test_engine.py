@@ -416,6 +416,74 @@ def test_a_hunk_made_at_the_start_of_a_file_is_already_applied_only_there(
     assert [(h.status.value, h.line) for h in apply_file(fp, content).hunks] == [(status, line)]
 
 
+@pytest.mark.parametrize(
+    ("content", "hunk", "also"),
+    [
+        # the other place at the file's first line
+        ("same\nu\nsame\nv\n", "@@ -3 +3 @@\n-same\n+new\n", [1]),
+        # the hunk's rarest line is not its first: the other place is where the text starts
+        ("c\nr\nc\nc\nr\nc\n", "@@ -1,3 +1,3 @@\n c\n-r\n+n\n c\n", [4]),
+        # its rarest line at the file's end, with no room for the rest of the text: no place
+        ("a\nrare\nq\nz\nq\nz\nq\nz\nrare\n", "@@ -2,3 +2,3 @@\n rare\n-q\n+y\n z\n", []),
+    ],
+)
+def test_an_ambiguous_hunks_other_places_are_where_its_whole_old_text_is(
+    content: str, hunk: str, also: list[int]
+) -> None:
+    res = apply_file(fpatch("--- a/f\n+++ b/f\n" + hunk), content.encode())
+    (h,) = res.hunks
+    assert (h.status is Outcome.AMBIGUOUS, h.also_matches) == (bool(also), also)
+
+
+@needs_patch
+def test_a_hunk_made_at_a_files_start_is_not_ambiguous_for_its_text_elsewhere(
+    tmp_path: Path,
+) -> None:
+    # no context above and stated at line 1: it can only be at the start, so nothing else
+    # could have been chosen
+    content = b"a\nb\nc\nx\na\nb\nc\n"
+    diff = "--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n-a\n+A\n b\n"
+    res = apply_file(fpatch(diff), content)
+    assert outcomes(res) == [("applied", 1, 0, 0)]
+    assert_same_as_gnu(tmp_path, content, diff, res)
+
+
+@needs_patch
+@pytest.mark.parametrize("start", [2, 3])
+def test_a_hunk_short_of_context_above_but_stated_below_line_1_may_move(
+    tmp_path: Path, start: int
+) -> None:
+    # less context above than below, but not made at line 1: GNU patch does not hold it
+    # to the file's start
+    content = b"z\nq\nb\nc\nd\n"
+    diff = f"--- a/f\n+++ b/f\n@@ -{start},2 +{start},2 @@\n-b\n+B\n c\n"
+    res = apply_file(fpatch(diff), content)
+    assert outcomes(res) == [("applied" if start == 3 else "offset", 3, 3 - start, 0)]
+    assert_same_as_gnu(tmp_path, content, diff, res)
+
+
+@pytest.mark.parametrize(
+    ("content", "after"),
+    [
+        (b"a\r\nb\n", b"a\r\nb\nn\n"),  # a tie: LF
+        (b"a\r\nb\r\nc\nd\ne\n", b"a\r\nb\r\nc\nd\ne\nn\n"),  # CRLF fewer: LF
+        (b"a\r\nb\r\nc\n", b"a\r\nb\r\nc\nn\r\n"),  # CRLF more: CRLF
+    ],
+)
+def test_added_lines_take_the_files_majority_ending_lf_on_a_tie(
+    content: bytes, after: bytes
+) -> None:
+    n = content.count(b"\n")
+    last = content.rstrip(b"\r\n").rsplit(b"\n", 1)[-1].rstrip(b"\r").decode()
+    fp = fpatch(f"--- a/f\n+++ b/f\n@@ -{n} +{n},2 @@\n {last}\n+n\n")
+    assert content_of(apply_file(fp, content)) == after
+
+
+def test_crlf_diff_lines_longer_than_one_character_lose_only_their_cr_on_an_lf_file() -> None:
+    fp = fpatch(b"--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n aa\r\n-bb\r\n+cc\r\n")
+    assert content_of(apply_file(fp, b"aa\nbb\n")) == b"aa\ncc\n"
+
+
 GIT_NEW = "diff --git a/f b/f\nnew file mode 100755\nindex 0000000..e69de29\n"
 GIT_GONE = "diff --git a/f b/f\ndeleted file mode 100644\nindex e69de29..0000000\n"
 GIT_MODE = "diff --git a/f b/f\nold mode 100644\nnew mode 100755\n"
