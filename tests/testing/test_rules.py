@@ -5,6 +5,7 @@ DSA kernel file of five releases (tests/fixtures/dsa/) and the real dcp2 data fi
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -130,3 +131,42 @@ def _loaded(series: Path, release: str, *, interpret: bool) -> expect.Expectatio
     found = expect.load_expectations(series, release, interpret=interpret)
     assert found is not None, release
     return found
+
+
+FEATURE_RULES = (
+    '[probe.x]\nfile = "vllm/a.py"\ncontains = "FEATURE_X"\n'
+    '[release."0.30.0"]\nfeatures = []\n'
+    '[release."0.31.0"]\nfeatures = ["x"]\n'
+    '[release."0.32.0"]\nfeatures = ["x"]\n'
+    '[release."0.33.0"]\nfeatures = ["x"]\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("manifest", "release"),
+    [
+        ({"vllm": {"version": "0.32.5", "identity": {"pristine": True}}}, "0.32.5"),
+        # no pristine release: the nearest listed release at or below 0.32.5 with its features
+        ({"vllm": {"version": "0.32.5", "identity": {"pristine": False}}}, "0.32.0"),
+        ({"vllm": {"identity": {"claims": "0.31.5", "pristine": False}}}, "0.31.0"),
+        ("{not json", None),  # no readable manifest: no bake
+        ({"vllm": "0.32.5"}, None),
+        (None, None),
+    ],
+    ids=["pristine", "dev-tree", "claims-only", "malformed", "wrong-shape", "no-manifest"],
+)
+def test_a_bake_takes_its_own_release_or_the_nearest_rules_its_code_calls_for(
+    tmp_path: Path, manifest: object, release: str | None
+) -> None:
+    """A pristine release keeps its own rules even where the series probes features; a
+    tree that is no release takes the listed release nearest to what it declares, not the
+    newest with its features (0.33.0 here); a tree without a readable manifest is no bake."""
+    series = write_files(tmp_path / "s", {"expectations.toml": FEATURE_RULES})
+    files = {"vllm/a.py": "FEATURE_X = 1\n"}
+    if manifest is not None:
+        text = manifest if isinstance(manifest, str) else json.dumps(manifest)
+        files[".bakery/manifest.json"] = text
+    tree = write_files(tmp_path / "t", files)
+    assert expect.Bake.of(tree, series).release == release
+    if manifest is None or isinstance(manifest, str):
+        assert expect.Bake.of(tree) == expect.Bake(None)
