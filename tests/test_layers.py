@@ -285,3 +285,27 @@ def test_no_private_module_of_a_dependency_is_imported() -> None:
 def test_the_private_import_check_sees_one() -> None:
     tree = ast.parse("from typer import _click\nimport os._x\nfrom typer.core import Ok\n")
     assert _private_imports(tree) == [(1, "typer._click"), (2, "os._x")]
+
+
+#: A module a newcomer reads in one sitting (issue 44: the CLI had grown to 984 lines).
+MAX_MODULE_LINES = 600
+
+
+def _too_long(paths: list[Path]) -> list[str]:
+    return [
+        f"{p.relative_to(p.parents[1])}: {n} lines"
+        for p in paths
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    ]
+
+
+def test_no_module_is_longer_than_a_sitting() -> None:
+    assert _too_long(_modules()) == []
+
+
+def test_the_length_check_sees_a_long_module(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    long, short = tmp_path / "pkg" / "long.py", tmp_path / "pkg" / "short.py"
+    long.write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    short.write_text("x = 1\n" * MAX_MODULE_LINES)
+    assert _too_long([long, short]) == [f"pkg/long.py: {MAX_MODULE_LINES + 1} lines"]

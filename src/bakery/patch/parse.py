@@ -38,19 +38,17 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from pathlib import Path
 
 from bakery.errors import DiffError
 from bakery.patch.diffs import _NO_NEWLINE, DEV_NULL, Diff, FilePatch, Hunk
+from bakery.patch.headers import MAX_NAME, header_name, shared_tail, unquote
 
 #: Longest diff line bakery reads; longer ones are refused in linear time.
 MAX_LINE = 1 << 20
 #: Largest line number a hunk header may state.
 MAX_LINENO = 10**8
 
-#: Linux's PATH_MAX: a longer name is refused (``_check_length``).
-_MAX_NAME = 4096
 _CUT_RE = re.compile(" b/")
 _HUNK_RE = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _ED_RE = re.compile(r"\d+(,\d+)?[acd]$")
@@ -62,11 +60,6 @@ _GIT_TYPES = {
     0o160000: "a submodule (git mode 160000)",
     0o040000: "a directory (git mode 040000)",
 }
-#: A header's trailing timestamp: ``2024-01-01 00:00:00.123456789 +0100`` (``diff -u``,
-#: after a TAB or, rarely, a space), the offset optional.
-_STAMP_RE = re.compile(
-    r"[\t ]+(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(\.\d+)?(?: ?([+-])(\d\d):?(\d\d))?$"
-)
 
 
 def read_diff(path: Path, data: bytes | None = None) -> Diff:
@@ -91,96 +84,6 @@ def _split_lines(path: Path, data: bytes) -> list[str]:
         if len(line) > MAX_LINE:
             raise DiffError(path, i, f"line longer than {MAX_LINE} bytes refused")
     return lines
-
-
-def _unquote(path: Path, line: int, name: str) -> str:
-    """Undo git's C-style quoting of names ("a\\tb", octal escapes)."""
-    if not (len(name) >= 2 and name.startswith('"') and name.endswith('"')):
-        return _check_length(path, line, name)
-    body = name[1:-1]
-    out = bytearray()
-    i = 0
-    simple = {"n": 10, "t": 9, "r": 13, '"': 34, "\\": 92, "a": 7, "b": 8, "f": 12, "v": 11}
-    while i < len(body):
-        c = body[i]
-        if c == "\\":
-            if i + 1 >= len(body):
-                raise DiffError(path, line, f"bad quoted name {name!r}")
-            e = body[i + 1]
-            if e in simple:
-                out.append(simple[e])
-                i += 2
-            elif re.match(r"[0-7]{3}", body[i + 1 : i + 4]):
-                out.append(int(body[i + 1 : i + 4], 8))
-                i += 4
-            else:
-                raise DiffError(path, line, f"bad escape in quoted name {name!r}")
-        else:
-            out.extend(c.encode("latin-1"))
-            i += 1
-    return _check_length(path, line, out.decode("latin-1"))
-
-
-def _check_length(path: Path, line: int, name: str) -> str:
-    # Linux's limits (PATH_MAX, NAME_MAX), checked here so that no later stat of the name
-    # fails with ENAMETOOLONG.
-    if len(name) >= _MAX_NAME or any(len(part) > 255 for part in name.split("/")):
-        raise DiffError(path, line, f"file name too long ({name[:60]!r}...)")
-    return name
-
-
-def _shared_tail(a: str, b: str) -> int:
-    """How many trailing ``/`` parts two names share (``b`` split from its end only as far
-    as ``a``'s parts go: it may be the rest of a hostile megabyte line)."""
-    xs = a.split("/")
-    n = 0
-    for x, y in zip(reversed(xs), reversed(b.rsplit("/", len(xs))), strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-def _header_name(path: Path, line: int, rest: str) -> tuple[str, bool]:
-    """The name in a ``---``/``+++`` line, and whether its timestamp is the epoch."""
-    rest = rest.rstrip("\r")
-    # "--- name<TAB>timestamp": the timestamp is optional and dropped.
-    stamp = _STAMP_RE.search(rest)
-    epoch = stamp is not None and _is_epoch(stamp)
-    name = rest.split("\t", 1)[0]
-    tail = ""
-    if name.startswith('"'):
-        end = name.rfind('"')
-        if end <= 0:
-            raise DiffError(path, line, f"unterminated quoted name {name[:80]!r}")
-        # '"a/"sub/x': a quoted part and the rest of the name, as git reads it
-        tail = name[end + 1 :].split(" ", 1)[0] if not name[end + 1 :].startswith(" ") else ""
-        name = name[: end + 1]
-    else:
-        if stamp is not None and "\t" not in rest:
-            name = rest[: stamp.start()]  # "--- a/x 2024-01-01 ...": a space before the time
-        name = name.rstrip(" ")
-    name = _unquote(path, line, name) + tail
-    if not name:
-        raise DiffError(path, line, "empty file name in header")
-    return name, epoch
-
-
-def _is_epoch(m: re.Match[str]) -> bool:
-    """Whether a header's timestamp is 1970-01-01 00:00:00 UTC, the time ``diff -N`` gives
-    a side that does not exist (its offset applied, as GNU patch does; none is UTC)."""
-    year, month, day, hour, minute, sec = (int(g) for g in m.groups()[:6])
-    if m.group(7) and int(m.group(7)[1:] or 0):
-        return False
-    try:
-        local = datetime(year, month, day, hour, minute, sec)
-    except ValueError:
-        return False
-    offset = timedelta(0)
-    if m.group(8):
-        offset = timedelta(hours=int(m.group(9)), minutes=int(m.group(10)))
-        offset = offset if m.group(8) == "+" else -offset
-    return local - offset == datetime(1970, 1, 1)
 
 
 @dataclass
@@ -329,7 +232,7 @@ class _Parser:
                     )
                 hdr.move = kind
                 name = line[len(prefix) :].rstrip("\r")
-                hdr.moves[side] = _unquote(self.path, lineno, name)
+                hdr.moves[side] = unquote(self.path, lineno, name)
                 return True
         for key, prefix in (
             ("old_mode", "old mode "),
@@ -410,13 +313,13 @@ class _Parser:
             # once stripped ('a/x b/m b/y/m' is x b/m and y/m); a tie, the first (within a
             # name's length of the start, the first 64: bounded work)
             differ = a.split("/", 1)[-1] != b.split("/", 1)[-1]
-            cuts = [m.start() for m in _CUT_RE.finditer(rest, 0, _MAX_NAME + 2)] if differ else []
+            cuts = [m.start() for m in _CUT_RE.finditer(rest, 0, MAX_NAME + 2)] if differ else []
             if cuts:
-                cut = max(cuts[:64], key=lambda i: _shared_tail(rest[:i], rest[i + 1 :]))
+                cut = max(cuts[:64], key=lambda i: shared_tail(rest[:i], rest[i + 1 :]))
                 a, b = rest[:cut], rest[cut + 1 :]
             if not a or not b or rest[len(a) : len(a) + 1] != " ":
                 raise self.err(lineno, "malformed 'diff --git' header: expected two names")
-        return _unquote(self.path, lineno, a), _unquote(self.path, lineno, b)
+        return unquote(self.path, lineno, a), unquote(self.path, lineno, b)
 
     def _hunkless_git(self, hdr: _GitHeader) -> list[FilePatch]:
         """A git header without ---/+++: mode change, or new/deleted empty file."""
@@ -444,8 +347,8 @@ class _Parser:
 
     def _file(self, git_hdr: _GitHeader | None) -> FilePatch:
         lineno = self.i + 1
-        old, old_epoch = _header_name(self.path, lineno, self.lines[self.i][4:])
-        new, new_epoch = _header_name(self.path, lineno + 1, self.lines[self.i + 1][4:])
+        old, old_epoch = header_name(self.path, lineno, self.lines[self.i][4:])
+        new, new_epoch = header_name(self.path, lineno + 1, self.lines[self.i + 1][4:])
         self.strip_cr = self.lines[self.i + 1].endswith("\r")
         self.i += 2
         fp = FilePatch(old_name=old, new_name=new, diff_line=lineno, git=git_hdr is not None)
