@@ -408,3 +408,19 @@ def test_a_diff_u_of_x_orig_among_git_diffs_gets_its_own_strip(
     assert files(tmp_path / "out") == {"vllm/x.py": "b\n", "vllm/k.py": "b\n"}
     notes = json.loads((tmp_path / "r.json").read_text())["diffs"][1]["notes"]
     assert "names vllm/k.py.orig and vllm/k.py: patches vllm/k.py" in " ".join(notes)
+
+
+def _many_cuts(inner: int) -> str:
+    """A new empty file whose ``diff --git`` line's old name holds ``inner`` folders named
+    ``d b`` (each a " b/" where the line could be cut); only the last " b/" cuts it where
+    the two names share a tail (``m.py``), and the file made is the new name."""
+    old = "d b/" * inner + "m.py"
+    return f"diff --git a/{old} b/y/m.py\nnew file mode 100644\n"
+
+
+def test_a_diff_git_line_is_cut_at_most_64_ways() -> None:
+    # 64 places to cut: the last, where the names share m.py, is found
+    assert parsed(_many_cuts(63)) == [(None, "y/m.py")]
+    # 65: only the first 64 are weighed (bounded work on a hostile line); none shares a
+    # tail, so the first is taken
+    assert parsed(_many_cuts(64)) == [(None, "d b/" * 63 + "m.py b/y/m.py")]

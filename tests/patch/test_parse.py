@@ -493,3 +493,16 @@ def test_a_refused_file_patch_without_hunks_names_its_diff_git_line(
 def test_unreadable_file_is_a_diff_error(tmp_path: Path) -> None:
     with pytest.raises(DiffError, match="cannot read"):
         read_diff(tmp_path / "missing.diff")
+
+
+def test_two_markers_in_a_row_inside_a_hunk_are_refused_at_the_second() -> None:
+    text = (
+        "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n\\ No newline at end of file\n"
+        "\\ No newline at end of file\n+b\n"
+    )
+    with pytest.raises(DiffError) as info:
+        parse(text)
+    assert (info.value.line, info.value.problem) == (
+        6,
+        "'\\ No newline at end of file' is not after a last line",
+    )

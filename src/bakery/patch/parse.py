@@ -464,7 +464,7 @@ class _Parser:
                 line = line[:-1]
             kind = line[:1] if line else " "  # an empty line is empty context (some mailers)
             if line.startswith(_NO_NEWLINE[:2]) and lines:
-                self._noeol(ln, line, last_kind, old_seen, old_len, new_seen, new_len)
+                self._noeol(ln, last_kind, old_seen, old_len, new_seen, new_len)
                 if last_kind in " -":
                     old_noeol = True
                 if last_kind in " +":
@@ -492,7 +492,7 @@ class _Parser:
             self.i += 1
         if self.i < len(self.lines) and self.lines[self.i].startswith(_NO_NEWLINE[:2]):
             ln = self.i + 1
-            self._noeol(ln, self.lines[self.i], last_kind, old_seen, old_len, new_seen, new_len)
+            self._noeol(ln, last_kind, old_seen, old_len, new_seen, new_len)
             if last_kind in " -":
                 old_noeol = True
             if last_kind in " +":
@@ -507,16 +507,14 @@ class _Parser:
     def _noeol(
         self,
         ln: int,
-        line: str,
         last_kind: str,
         old_seen: int,
         old_len: int,
         new_seen: int,
         new_len: int,
     ) -> None:
-        if not line.startswith("\\ "):
-            raise self.err(ln, f"bad marker line {line[:60]!r}")
-        # The marker may only follow the last old or the last new line.
+        """A ``\\ No newline`` marker (the callers read it by its ``"\\ "``) at line ``ln``:
+        it may only follow the last old or the last new line."""
         at_old_end = last_kind in " -" and old_seen == old_len
         at_new_end = last_kind in " +" and new_seen == new_len
         if not (at_old_end or at_new_end):
