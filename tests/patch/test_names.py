@@ -424,3 +424,12 @@ def test_a_diff_git_line_is_cut_at_most_64_ways() -> None:
     # 65: only the first 64 are weighed (bounded work on a hostile line); none shares a
     # tail, so the first is taken
     assert parsed(_many_cuts(64)) == [(None, "d b/" * 63 + "m.py b/y/m.py")]
+
+
+def test_a_hunkless_rename_keeps_its_mode_change() -> None:
+    text = (
+        "diff --git a/run.sh b/bin/run.sh\nold mode 100644\nnew mode 100755\n"
+        "similarity index 100%\nrename from run.sh\nrename to bin/run.sh\n"
+    )
+    (fp,) = read_diff(Path("t.diff"), text.encode()).files
+    assert (fp.move, fp.old_mode, fp.new_mode) == ("rename", 0o644, 0o755)
