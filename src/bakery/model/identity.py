@@ -16,7 +16,6 @@ class Identity:
     label: str | None
     pristine: bool
     tree_sha256: str | None = None
-    commit: str | None = None
     describe: str | None = None
     #: the release the files were compared with (None: no comparison was possible)
     compared_with: str | None = None

@@ -247,7 +247,6 @@ def identify(pristine: Pristine, cache: Cache) -> Identity:
         _label(claims, pristine, digest(listing)),
         False,
         tree_sha256=digest(listing),
-        commit=pristine.commit,
         describe=pristine.describe,
     )
     if not _is_release(claims):
