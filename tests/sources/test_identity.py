@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 
+from bakery.errors import BakeryError
 from bakery.sources import identity
+from bakery.sources.cache import Cache
+from bakery.sources.pristine import Pristine
 from tests.support.dsa import DSA, cache_dsa_releases, dsa_file, dsa_history, dsa_series, dsa_tree
 from tests.support.repos import git
 from tests.support.trees import cache_release, write_files
@@ -63,6 +66,7 @@ def test_a_tree_that_claims_a_release_but_differs_is_named_and_strict_fails(
     ident = rep["vllm"]["identity"]
     assert ident["pristine"] is False and ident["claims"] == "0.31.0"
     assert ident["paths"] == [DSA] and ident["differs"] == 1
+    assert ident["compared_with"] == "0.31.0"
     assert re.fullmatch(r"0\.31\.0\+local\.[0-9a-f]{12}", ident["version"])
     assert rep["vllm"]["sha256"] == ident["tree_sha256"]
     # the port is taken, but said: it was proven on the pristine 0.31.0
@@ -422,3 +426,26 @@ def test_a_version_file_is_data_only_as_a_plain_small_file(tmp_path: Path, kind:
     else:
         path.mkdir()
     assert identity.version_data_only(path) is (kind == "file")
+
+
+def test_a_version_file_of_exactly_64_kib_is_data_and_one_byte_more_is_not(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "_version.py"
+    body = VERSION_PY + "#"
+    path.write_text(body + "x" * (64 * 1024 - len(body.encode()) - 1) + "\n")
+    assert path.stat().st_size == 64 * 1024
+    assert identity.version_data_only(path)
+    path.write_text(path.read_text() + "\n")
+    assert not identity.version_data_only(path)
+
+
+def test_a_tree_whose_files_cannot_be_read_is_refused_naming_its_source(tmp_path: Path) -> None:
+    tree = write_files(tmp_path / "t", {"vllm/__init__.py": ""})
+    git(tree, "init", "-q")  # a repository without a commit: HEAD names nothing
+    pristine = Pristine(tree, "0.31.0", "git+file:///src/vllm@v0.31.0", None, repo=True)
+    with pytest.raises(BakeryError) as e:
+        identity.identify(pristine, Cache(tmp_path / "cache"))
+    assert e.value.message.startswith(
+        "git+file:///src/vllm@v0.31.0: cannot read the tree's files: "
+    )
