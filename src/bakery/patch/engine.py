@@ -2,7 +2,11 @@
 
 Matching is done on lines without their endings, so a CRLF file takes an LF diff and
 stays CRLF. Context lines are copied from the file, never from the diff, so the result is
-byte-identical to GNU patch's wherever both apply a hunk at the same place.
+byte-identical to GNU patch's wherever both apply a hunk at the same place and the diff's
+line endings are the file's. Where they are not, added lines take the file's style (and in
+a file without any line ending, the diff's most common one: ``_style``), where GNU patch
+copies each line's ending from the diff (a diff adding ``a\r\n`` and ``b\n`` to ``x``
+gives ``a\nb\nx`` here and ``a\r\nb\nx`` with GNU patch).
 
 Search order for each hunk (GNU patch's, with the same running offset): the stated line
 shifted by the offset the previous hunk needed, then ever farther lines either side; a hunk
