@@ -12,6 +12,16 @@ X_PY = "".join(f"{c}\n" for c in "abcdefghij")
 
 DIFF = "--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1,4 +1,4 @@\n a\n-b\n+B\n c\n d\n"
 
+#: A series' expectations.toml with one probed feature, ``x`` (``FEATURE_X`` in vllm/a.py),
+#: listed for 0.31.0-0.33.0 and not for 0.30.0.
+FEATURE_X_RULES = (
+    '[probe.x]\nfile = "vllm/a.py"\ncontains = "FEATURE_X"\n'
+    '[release."0.30.0"]\nfeatures = []\n'
+    '[release."0.31.0"]\nfeatures = ["x"]\n'
+    '[release."0.32.0"]\nfeatures = ["x"]\n'
+    '[release."0.33.0"]\nfeatures = ["x"]\n'
+)
+
 
 def make_series(
     home: Path, name: str, diffs: Mapping[str, str | bytes], toml: str | None = None

@@ -17,6 +17,7 @@ from bakery.errors import SeriesError
 from bakery.patch.series import fixes_for
 from bakery.reports.matrix import Row, to_junit, to_markdown
 from bakery.testing import expect
+from tests.support.series import FEATURE_X_RULES
 from tests.support.trees import write_files
 from tests.support.verify import run_tests
 
@@ -412,15 +413,6 @@ def test_an_expectations_file_without_release_tables_has_no_rules(tmp_path: Path
     assert expect.rules_for(tmp_path, "0.30.0.dev0", lambda rel: b"X = 1\n") is None
 
 
-RULES = (
-    '[probe.x]\nfile = "vllm/a.py"\ncontains = "FEATURE_X"\n'
-    '[release."0.30.0"]\nfeatures = []\n'
-    '[release."0.31.0"]\nfeatures = ["x"]\n'
-    '[release."0.32.0"]\nfeatures = ["x"]\n'
-    '[release."0.33.0"]\nfeatures = ["x"]\n'
-)
-
-
 @pytest.mark.parametrize(
     ("version", "has_x", "rules"),
     [
@@ -435,7 +427,7 @@ RULES = (
 def test_a_dev_tree_takes_the_nearest_rules_with_its_features(
     tmp_path: Path, version: str | None, has_x: bool, rules: str
 ) -> None:
-    write_files(tmp_path, {"expectations.toml": RULES})
+    write_files(tmp_path, {"expectations.toml": FEATURE_X_RULES})
     text = b"FEATURE_X = 1\n" if has_x else b"OTHER = 1\n"
     seen: list[str] = []
 

@@ -14,7 +14,7 @@ import pytest
 from bakery.testing import expect, probes
 from tests.support.dsa import DSA, DSA_RELEASES, cache_dsa_releases, dsa_file, dsa_series, dsa_tree
 from tests.support.paths import PROJECT
-from tests.support.series import make_series
+from tests.support.series import FEATURE_X_RULES, make_series
 from tests.support.trees import write_files
 
 if sys.version_info >= (3, 11):
@@ -133,15 +133,6 @@ def _loaded(series: Path, release: str, *, interpret: bool) -> expect.Expectatio
     return found
 
 
-FEATURE_RULES = (
-    '[probe.x]\nfile = "vllm/a.py"\ncontains = "FEATURE_X"\n'
-    '[release."0.30.0"]\nfeatures = []\n'
-    '[release."0.31.0"]\nfeatures = ["x"]\n'
-    '[release."0.32.0"]\nfeatures = ["x"]\n'
-    '[release."0.33.0"]\nfeatures = ["x"]\n'
-)
-
-
 @pytest.mark.parametrize(
     ("manifest", "release"),
     [
@@ -161,7 +152,7 @@ def test_a_bake_takes_its_own_release_or_the_nearest_rules_its_code_calls_for(
     """A pristine release keeps its own rules even where the series probes features; a
     tree that is no release takes the listed release nearest to what it declares, not the
     newest with its features (0.33.0 here); a tree without a readable manifest is no bake."""
-    series = write_files(tmp_path / "s", {"expectations.toml": FEATURE_RULES})
+    series = write_files(tmp_path / "s", {"expectations.toml": FEATURE_X_RULES})
     files = {"vllm/a.py": "FEATURE_X = 1\n"}
     if manifest is not None:
         text = manifest if isinstance(manifest, str) else json.dumps(manifest)
